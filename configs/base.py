@@ -1,0 +1,92 @@
+r"""The paper's base model and training recipe (Vaswani et al., 2017; Table 3 row "base").
+
+  python -m transformer_jax.summary --config=configs/base.py
+
+Every field below cites where its value comes from. Where the paper is silent the value
+follows tensor2tensor (the authors' code), and the comment says so.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+
+  # Seed for parameter initialisation, dropout and data shuffling.
+  config.seed = 0
+  # Compute dtype: 'float32' (the paper, on P100 GPUs) or 'bfloat16'. Parameters, optimizer
+  # state, softmax, layer norm and the loss are always float32.
+  config.dtype = 'float32'
+
+  config.model = ml_collections.ConfigDict()
+  # N, the number of identical layers in the encoder and in the decoder (§3.1).
+  config.model.num_layers = 6
+  # d_model, the width of every sub-layer and embedding output (§3.1).
+  config.model.d_model = 512
+  # d_ff, the inner size of the position-wise feed-forward network (§3.3).
+  config.model.d_ff = 2048
+  # h, the number of attention heads (§3.2.2).
+  config.model.num_heads = 8
+  # d_k = d_v = d_model / h for the base model (§3.2.2); Table 3 varies them independently.
+  config.model.d_k = 64
+  config.model.d_v = 64
+  # P_drop: residual dropout on every sub-layer output and on the embedding sums (§5.4).
+  config.model.dropout_rate = 0.1
+  # Dropout on attention weights and inside the FFN: not in the paper, nor in the
+  # tensor2tensor version it was trained with (later tensor2tensor versions use 0.1).
+  config.model.attention_dropout_rate = 0.0
+  config.model.relu_dropout_rate = 0.0
+  # 'sinusoid' (§3.5) or 'learned' (Table 3 row E).
+  config.model.position_encoding = 'sinusoid'
+  # Rows of the learned position table (only used when position_encoding == 'learned').
+  config.model.max_len = 512
+  # One matrix for source embedding, target embedding and pre-softmax projection (§3.4).
+  config.model.share_embeddings = True
+  # 'post': LayerNorm(x + Dropout(Sublayer(x))) as in §3.1; 'pre' normalises the sub-layer
+  # input and adds a final norm to each stack ("Transformers without Tears"; option).
+  config.model.norm_position = 'post'
+  # 'layer_norm' (§3.1) or 'scale_norm'; fixnorm scales embedding rows to unit length
+  # (both from "Transformers without Tears"; options).
+  config.model.norm_type = 'layer_norm'
+  config.model.fixnorm = False
+  # Structured dropout, options from later work (default off): LayerDrop skips whole layers,
+  # DropHead whole attention heads, with these probabilities during training.
+  config.model.layerdrop_rate = 0.0
+  config.model.drophead_rate = 0.0
+
+  config.data = ml_collections.ConfigDict()
+  # WMT 2014 English-German (§5.1).
+  config.data.dataset = 'wmt14_translate/de-en'
+  config.data.source_lang = 'en'
+  config.data.target_lang = 'de'
+  # Shared source-target byte-pair vocabulary of about 37000 tokens (§5.1).
+  config.data.vocab_size = 37000
+  # ~25000 source and ~25000 target tokens per batch (§5.1).
+  config.data.tokens_per_batch = 25000
+
+  config.train = ml_collections.ConfigDict()
+  # 100K steps for the base model (§5.2).
+  config.train.num_train_steps = 100_000
+  # lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5), warmup_steps = 4000
+  # (§5.3, eq. 3); lr_scale multiplies it (1 = the paper).
+  config.train.warmup_steps = 4000
+  config.train.lr_scale = 1.0
+  # Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9 (§5.3).
+  config.train.adam_b1 = 0.9
+  config.train.adam_b2 = 0.98
+  config.train.adam_eps = 1e-9
+  # ε_ls, label smoothing (§5.4).
+  config.train.label_smoothing = 0.1
+
+  config.decode = ml_collections.ConfigDict()
+  # Beam search with beam size 4 and length penalty α = 0.6 (§6.1).
+  config.decode.beam_size = 4
+  config.decode.alpha = 0.6
+  # Maximum output length = input length + 50 (§6.1).
+  config.decode.max_extra_length = 50
+  # The base model averages its last 5 checkpoints (§6.1).
+  config.decode.average_last = 5
+
+  # Locked: a misspelt field in an override or a variant's delta is an error, not a new field.
+  config.lock()
+  return config

@@ -1,0 +1,94 @@
+"""Scaled dot-product and multi-head attention (§3.2).
+
+Shapes use b = batch, q = query length, k = key length, h = num_heads.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from transformer_jax.model_config import TransformerConfig
+
+# tensor2tensor initialises every weight matrix Glorot-uniform ("uniform_unit_scaling", gain 1).
+glorot_uniform = nn.initializers.xavier_uniform()
+
+
+def padding_mask(valid: jax.Array) -> jax.Array:
+  """Key mask from a (b, k) boolean array of real (non-pad) positions: (b, 1, 1, k)."""
+  return valid[:, None, None, :]
+
+
+def causal_mask(length: int) -> jax.Array:
+  """Decoder self-attention mask (§3.2.3): query i may attend to keys 0..i. (1, 1, q, q)."""
+  return jnp.tril(jnp.ones((length, length), jnp.bool_))[None, None]
+
+
+def dot_product_attention(query, key, value, mask, dropout: nn.Module):
+  """Eq. (1): softmax(Q K^T / sqrt(d_k)) V, per head.
+
+  Args:
+    query: (b, q, h, d_k).
+    key: (b, k, h, d_k).
+    value: (b, k, h, d_v).
+    mask: boolean, broadcastable to (b, h, q, k); False marks an illegal connection.
+    dropout: applied to the attention weights (identity at rate 0, the paper's setting).
+
+  Returns:
+    (b, q, h, d_v). Scores and softmax are computed in float32. Illegal connections get the
+    most negative float32 instead of -inf, so a query with no legal key (a row of an all-pad
+    sequence) averages the values instead of producing NaN.
+  """
+  query = query * jnp.asarray(query.shape[-1] ** -0.5, query.dtype)
+  scores = jnp.einsum('bqhd,bkhd->bhqk', query, key, preferred_element_type=jnp.float32)
+  scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+  weights = dropout(jax.nn.softmax(scores, axis=-1))
+  return jnp.einsum('bhqk,bkhd->bqhd', weights.astype(value.dtype), value)
+
+
+class MultiHeadAttention(nn.Module):
+  """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O (§3.2.2).
+
+  W^Q and W^K (d_model x h·d_k) and W^V (d_model x h·d_v) are stored as (d_model, h, d_k|d_v)
+  and W^O (h·d_v x d_model) as (h, d_v, d_model), so that heads can be sharded; the
+  parameters are the same. The projections have no bias, as in tensor2tensor (the paper's
+  equations have none either).
+
+  Options beyond the paper (default off): dropout on the attention weights
+  (`attention_dropout_rate`, tensor2tensor's later versions) and DropHead
+  (`drophead_rate`: whole heads dropped per example, survivors scaled by 1/(1-p), at a constant
+  rate rather than the DropHead paper's V-shaped schedule).
+  """
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array, mask: jax.Array) -> jax.Array:
+    """inputs_q: (b, q, d_model); inputs_kv: (b, k, d_model); mask as in dot_product_attention."""
+    cfg = self.config
+
+    def projection(depth, name):
+      return nn.DenseGeneral(
+          features=(cfg.num_heads, depth),
+          use_bias=False,
+          dtype=cfg.dtype,
+          param_dtype=cfg.param_dtype,
+          kernel_init=nn.with_logical_partitioning(glorot_uniform, ('embed', 'heads', 'kv')),
+          name=name,
+      )
+
+    query = projection(cfg.d_k, 'query')(inputs_q)
+    key = projection(cfg.d_k, 'key')(inputs_kv)
+    value = projection(cfg.d_v, 'value')(inputs_kv)
+    attention_dropout = nn.Dropout(cfg.attention_dropout_rate, deterministic=cfg.deterministic)
+    heads = dot_product_attention(query, key, value, mask, attention_dropout)
+    heads = nn.Dropout(cfg.drophead_rate, broadcast_dims=(1, 3))(
+        heads, deterministic=cfg.deterministic)
+    return nn.DenseGeneral(
+        features=cfg.d_model,
+        axis=(-2, -1),
+        use_bias=False,
+        dtype=cfg.dtype,
+        param_dtype=cfg.param_dtype,
+        kernel_init=nn.with_logical_partitioning(glorot_uniform, ('heads', 'kv', 'embed')),
+        name='out',
+    )(heads)

@@ -1,0 +1,101 @@
+"""Checks an ml_collections config and turns its model section into a `TransformerConfig`.
+
+Configs live in `configs/` (documented field by field in `configs/base.py`). `validate` runs
+before any long work starts and names the offending field in its error.
+"""
+
+import sys
+
+from absl import flags
+import jax.numpy as jnp
+import ml_collections
+
+from transformer_jax.model_config import TransformerConfig
+
+_POSITIVE_INTS = (
+    'model.num_layers', 'model.d_model', 'model.d_ff', 'model.num_heads', 'model.d_k',
+    'model.d_v', 'model.max_len', 'data.vocab_size', 'data.tokens_per_batch',
+    'train.num_train_steps', 'train.warmup_steps', 'decode.beam_size', 'decode.average_last',
+)
+_UNIT_INTERVAL = (  # values in [0, 1)
+    'model.dropout_rate', 'model.attention_dropout_rate', 'model.relu_dropout_rate',
+    'model.layerdrop_rate', 'model.drophead_rate', 'train.label_smoothing', 'train.adam_b1',
+    'train.adam_b2',
+)
+_NON_NEGATIVE = ('train.lr_scale', 'train.adam_eps', 'decode.alpha', 'decode.max_extra_length')
+_CHOICES = {
+    'dtype': ('float32', 'bfloat16'),
+    'model.position_encoding': ('sinusoid', 'learned'),
+    'model.norm_position': ('post', 'pre'),
+    'model.norm_type': ('layer_norm', 'scale_norm'),
+}
+
+
+def _get(config: ml_collections.ConfigDict, field: str):
+  value = config
+  for part in field.split('.'):
+    if part not in value:
+      raise ValueError(f'config.{field} is missing')
+    value = value[part]
+  return value
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the first invalid field of `config`."""
+  for field in _POSITIVE_INTS:
+    value = _get(config, field)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+      raise ValueError(f'config.{field} must be a positive integer, got {value!r}')
+  for field in _UNIT_INTERVAL:
+    value = _get(config, field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+      raise ValueError(f'config.{field} must be in [0, 1), got {value!r}')
+  for field, choices in _CHOICES.items():
+    value = _get(config, field)
+    if value not in choices:
+      raise ValueError(f'config.{field} must be one of {choices}, got {value!r}')
+  for field in _NON_NEGATIVE:
+    value = _get(config, field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+      raise ValueError(f'config.{field} must be a non-negative number, got {value!r}')
+
+
+def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
+  """The model's frozen config: `config.model`, the vocabulary size and the compute dtype."""
+  validate(config)
+  return TransformerConfig(
+      vocab_size=config.data.vocab_size, dtype=jnp.dtype(config.dtype), **config.model.to_dict())
+
+
+def _unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str | None:
+  """The first `--config.<field>=...` argument whose field is not in `config`, if any."""
+  for arg in argv[1:]:
+    if not arg.startswith('--config.'):
+      continue
+    field = arg[len('--config.'):].split('=', 1)[0]
+    node = config
+    for part in field.split('.'):
+      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+        return f'{arg}: config.{field} does not exist'
+      node = node[part]
+  return None
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl flags parser for the project's commands (`app.run(main, flags_parser=parse_flags)`).
+
+  Parses the flags, then validates `--config` with its overrides, so that a misspelt field or
+  an invalid value stops the command with a one-line error naming the field, before any work.
+  """
+  try:
+    remaining = flags.FLAGS(argv)
+    validate(flags.FLAGS.config)
+  except flags.Error as e:  # a config file that raised keeps only its first and last lines
+    lines = str(e).strip().splitlines()
+    sys.exit(f'error: {lines[0]} {lines[-1]}' if len(lines) > 1 else f'error: {e}')
+  except OSError as e:  # a missing config file
+    sys.exit(f'error: {e}')
+  except (AttributeError, KeyError, TypeError, ValueError) as e:
+    unknown = _unknown_override(argv, flags.FLAGS['config'].value)
+    sys.exit(f'error: {unknown or e}')
+  return remaining

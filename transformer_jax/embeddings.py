@@ -1,0 +1,96 @@
+"""Token embeddings with the shared pre-softmax projection (§3.4) and positional encodings
+(§3.5)."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer_jax.model_config import TransformerConfig
+
+
+def sinusoid(length: int, d_model: int) -> np.ndarray:
+  """The paper's positional encoding (§3.5), a (length, d_model) float32 table:
+
+    PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+    PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+
+  Sines on even and cosines on odd dimensions, interleaved exactly as the formula says.
+  (tensor2tensor concatenates all sines, then all cosines, with a slightly different frequency
+  spacing; we follow the paper.)
+  """
+  position = np.arange(length, dtype=np.float64)[:, None]
+  even_dims = np.arange(0, d_model, 2, dtype=np.float64)  # the values of 2i
+  angle = position / np.power(10000.0, even_dims / d_model)  # (length, ceil(d_model / 2))
+  table = np.empty((length, d_model), np.float64)
+  table[:, 0::2] = np.sin(angle)
+  table[:, 1::2] = np.cos(angle[:, : d_model // 2])
+  return table.astype(np.float32)
+
+
+class PositionalEncoding(nn.Module):
+  """Adds the position signal to the embeddings at the bottom of a stack (§3.5): the sinusoid,
+  or a learned (max_len, d_model) table (Table 3 row E), initialised normal(0, d_model^-0.5)
+  as tensor2tensor does. Encoder and decoder each own their learned table."""
+
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """x: (b, length, d_model), positions 0..length-1."""
+    cfg = self.config
+    length = x.shape[1]
+    if cfg.position_encoding == 'learned':
+      if length > cfg.max_len:
+        raise ValueError(
+            f'sequence length {length} exceeds config.model.max_len={cfg.max_len}, the size of '
+            'the learned position table')
+      table = self.param(
+          'embedding',
+          nn.with_logical_partitioning(nn.initializers.normal(cfg.d_model**-0.5),
+                                       ('position', 'embed')),
+          (cfg.max_len, cfg.d_model),
+          cfg.param_dtype,
+      )[:length]
+    else:
+      table = sinusoid(length, cfg.d_model)
+    return x + jnp.asarray(table, cfg.dtype)[None]
+
+
+class Embeddings(nn.Module):
+  """Token embeddings and the pre-softmax linear transformation (§3.4).
+
+  By default one (vocab, d_model) matrix, initialised normal(0, d_model^-0.5) as in
+  tensor2tensor, serves the source embedding, the target embedding and the output projection;
+  embeddings are multiplied by sqrt(d_model). `share_embeddings=False` gives each role its own
+  matrix. With `fixnorm` (an option from "Transformers without Tears") every row is scaled to
+  unit length before use.
+  """
+
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    init = nn.with_logical_partitioning(nn.initializers.normal(cfg.d_model**-0.5),
+                                        ('vocab', 'embed'))
+    roles = ('shared',) if cfg.share_embeddings else ('source', 'target', 'output')
+    self.tables = {
+        role: self.param(role, init, (cfg.vocab_size, cfg.d_model), cfg.param_dtype)
+        for role in roles
+    }
+
+  def _table(self, role: str) -> jax.Array:
+    table = self.tables['shared' if self.config.share_embeddings else role]
+    if self.config.fixnorm:
+      table = table / jnp.linalg.norm(table, axis=-1, keepdims=True)
+    return table.astype(self.config.dtype)
+
+  def embed(self, tokens: jax.Array, role: str) -> jax.Array:
+    """tokens: (b, length) int -> (b, length, d_model), times sqrt(d_model). role: source|target."""
+    scale = jnp.asarray(self.config.d_model**0.5, self.config.dtype)
+    return jnp.take(self._table(role), tokens, axis=0) * scale
+
+  def logits(self, y: jax.Array) -> jax.Array:
+    """The pre-softmax projection: (b, t, d_model) -> (b, t, vocab) float32 logits."""
+    return jnp.einsum('btd,vd->btv', y, self._table('output'),
+                      preferred_element_type=jnp.float32)

@@ -1,0 +1,106 @@
+"""The encoder-decoder Transformer (§3, Figure 1) as pure Flax linen modules.
+
+Parameters live outside the modules:
+
+  model = Transformer(cfg)
+  params = model.init(jax.random.key(0), inputs, decoder_inputs)['params']
+  logits = model.apply({'params': params}, inputs, decoder_inputs, rngs={'dropout': key})
+
+`inputs` are source token ids (b, s); `decoder_inputs` are the target ids shifted right by one
+with PAD_ID (0) in front, tensor2tensor's convention (b, t); logits are (b, t, vocab) float32.
+Positions holding PAD_ID in `inputs` are masked out of every attention over the source. The
+decoder needs only the causal mask: padding at the end of a target can never be attended to by
+an earlier, real position.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from transformer_jax.attention import causal_mask, padding_mask
+from transformer_jax.embeddings import Embeddings, PositionalEncoding
+from transformer_jax.layers import DecoderLayer, EncoderLayer, normalize
+from transformer_jax.model_config import PAD_ID, TransformerConfig
+
+
+def _layer_drop(module: nn.Module, cfg: TransformerConfig, x: jax.Array, *args) -> jax.Array:
+  """Applies one layer; with LayerDrop (Fan et al., 2019; option, default off) the whole layer
+  is skipped with probability `layerdrop_rate` during training."""
+  y = module(x, *args)
+  if cfg.deterministic or cfg.layerdrop_rate == 0.0:
+    return y
+  keep = jax.random.bernoulli(module.make_rng('dropout'), 1.0 - cfg.layerdrop_rate)
+  return jnp.where(keep, y, x)
+
+
+def _prepare(cfg: TransformerConfig, embedded: jax.Array, name: str) -> jax.Array:
+  """Positional encoding, then dropout on the sum (§3.5, §5.4)."""
+  x = PositionalEncoding(cfg, name=name)(embedded)
+  return nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
+
+
+class Encoder(nn.Module):
+  """A stack of N encoder layers over the embedded source."""
+
+  config: TransformerConfig
+  embeddings: Embeddings
+
+  @nn.compact
+  def __call__(self, inputs: jax.Array, source_mask: jax.Array) -> jax.Array:
+    """inputs: (b, s) ids; source_mask: (b, s) bool, True on real tokens -> (b, s, d_model)."""
+    cfg = self.config
+    x = _prepare(cfg, self.embeddings.embed(inputs, 'source'), 'position')
+    mask = padding_mask(source_mask)
+    for i in range(cfg.num_layers):
+      x = _layer_drop(EncoderLayer(cfg, name=f'layer_{i}'), cfg, x, mask)
+    if cfg.norm_position == 'pre':
+      x = normalize(cfg, x, 'final_norm')
+    return x
+
+
+class Decoder(nn.Module):
+  """A stack of N decoder layers, then the shared pre-softmax projection."""
+
+  config: TransformerConfig
+  embeddings: Embeddings
+
+  @nn.compact
+  def __call__(
+      self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array
+  ) -> jax.Array:
+    """encoded: (b, s, d_model); source_mask: (b, s) bool; decoder_inputs: (b, t) ids
+    -> logits (b, t, vocab) float32."""
+    cfg = self.config
+    y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position')
+    self_mask = causal_mask(decoder_inputs.shape[1])
+    memory_mask = padding_mask(source_mask)
+    for i in range(cfg.num_layers):
+      y = _layer_drop(DecoderLayer(cfg, name=f'layer_{i}'), cfg, y, encoded, self_mask,
+                      memory_mask)
+    if cfg.norm_position == 'pre':
+      y = normalize(cfg, y, 'final_norm')
+    return self.embeddings.logits(y)
+
+
+class Transformer(nn.Module):
+  """Encoder, decoder and their shared embeddings. `encode` and `decode` can be applied
+  separately (`model.apply(variables, ..., method='encode')`), as decoding needs."""
+
+  config: TransformerConfig
+
+  def setup(self):
+    self.embeddings = Embeddings(self.config)
+    self.encoder = Encoder(self.config, self.embeddings)
+    self.decoder = Decoder(self.config, self.embeddings)
+
+  def encode(self, inputs: jax.Array, source_mask: jax.Array) -> jax.Array:
+    return self.encoder(inputs, source_mask)
+
+  def decode(
+      self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array
+  ) -> jax.Array:
+    return self.decoder(encoded, source_mask, decoder_inputs)
+
+  def __call__(self, inputs: jax.Array, decoder_inputs: jax.Array) -> jax.Array:
+    source_mask = inputs != PAD_ID
+    return self.decode(self.encode(inputs, source_mask), source_mask, decoder_inputs)

@@ -1,0 +1,45 @@
+"""The one frozen configuration that every model module reads.
+
+Built from the `model` section of an ml_collections config (see `configs/base.py`, where
+each field is documented with its source in the paper) plus the vocabulary size and the
+compute dtype. Modes are switched with `dataclasses.replace`, e.g.
+`cfg.replace(deterministic=True)` for evaluation.
+"""
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+# Token id 0 is padding everywhere in the project (data pipeline, masks, loss).
+PAD_ID = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Hyper-parameters of the encoder-decoder Transformer (§3), names as in the paper."""
+
+  vocab_size: int
+  num_layers: int = 6  # N, in the encoder and in the decoder
+  d_model: int = 512
+  d_ff: int = 2048
+  num_heads: int = 8  # h
+  d_k: int = 64
+  d_v: int = 64
+  dropout_rate: float = 0.1  # P_drop (§5.4)
+  attention_dropout_rate: float = 0.0
+  relu_dropout_rate: float = 0.0
+  layerdrop_rate: float = 0.0
+  drophead_rate: float = 0.0
+  position_encoding: str = 'sinusoid'  # or 'learned' (Table 3 row E)
+  max_len: int = 512  # rows of the learned position table
+  share_embeddings: bool = True  # §3.4
+  norm_position: str = 'post'  # 'post' (§3.1) or 'pre'
+  norm_type: str = 'layer_norm'  # or 'scale_norm'
+  fixnorm: bool = False
+  dtype: Any = jnp.float32  # compute dtype
+  param_dtype: Any = jnp.float32
+  deterministic: bool = False  # True disables every kind of dropout
+
+  def replace(self, **changes) -> 'TransformerConfig':
+    return dataclasses.replace(self, **changes)
