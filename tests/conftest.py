@@ -1,0 +1,39 @@
+"""Shared helpers: a tiny model config and its parameters."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer_jax.model import Transformer
+from transformer_jax.model_config import TransformerConfig
+
+
+def tiny_config(**changes) -> TransformerConfig:
+  """A small model with d_k != d_v and d_model not a multiple of h·d_k, so that no formula can
+  silently assume d_k = d_v = d_model / h. Dropout is off unless asked for."""
+  defaults = dict(vocab_size=23, num_layers=2, d_model=12, d_ff=20, num_heads=3, d_k=5, d_v=7,
+                  dropout_rate=0.0, deterministic=True, max_len=16)
+  return TransformerConfig(**{**defaults, **changes})
+
+
+def init_params(cfg: TransformerConfig, seed: int = 0):
+  """Unboxed float32 parameters of `Transformer(cfg)`."""
+  tokens = jnp.ones((1, 4), jnp.int32)
+  variables = Transformer(cfg).init(
+      {'params': jax.random.key(seed), 'dropout': jax.random.key(seed + 1)}, tokens, tokens)
+  return nn.unbox(variables['params'])
+
+
+def random_tokens(rng: np.random.Generator, shape, vocab_size: int, lengths=None) -> np.ndarray:
+  """Token ids in [1, vocab_size); positions at or after `lengths[b]` are padding (0)."""
+  tokens = rng.integers(1, vocab_size, size=shape)
+  if lengths is not None:
+    tokens = np.where(np.arange(shape[1])[None, :] < np.asarray(lengths)[:, None], tokens, 0)
+  return tokens.astype(np.int32)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+  return np.random.default_rng(0)

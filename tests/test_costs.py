@@ -1,0 +1,92 @@
+"""FLOPs and parameter counts, and the summary command."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import init_params, tiny_config
+from transformer_jax import costs
+from transformer_jax.model import Transformer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _dot_flops(jaxpr) -> int:
+  """2 x multiply-adds of every dot_general in a jaxpr, sub-jaxprs included."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      (lhs_contract, _), (lhs_batch, _) = eqn.params['dimension_numbers']
+      lhs = eqn.invars[0].aval.shape
+      out = eqn.outvars[0].aval.shape
+      total += 2 * int(np.prod(out)) * int(np.prod([lhs[d] for d in lhs_contract]))
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      total += _dot_flops(sub)
+  return total
+
+
+@pytest.mark.parametrize('options', [dict(), dict(share_embeddings=False, num_layers=3)])
+def test_forward_flops_equal_the_matmuls_xla_is_given(options):
+  cfg = tiny_config(**options)
+  params = init_params(cfg)
+  source_length, target_length = 7, 5
+  jaxpr = jax.make_jaxpr(Transformer(cfg).apply)(
+      {'params': params}, jnp.ones((1, source_length), jnp.int32),
+      jnp.ones((1, target_length), jnp.int32))
+  assert _dot_flops(jaxpr.jaxpr) == costs.forward_flops(cfg, source_length, target_length)
+
+
+def test_param_counts_equal_the_initialised_model():
+  cfg = tiny_config(position_encoding='learned')
+  params = init_params(cfg)
+  counts = costs.param_counts(cfg)
+  assert counts['total'] == sum(x.size for x in jax.tree.leaves(params))
+  assert counts['embedding'] == cfg.vocab_size * cfg.d_model + 2 * cfg.max_len * cfg.d_model
+
+
+def _summary(*args) -> str:
+  result = subprocess.run([sys.executable, '-m', 'transformer_jax.summary', *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=False)
+  return result
+
+
+def test_summary_json_for_a_table3_row():
+  result = _summary('--config=configs/table3.py:C2', '--json')
+  assert result.returncode == 0, result.stderr
+  summary = json.loads(result.stdout)
+  n, d, d_ff, vocab = 4, 512, 2048, 37000
+  layer = 4 * d * d + 2 * d * d_ff + d_ff + d
+  want = n * (layer + 4 * d) + n * (layer + 4 * d * d + 6 * d) + vocab * d
+  assert summary['params_total'] == want
+  assert summary['params_embedding'] == vocab * d
+  assert summary['params_non_embedding'] == want - vocab * d
+  assert summary['flops_per_token'] > 2 * summary['params_non_embedding']
+
+
+def test_summary_table3_applies_overrides_to_every_row():
+  result = _summary('--table3', '--json', '--config.data.vocab_size=32000')
+  assert result.returncode == 0, result.stderr
+  rows = json.loads(result.stdout)['rows']
+  assert [r['row'] for r in rows][:3] == ['base', 'A1', 'A2'] and len(rows) == 20
+  assert {r['vocab_size'] for r in rows} == {32000}
+  base_row = rows[0]
+  assert base_row['params_embedding'] == 32000 * 512
+  assert base_row['paper_params_millions'] == 65
+
+
+@pytest.mark.parametrize('override, message', [
+    ('--config.model.num_head=4', 'config.model.num_head does not exist'),
+    ('--config.model.dropout_rate=1.5', 'config.model.dropout_rate must be in [0, 1)'),
+])
+def test_summary_rejects_bad_overrides_naming_the_field(override, message):
+  result = _summary('--config=configs/base.py', override)
+  assert result.returncode != 0
+  assert message in result.stderr
+  assert 'Traceback' not in result.stderr

@@ -1,0 +1,69 @@
+"""Positional encodings (§3.5) and the shared embedding matrix (§3.4)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import init_params, random_tokens, tiny_config
+from transformer_jax.embeddings import Embeddings, sinusoid
+from transformer_jax.model import Transformer
+
+
+@pytest.mark.parametrize('d_model', [512, 7])
+@pytest.mark.parametrize('pos', [0, 1, 17, 300])
+def test_sinusoid_equals_the_paper_formula(d_model, pos):
+  table = sinusoid(301, d_model)
+  for i in range(0, (d_model + 1) // 2, max(1, d_model // 16)):
+    angle = pos / 10000 ** (2 * i / d_model)
+    assert table[pos, 2 * i] == pytest.approx(math.sin(angle), abs=1e-6)
+    if 2 * i + 1 < d_model:
+      assert table[pos, 2 * i + 1] == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_learned_positions_have_their_shape_in_each_stack():
+  cfg = tiny_config(position_encoding='learned', max_len=16)
+  params = init_params(cfg)
+  for stack in ('encoder', 'decoder'):
+    assert params[stack]['position']['embedding'].shape == (16, cfg.d_model)
+  assert 'position' not in init_params(tiny_config())['encoder']  # the sinusoid has no params
+
+
+def test_embedding_init_and_sqrt_d_model_scale():
+  cfg = tiny_config(vocab_size=4000, d_model=64)
+  module = Embeddings(cfg)
+  tokens = jnp.arange(10)[None]
+  variables = module.init(jax.random.key(0), tokens, 'source', method='embed')
+  table = np.asarray(jax.tree.leaves(variables)[0])
+  assert table.shape == (4000, 64)
+  assert table.std() == pytest.approx(64**-0.5, rel=0.02)  # normal(0, d_model^-0.5)
+  embedded = module.apply(variables, tokens, 'source', method='embed')
+  np.testing.assert_allclose(embedded[0], table[:10] * 8.0, rtol=1e-6)
+
+
+def test_tied_embeddings_are_one_parameter(rng):
+  """Tied: one (vocab, d_model) matrix, and its gradient is the sum of the gradients that the
+  source embedding, target embedding and output projection get when untied."""
+  tied_cfg = tiny_config()
+  tied = init_params(tied_cfg)
+  assert list(tied['embeddings']) == ['shared']
+  tables = [leaf for leaf in jax.tree.leaves(tied) if leaf.shape == (23, 12)]
+  assert len(tables) == 1
+
+  untied_cfg = tiny_config(share_embeddings=False)
+  shared = tied['embeddings']['shared']
+  untied = {**tied, 'embeddings': {r: shared for r in ('source', 'target', 'output')}}
+  inputs = random_tokens(rng, (2, 5), 23)
+  decoder_inputs = random_tokens(rng, (2, 4), 23)
+
+  def loss(cfg, params):
+    logits = Transformer(cfg).apply({'params': params}, inputs, decoder_inputs)
+    return jnp.sum(jax.nn.log_softmax(logits)[..., 1])
+
+  grad_tied = jax.grad(lambda p: loss(tied_cfg, p))(tied)['embeddings']['shared']
+  grad_untied = jax.grad(lambda p: loss(untied_cfg, p))(untied)['embeddings']
+  for role in ('source', 'target', 'output'):
+    assert np.abs(grad_untied[role]).max() > 0  # each role really uses the matrix
+  np.testing.assert_allclose(grad_tied, sum(grad_untied.values()), rtol=1e-4, atol=1e-6)

@@ -1,0 +1,1 @@
+"""Translation data: datasets, tokenization and batching."""
