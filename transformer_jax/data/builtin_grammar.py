@@ -113,7 +113,8 @@ _ARTICLES = {
 _ADJECTIVE_ENDINGS = {
     'der': {'nom': ('e', 'e', 'e', 'en'), 'acc': ('en', 'e', 'e', 'en'),  # Weak.
             'dat': ('en', 'en', 'en', 'en')},
-    'ein': {'nom': ('er', 'e', 'es'), 'acc': ('en', 'e', 'es'), 'dat': ('en', 'en', 'en')},  # Mixed.
+    'ein': {'nom': ('er', 'e', 'es'), 'acc': ('en', 'e', 'es'),  # Mixed.
+            'dat': ('en', 'en', 'en')},
 }
 # Strong, after a number (numbers are not inflected), which is always plural here.
 _STRONG_PLURAL_ENDINGS = {'nom': 'e', 'acc': 'e', 'dat': 'en'}
@@ -233,16 +234,16 @@ def _sample_clause(rng: random.Random) -> Clause:
     verb, obj = rng.choice(TRANSITIVE_VERBS), _sample_noun_phrase(rng, NOUNS)
     en_rest, de_rest = (english_noun_phrase(obj),), (german_noun_phrase(obj, 'acc'),)
   if rng.random() < 0.3:
-    (en_preposition, de_preposition), phrase = rng.choice(PREPOSITIONS), _sample_noun_phrase(
-        rng, THING_NOUNS)
+    (en_preposition, de_preposition) = rng.choice(PREPOSITIONS)
+    phrase = _sample_noun_phrase(rng, THING_NOUNS)
     en_rest += (f'{en_preposition} {english_noun_phrase(phrase)}',)
     de_rest += (german_prepositional_phrase(de_preposition, phrase),)
   return Clause(subject, verb, en_rest, de_rest)
 
 
 def sample_pair(rng: random.Random) -> tuple[str, str]:
-  """One (english, german) sentence pair: a main clause, alone (40%), followed (25%) or preceded
-  (15%) by a weil/wenn/obwohl clause, or (20%) the object of a verb such as sagen: '..., dass'."""
+  """One (english, german) sentence pair: a main clause alone (40%), followed (25%) or preceded
+  (15%) by a weil/wenn/obwohl clause, or (20%) a dass clause after a verb such as sagen."""
   clause, form = _sample_clause(rng), rng.random()
   if form < 0.4:
     en, de = english_clause(clause), german_clause(clause, 'main')
@@ -282,8 +283,9 @@ def capacity() -> int:
 def generate_pairs(seed: int, num_pairs: int) -> list[tuple[str, str]]:
   """`num_pairs` (english, german) pairs, deterministic in `seed`.
 
-  No English sentence and no German sentence occurs twice. Raises ValueError if `num_pairs`
-  is negative or more than the grammar's `capacity()` (about 10^26).
+  Pairs are sampled until there are enough, skipping any whose English or German sentence was
+  drawn before, so no sentence occurs twice. Raises ValueError if `num_pairs` is negative or
+  more than the grammar's `capacity()` (about 3e25).
   """
   if not 0 <= num_pairs <= capacity():
     raise ValueError(f'num_pairs={num_pairs}: the built-in grammar can produce between 0 and '
