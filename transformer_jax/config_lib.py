@@ -14,7 +14,8 @@ from transformer_jax.model_config import TransformerConfig
 
 _POSITIVE_INTS = (
     'model.num_layers', 'model.d_model', 'model.d_ff', 'model.num_heads', 'model.d_k',
-    'model.d_v', 'model.max_len', 'data.vocab_size', 'data.tokens_per_batch',
+    'model.d_v', 'model.max_len', 'data.vocab_size', 'data.tokens_per_batch', 'data.max_length',
+    'data.max_corpus_chars',
     'train.num_train_steps', 'train.warmup_steps', 'decode.beam_size', 'decode.average_last',
 )
 _UNIT_INTERVAL = (  # values in [0, 1)
@@ -28,6 +29,8 @@ _CHOICES = {
     'model.position_encoding': ('sinusoid', 'learned'),
     'model.norm_position': ('post', 'pre'),
     'model.norm_type': ('layer_norm', 'scale_norm'),
+    'data.dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'multi30k', 'builtin'),
+    'data.spm_model_type': ('bpe', 'unigram'),
 }
 
 
@@ -58,6 +61,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     value = _get(config, field)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
       raise ValueError(f'config.{field} must be a non-negative number, got {value!r}')
+  if config.data.source_lang == config.data.target_lang:
+    raise ValueError('config.data.source_lang and config.data.target_lang must differ, both are '
+                     f'{config.data.source_lang!r}')
 
 
 def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
