@@ -1,0 +1,138 @@
+"""Length-bucketed, token-based batches and their checkpointable iterator."""
+
+import numpy as np
+import pytest
+
+from transformer_jax.data.batching import (Batcher, TokenizedSplit, TrainIterator, bucket_lengths,
+                                           eval_batches, padding_fraction)
+
+
+def _split(n=500, max_len=70, seed=0, max_length=64):
+  rng = np.random.default_rng(seed)
+  sources = [rng.integers(3, 100, size=rng.integers(1, max_len)).astype(np.int32)
+             for _ in range(n)]
+  targets = [rng.integers(3, 100, size=rng.integers(1, max_len)).astype(np.int32)
+             for _ in range(n)]
+  # Tag each pair: the first token of source and target is its index + 1000.
+  for i in range(n):
+    sources[i][0] = targets[i][0] = 1000 + i
+  return TokenizedSplit.from_pairs(sources, targets, max_length)
+
+
+def _all_ids(split):
+  return sorted(int(source[0]) - 1000 for source in split.sources)
+
+
+def _pair_ids(batch):
+  ids = batch['inputs'][:, 0]
+  return [int(i) - 1000 for i in ids if i != 0]
+
+
+def test_bucket_lengths_are_bounded_and_end_at_max_length():
+  assert bucket_lengths(64) == [8, 16, 24, 32, 40, 48, 56, 64]
+  lengths = bucket_lengths(256)
+  assert lengths[-1] == 256 and lengths == sorted(set(lengths)) and len(lengths) <= 16
+
+
+def test_long_pairs_are_dropped_and_counted():
+  split = _split(max_len=100, max_length=64)
+  assert split.num_dropped > 0
+  assert len(split) + split.num_dropped == 500
+  assert all(len(s) <= 64 and len(t) <= 64 for s, t in zip(split.sources, split.targets))
+
+
+def test_batches_respect_tokens_per_batch_and_bucket_shapes():
+  split = _split()
+  batcher = Batcher(split, max_length=64, tokens_per_batch=300, rows_multiple=2)
+  shapes = set()
+  seen = []
+  for length, indices in batcher.plan(seed=3):
+    batch = batcher.assemble(length, indices)
+    rows, width = batch['inputs'].shape
+    assert width in bucket_lengths(64)
+    assert rows * width <= 300 and rows % 2 == 0 and rows == batcher.rows(width)
+    assert batch['targets'].shape == batch['decoder_inputs'].shape == (rows, width)
+    for i in indices[indices >= 0]:  # each pair is in the smallest bucket holding both sides
+      longest = max(len(split.sources[i]), len(split.targets[i]))
+      assert width == min(L for L in bucket_lengths(64) if L >= longest)
+    shapes.add((rows, width))
+    seen += _pair_ids(batch)
+  assert sorted(seen) == _all_ids(split)
+  assert len(shapes) <= len(bucket_lengths(64))
+
+
+def test_decoder_inputs_are_targets_shifted_right():
+  split = _split(n=50)
+  batcher = Batcher(split, max_length=64, tokens_per_batch=256)
+  for length, indices in batcher.plan(seed=0):
+    batch = batcher.assemble(length, indices)
+    np.testing.assert_array_equal(batch['decoder_inputs'][:, 0], 0)
+    np.testing.assert_array_equal(batch['decoder_inputs'][:, 1:], batch['targets'][:, :-1])
+    for row, i in enumerate(indices):
+      if i >= 0:
+        target = split.targets[i]
+        np.testing.assert_array_equal(batch['targets'][row, :len(target)], target)
+        assert not batch['targets'][row, len(target):].any()
+
+
+def test_restored_iterator_continues_with_exactly_the_next_batch():
+  batcher = Batcher(_split(), max_length=64, tokens_per_batch=400)
+  epoch_length = len(batcher.plan(seed=7))
+  reference = TrainIterator(batcher, seed=7)
+  stream = [next(reference) for _ in range(epoch_length + 5)]  # crosses an epoch boundary
+  for stop in (0, 3, epoch_length - 1, epoch_length + 2):
+    first = TrainIterator(batcher, seed=7)
+    for _ in range(stop):
+      next(first)
+    resumed = TrainIterator(batcher, seed=7)
+    resumed.set_state(first.get_state())
+    for want in stream[stop:stop + 3]:
+      got = next(resumed)
+      for key in want:
+        np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_epochs_are_shuffled_differently_and_deterministically():
+  batcher = Batcher(_split(), max_length=64, tokens_per_batch=400)
+  first = [_pair_ids(batcher.assemble(*b)) for b in batcher.plan(seed=1, epoch=0)]
+  again = [_pair_ids(batcher.assemble(*b)) for b in batcher.plan(seed=1, epoch=0)]
+  second = [_pair_ids(batcher.assemble(*b)) for b in batcher.plan(seed=1, epoch=1)]
+  assert first == again and first != second
+  assert sorted(sum(first, [])) == sorted(sum(second, []))
+
+
+@pytest.mark.parametrize('process_count', [2, 4])
+def test_process_shards_are_disjoint_and_cover_every_batch(process_count):
+  batcher = Batcher(_split(), max_length=64, tokens_per_batch=512, rows_multiple=4)
+  iterators = [TrainIterator(batcher, seed=5, process_index=p, process_count=process_count)
+               for p in range(process_count)]
+  whole = TrainIterator(batcher, seed=5)
+  for _ in range(len(batcher.plan(seed=5))):
+    parts = [next(it) for it in iterators]
+    full = next(whole)
+    assert len({p['inputs'].shape for p in parts}) == 1  # every process sees one shape
+    np.testing.assert_array_equal(np.concatenate([p['inputs'] for p in parts]), full['inputs'])
+    ids = [_pair_ids(p) for p in parts]
+    assert sum(len(i) for i in ids) == len(set(sum(ids, [])))
+
+
+def test_eval_batches_see_every_pair_once_in_length_order():
+  split = _split()
+  batcher = Batcher(split, max_length=64, tokens_per_batch=256)
+  batches = list(eval_batches(batcher))
+  assert sorted(sum((_pair_ids(b) for b in batches), [])) == _all_ids(split)
+  widths = [b['inputs'].shape[1] for b in batches]
+  assert widths == sorted(widths)
+
+
+def test_padding_fraction_counts_empty_slots():
+  sources = [np.ones(8, np.int32) * 5] * 4 + [np.ones(4, np.int32) * 5] * 4
+  split = TokenizedSplit.from_pairs(sources, sources, max_length=8)
+  batcher = Batcher(split, max_length=8, tokens_per_batch=64)
+  # One bucket of length 8 with 8 rows: 4 full pairs and 4 half-full pairs, both sides.
+  assert padding_fraction(batcher, batcher.plan(seed=None)) == pytest.approx(0.25)
+
+
+def test_too_small_token_budget_is_an_error_naming_the_fields():
+  with pytest.raises(ValueError, match='config.data.tokens_per_batch=100'):
+    Batcher(_split(), max_length=64, tokens_per_batch=100, rows_multiple=2)

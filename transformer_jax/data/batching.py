@@ -1,0 +1,170 @@
+"""Token-based, length-bucketed batches (§5.1: "Sentence pairs were batched together by
+approximate sequence length. Each training batch contained a set of sentence pairs containing
+approximately 25000 source tokens and 25000 target tokens.").
+
+A pair goes to the smallest bucket whose length L holds both its sides. A batch of bucket L
+has a fixed number of rows, the most that keep rows x L <= tokens_per_batch on each side
+(padding included), rounded down to a multiple of `rows_multiple` (the data-parallel shard
+count), so the training step sees one shape per bucket and compiles a bounded number of times.
+A bucket's last batch of an epoch is filled up with empty (all-padding) rows, which the loss
+ignores: no pair is dropped.
+
+Each epoch's plan is a pure function of (seed, epoch), so an iterator's position is two
+integers that restore it exactly. With several processes every process computes the same plan
+and reads only its own block of rows of each batch: disjoint shards that together cover the
+batch.
+"""
+
+import dataclasses
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from transformer_jax.model_config import PAD_ID
+
+
+def bucket_lengths(max_length: int) -> list[int]:
+  """Bucket lengths: multiples of 8 up to 64, then growing by ~1/4, ending at max_length."""
+  lengths, length = [], 8
+  while length < max_length:
+    lengths.append(length)
+    length = length + 8 if length < 64 else (length * 5 // 4 + 7) // 8 * 8
+  return lengths + [max_length]
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizedSplit:
+  """Token ids of a split's kept pairs (each side ends with EOS) and how many were dropped."""
+
+  sources: Sequence[np.ndarray]
+  targets: Sequence[np.ndarray]
+  num_dropped: int
+
+  @classmethod
+  def from_pairs(cls, sources, targets, max_length: int) -> 'TokenizedSplit':
+    """Drops the pairs with a side longer than max_length tokens."""
+    keep = [i for i in range(len(sources))
+            if len(sources[i]) <= max_length and len(targets[i]) <= max_length]
+    return cls([sources[i] for i in keep], [targets[i] for i in keep], len(sources) - len(keep))
+
+  def __len__(self) -> int:
+    return len(self.sources)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batcher:
+  """Plans batches of one split: which pairs go together, in which order."""
+
+  split: TokenizedSplit
+  max_length: int
+  tokens_per_batch: int
+  rows_multiple: int = 1
+
+  def __post_init__(self):
+    if self.tokens_per_batch < self.max_length * self.rows_multiple:
+      raise ValueError(
+          f'config.data.tokens_per_batch={self.tokens_per_batch} cannot hold '
+          f'{self.rows_multiple} row(s) of config.data.max_length={self.max_length} tokens')
+
+  @property
+  def lengths(self) -> list[int]:
+    return bucket_lengths(self.max_length)
+
+  def rows(self, length: int) -> int:
+    """Rows of a batch of bucket `length`."""
+    fitting = self.tokens_per_batch // length
+    return fitting // self.rows_multiple * self.rows_multiple
+
+  def _buckets(self) -> np.ndarray:
+    pair_lengths = np.array([max(len(s), len(t)) for s, t in zip(self.split.sources,
+                                                                  self.split.targets)])
+    return np.searchsorted(np.array(self.lengths), pair_lengths)
+
+  def plan(self, seed: int | None, epoch: int = 0) -> list[tuple[int, np.ndarray]]:
+    """Batches as (bucket length, pair indices with -1 for empty rows). With a seed, pairs
+    are shuffled within buckets and batches are shuffled, differently each epoch; without one
+    (evaluation) the order is by length and then by position in the split."""
+    buckets = self._buckets()
+    order = np.arange(len(buckets))
+    if seed is not None:
+      rng = np.random.default_rng([seed, epoch])
+      order = rng.permutation(order)
+    batches = []
+    for b, length in enumerate(self.lengths):
+      members = order[buckets[order] == b]
+      rows = self.rows(length)
+      for start in range(0, len(members), rows):
+        chunk = members[start:start + rows]
+        batches.append((length, np.pad(chunk, (0, rows - len(chunk)), constant_values=-1)))
+    if seed is not None:
+      batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+  def assemble(self, length: int, indices: np.ndarray) -> dict[str, np.ndarray]:
+    """The arrays of one batch: `inputs` (source ids), `targets`, and `decoder_inputs`, the
+    targets shifted right behind PAD_ID (tensor2tensor's start symbol). (rows, length) int32,
+    padded with PAD_ID."""
+    inputs = np.full((len(indices), length), PAD_ID, np.int32)
+    targets = np.full((len(indices), length), PAD_ID, np.int32)
+    for row, i in enumerate(indices):
+      if i >= 0:
+        source, target = self.split.sources[i], self.split.targets[i]
+        inputs[row, :len(source)] = source
+        targets[row, :len(target)] = target
+    decoder_inputs = np.pad(targets[:, :-1], ((0, 0), (1, 0)), constant_values=PAD_ID)
+    return {'inputs': inputs, 'targets': targets, 'decoder_inputs': decoder_inputs}
+
+
+class TrainIterator(Iterator[dict]):
+  """Endless training batches, epoch after epoch, for this process's block of rows.
+
+  `get_state()` / `set_state()` save and restore the position; a restored iterator yields
+  exactly the batches the uninterrupted one would have.
+  """
+
+  def __init__(self, batcher: Batcher, seed: int, process_index: int = 0,
+               process_count: int = 1):
+    if batcher.rows_multiple % process_count:
+      raise ValueError(f'rows_multiple={batcher.rows_multiple} must be a multiple of the '
+                       f'process count {process_count}')
+    self._batcher = batcher
+    self._seed = seed
+    self._process_index = process_index
+    self._process_count = process_count
+    self._epoch, self._index = 0, 0
+    self._plan = batcher.plan(seed, 0)
+
+  def get_state(self) -> dict:
+    return {'epoch': self._epoch, 'index': self._index}
+
+  def set_state(self, state: dict) -> None:
+    self._epoch, self._index = int(state['epoch']), int(state['index'])
+    self._plan = self._batcher.plan(self._seed, self._epoch)
+
+  def __next__(self) -> dict:
+    if self._index == len(self._plan):
+      self.set_state({'epoch': self._epoch + 1, 'index': 0})
+    length, indices = self._plan[self._index]
+    self._index += 1
+    return self._batcher.assemble(
+        length, process_rows(indices, self._process_index, self._process_count))
+
+
+def process_rows(indices: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
+  """This process's contiguous block of a batch's rows."""
+  block = len(indices) // process_count
+  return indices[process_index * block:(process_index + 1) * block]
+
+
+def eval_batches(batcher: Batcher, process_index: int = 0,
+                 process_count: int = 1) -> Iterator[dict]:
+  """One pass over a split, batches ordered by length, every pair exactly once."""
+  for length, indices in batcher.plan(seed=None):
+    yield batcher.assemble(length, process_rows(indices, process_index, process_count))
+
+
+def padding_fraction(batcher: Batcher, plan) -> float:
+  """Share of the planned batches' token slots (both sides) that hold padding."""
+  real = sum(len(s) + len(t) for s, t in zip(batcher.split.sources, batcher.split.targets))
+  slots = sum(2 * length * len(indices) for length, indices in plan)
+  return 1.0 - real / slots
