@@ -1,0 +1,194 @@
+"""The dataset layer: Multi30k from its raw files, the built-in corpus, WMT14 through TFDS's
+mock data, and the checks on raw parallel files."""
+
+import gzip
+import logging
+import re
+from pathlib import Path
+
+import ml_collections
+import pytest
+import tensorflow_datasets as tfds
+
+from configs import base
+from transformer_jax.data import builtin_grammar, datasets
+
+# The raw Multi30k task 1 files, next to the repository (shared/data/multi30k/).
+MULTI30K_DIR = Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'multi30k'
+SPLITS = ('train', 'validation', 'test')
+
+
+def data_config(**changes) -> ml_collections.ConfigDict:
+  config = base.get_config().data
+  for field, value in changes.items():
+    config[field] = value
+  return config
+
+
+def write_gz(path: Path, data: bytes) -> Path:
+  path.write_bytes(gzip.compress(data))
+  return path
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+  return write_gz(path, ''.join(line + '\n' for line in lines).encode('utf-8'))
+
+
+def read_lines(path: Path) -> list[str]:
+  return gzip.decompress(path.read_bytes()).decode('utf-8').split('\n')[:-1]
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory) -> str:
+  return str(tmp_path_factory.mktemp('tensorflow_datasets'))
+
+
+@pytest.fixture(scope='module')
+def multi30k_config(data_dir) -> ml_collections.ConfigDict:
+  if not MULTI30K_DIR.is_dir():
+    pytest.fail(f'The Multi30k raw files are missing: looked for {MULTI30K_DIR}')
+  return data_config(dataset='multi30k', source_lang='en', target_lang='de',
+                     tfds_data_dir=data_dir, manual_dir=str(MULTI30K_DIR))
+
+
+@pytest.fixture(scope='module')
+def multi30k(multi30k_config) -> dict:
+  """Multi30k en-de, prepared once from the raw files."""
+  return {split: datasets.load_split(multi30k_config, split) for split in SPLITS}
+
+
+def test_multi30k_has_the_published_split_sizes(multi30k):
+  assert [len(multi30k[split]) for split in SPLITS] == [29000, 1014, 1000]
+  with pytest.raises(IndexError):
+    multi30k['test'][1000]
+
+
+def test_multi30k_examples_are_the_raw_lines_in_order(multi30k):
+  english, german = (read_lines(MULTI30K_DIR / f'train.{lang}.gz') for lang in ('en', 'de'))
+  assert english[0] == 'Two young, White males are outside near many bushes.'
+  for i in (0, 1, -1):  # Stored without surrounding whitespace.
+    assert multi30k['train'][i] == {'en': english[i].strip(), 'de': german[i].strip()}
+  validation_english = read_lines(MULTI30K_DIR / 'val.en.gz')
+  assert [example['en'] for example in multi30k['validation']] == validation_english
+
+
+def test_load_split_german_to_english_swaps_roles(multi30k, multi30k_config, data_dir):
+  de_en = data_config(dataset='multi30k', source_lang='de', target_lang='en',
+                      tfds_data_dir=data_dir, manual_dir=str(MULTI30K_DIR))
+  examples = datasets.load_split(de_en, 'test')
+  assert len(examples) == 1000
+  for i in (0, 1, 999):
+    german, english = datasets.source_target(examples[i], de_en)
+    assert (english, german) == datasets.source_target(multi30k['test'][i], multi30k_config)
+
+
+def test_builtin_translation_is_the_grammar_corpus(data_dir):
+  config = data_config(dataset='builtin', source_lang='en', target_lang='de',
+                       tfds_data_dir=data_dir)
+  for split, pairs in builtin_grammar.splits(seed=0).items():
+    examples = datasets.load_split(config, split)
+    assert len(examples) == len(pairs)
+    assert [datasets.source_target(example, config) for example in examples] == pairs
+
+
+def test_wmt14_examples_are_strings_in_both_languages():
+  config = data_config(dataset='wmt14_translate/de-en', source_lang='de', target_lang='en')
+  with tfds.testing.mock_data(num_examples=5):
+    examples = datasets.load_split(config, 'train')
+    assert len(examples) == 5
+    # One by one: the mocked data source's batch read (`__getitems__`, behind iteration and
+    # slices) fails in TFDS 4.9.10, a bug of the mock.
+    for example in (examples[i] for i in range(5)):
+      assert set(example) == {'en', 'de'}
+      assert all(isinstance(text, str) for text in example.values())
+    assert datasets.source_target(examples[2], config) == (examples[2]['de'], examples[2]['en'])
+
+
+def test_empty_lines_are_skipped_and_counted_without_shifting(tmp_path, caplog):
+  source = write_lines(tmp_path / 'a.en.gz', ['one', '', 'three', 'four', '  '])
+  target = write_lines(tmp_path / 'a.de.gz', ['eins', 'zwei', '\t', 'vier', 'fünf'])
+  with caplog.at_level(logging.WARNING):
+    pairs, num_skipped = datasets.read_parallel(source, target)
+  assert pairs == [('one', 'eins'), ('four', 'vier')]
+  assert num_skipped == 3
+  assert 'Skipped 3 of 5' in caplog.text and str(source) in caplog.text
+
+
+def test_mismatched_line_counts_name_both_files_and_counts(tmp_path):
+  source = write_lines(tmp_path / 'a.en.gz', ['one', 'two', 'three'])
+  target = write_lines(tmp_path / 'a.de.gz', ['eins', 'zwei'])
+  with pytest.raises(ValueError) as error:
+    datasets.read_parallel(source, target)
+  assert f'{source} has 3 lines, {target} has 2' in str(error.value)
+
+
+def test_undecodable_bytes_name_file_and_line(tmp_path):
+  source = write_gz(tmp_path / 'a.en.gz', b'one\ntwo\nth\xffree\n')
+  target = write_lines(tmp_path / 'a.de.gz', ['eins', 'zwei', 'drei'])
+  with pytest.raises(ValueError, match='not UTF-8') as error:
+    datasets.read_parallel(source, target)
+  assert f'{source}, line 3:' in str(error.value)
+
+
+def test_not_gzip_names_file(tmp_path):
+  source = tmp_path / 'a.en.gz'
+  source.write_text('one\n')
+  target = write_lines(tmp_path / 'a.de.gz', ['eins'])
+  with pytest.raises(ValueError, match='not a valid gzip file') as error:
+    datasets.read_parallel(source, target)
+  assert str(source) in str(error.value)
+
+
+def test_missing_file_or_directory_names_the_path(tmp_path):
+  target = write_lines(tmp_path / 'a.de.gz', ['eins'])
+  for source in (tmp_path / 'a.en.gz', tmp_path / 'nowhere' / 'a.en.gz'):
+    with pytest.raises(FileNotFoundError, match=re.escape(f'No such file: {source}')):
+      datasets.read_parallel(source, target)
+
+
+def test_empty_corpus_is_an_error(tmp_path):
+  source = write_lines(tmp_path / 'a.en.gz', ['one', ''])
+  target = write_lines(tmp_path / 'a.de.gz', ['', 'zwei'])
+  empty = write_gz(tmp_path / 'empty.en.gz', b'')
+  for files in ((source, target), (empty, empty)):
+    with pytest.raises(ValueError, match='No sentence pairs in'):
+      datasets.read_parallel(*files)
+
+
+def test_multi30k_missing_raw_file_fails_preparation(tmp_path):
+  manual_dir = tmp_path / 'manual'
+  manual_dir.mkdir()
+  for prefix in ('train', 'val', 'test_2016_flickr'):
+    write_lines(manual_dir / f'{prefix}.en.gz', ['A dog.'])
+    if prefix != 'val':
+      write_lines(manual_dir / f'{prefix}.de.gz', ['Ein Hund.'])
+  config = data_config(dataset='multi30k', source_lang='de', target_lang='en',
+                       tfds_data_dir=str(tmp_path / 'data'), manual_dir=str(manual_dir))
+  missing = f'No such file: {manual_dir / "val.de.gz"}'
+  with pytest.raises(FileNotFoundError, match=re.escape(missing)):
+    datasets.load_split(config, 'train')
+
+
+def test_missing_manual_dir_is_an_error(tmp_path):
+  manual_dir = tmp_path / 'nowhere'
+  config = data_config(dataset='multi30k', tfds_data_dir=str(tmp_path / 'data'),
+                       manual_dir=str(manual_dir))
+  with pytest.raises(FileNotFoundError, match='config.data.manual_dir') as error:
+    datasets.load_split(config, 'train')
+  assert str(manual_dir) in str(error.value)
+
+
+@pytest.mark.parametrize('dataset, source, target, message', [
+    ('multi30k', 'en', 'cs', "config.data.target_lang='cs'"),
+    ('multi30k', 'cs', 'en', "config.data.source_lang='cs'"),
+    ('multi30k', 'de', 'fr', "config.data.target_lang='fr'"),
+    ('builtin', 'en', 'fr', "config.data.target_lang='fr'"),
+    ('wmt14_translate/fr-en', 'de', 'en', "config.data.source_lang='de'"),
+    ('wmt14_translate/de-en', 'en', 'en', 'are both'),
+    ('wmt15_translate/de-en', 'en', 'de', 'config.data.dataset'),
+])
+def test_languages_not_in_the_dataset_are_an_error(tmp_path, dataset, source, target, message):
+  config = data_config(dataset=dataset, source_lang=source, target_lang=target,
+                       tfds_data_dir=str(tmp_path))
+  with pytest.raises(ValueError, match=message):
+    datasets.load_split(config, 'train')

@@ -1,0 +1,84 @@
+"""The whole data pipeline on the built-in corpus, and the inspect command."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from configs import tiny
+from transformer_jax.data import builtin_grammar, pipeline, tokenizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='module')
+def config(tmp_path_factory):
+  config = tiny.get_config()
+  config.data.tfds_data_dir = str(tmp_path_factory.mktemp('tfds'))
+  return config
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp('workdir'))
+
+
+@pytest.fixture(scope='module')
+def data(config, workdir):
+  return pipeline.load(config, workdir, rows_multiple=2)
+
+
+def test_vocabulary_is_saved_in_the_workdir_and_reused(config, workdir, data, monkeypatch):
+  path = os.path.join(workdir, tokenizer.MODEL_FILENAME)
+  assert os.path.isfile(path) and data.tokenizer.vocab_size() == config.data.vocab_size
+
+  def must_not_train(*args, **kwargs):
+    raise AssertionError('the saved vocabulary should have been reused')
+
+  monkeypatch.setattr(tokenizer, 'train', must_not_train)
+  again = pipeline.vocabulary(config, workdir, train_pairs=[])
+  assert again.serialized_model_proto() == data.tokenizer.serialized_model_proto()
+
+
+def test_batches_hold_the_corpus_translated_both_ways(config, data):
+  splits = builtin_grammar.splits(seed=0)
+  for split in ('validation', 'test'):
+    decoded = set()
+    for batch in data.eval_batches(split):
+      assert batch['inputs'].shape[0] % 2 == 0
+      for source, target in zip(batch['inputs'], batch['targets']):
+        if source.any():
+          decoded.add((tokenizer.decode(data.tokenizer, source),
+                       tokenizer.decode(data.tokenizer, target)))
+    kept = data.batchers[split].split
+    assert len(decoded) == len(kept) == len(splits[split]) - kept.num_dropped
+    assert decoded <= set(splits[split])
+
+
+def test_train_iterator_respects_the_token_budget(config, data):
+  iterator = data.train_iterator(seed=0)
+  for _ in range(20):
+    batch = next(iterator)
+    rows, length = batch['inputs'].shape
+    assert rows * length <= config.data.tokens_per_batch and length <= config.data.max_length
+    np.testing.assert_array_equal(batch['decoder_inputs'][:, 1:], batch['targets'][:, :-1])
+
+
+def test_inspect_command_json(config):
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer_jax.data', '--config=configs/tiny.py', '--inspect',
+       '--json', f'--config.data.tfds_data_dir={config.data.tfds_data_dir}'],
+      cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  stats = json.loads(result.stdout)
+  assert stats['vocab_size'] == 1000
+  sizes = {split: len(pairs) for split, pairs in builtin_grammar.splits(seed=0).items()}
+  for split, counts in stats['pairs'].items():
+    assert counts['kept'] + counts['dropped'] == sizes[split]
+  assert 1 <= stats['batch_shapes'] <= 8
+  assert 0 < stats['padding_fraction'] < 1
+  assert stats['mean_tokens_per_batch'] <= 2 * 2048
+  assert stats['pipeline_tokens_per_second'] > 0

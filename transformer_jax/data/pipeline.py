@@ -1,0 +1,71 @@
+"""The data pipeline: dataset splits -> one shared vocabulary -> token ids -> batches.
+
+  data = pipeline.load(config, workdir, rows_multiple=num_data_shards)
+  train = data.train_iterator(seed=config.seed)   # endless, restorable batches
+  for batch in data.eval_batches('validation'): ...
+
+The vocabulary is learned once from the training split and saved as `workdir/spm.model`; a
+resumed run (or `config.data.spm_model`) reuses it.
+"""
+
+import dataclasses
+import os
+from typing import Iterator
+
+from absl import logging
+import ml_collections
+import sentencepiece as spm
+
+from transformer_jax.data import batching, datasets, tokenizer
+
+SPLITS = ('train', 'validation', 'test')
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+  """A tokenizer and a batcher per split."""
+
+  tokenizer: spm.SentencePieceProcessor
+  batchers: dict[str, batching.Batcher]
+
+  def train_iterator(self, seed: int, process_index: int = 0,
+                     process_count: int = 1) -> batching.TrainIterator:
+    return batching.TrainIterator(self.batchers['train'], seed, process_index, process_count)
+
+  def eval_batches(self, split: str, process_index: int = 0,
+                   process_count: int = 1) -> Iterator[dict]:
+    return batching.eval_batches(self.batchers[split], process_index, process_count)
+
+
+def vocabulary(config: ml_collections.ConfigDict, workdir: str,
+               train_pairs: list[tuple[str, str]]) -> spm.SentencePieceProcessor:
+  """`config.data.spm_model` if given, else `workdir/spm.model`, learned first if missing."""
+  path = config.data.spm_model or os.path.join(workdir, tokenizer.MODEL_FILENAME)
+  if not config.data.spm_model and not os.path.exists(path):
+    texts = [text for pair in train_pairs for text in pair]
+    tokenizer.train(texts, path, config.data.vocab_size, config.data.spm_model_type,
+                    config.data.max_corpus_chars, config.seed)
+  processor = tokenizer.load(path)
+  if processor.vocab_size() != config.data.vocab_size:
+    raise ValueError(f'{path} has {processor.vocab_size()} tokens but config.data.vocab_size is '
+                     f'{config.data.vocab_size}')
+  return processor
+
+
+def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1) -> Data:
+  """Reads, tokenizes and plans every split; all input errors surface here, before training."""
+  pairs = {}
+  for split in SPLITS:
+    examples = datasets.load_split(config.data, split)
+    pairs[split] = [datasets.source_target(example, config.data) for example in examples]
+  processor = vocabulary(config, workdir, pairs['train'])
+  batchers = {}
+  for split in SPLITS:
+    sources = tokenizer.encode(processor, [source for source, _ in pairs[split]])
+    targets = tokenizer.encode(processor, [target for _, target in pairs[split]])
+    tokenized = batching.TokenizedSplit.from_pairs(sources, targets, config.data.max_length)
+    logging.info('%s: %d pairs kept, %d longer than %d tokens dropped', split, len(tokenized),
+                 tokenized.num_dropped, config.data.max_length)
+    batchers[split] = batching.Batcher(tokenized, config.data.max_length,
+                                       config.data.tokens_per_batch, rows_multiple)
+  return Data(processor, batchers)
