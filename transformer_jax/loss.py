@@ -1,0 +1,42 @@
+"""Label-smoothed cross entropy (§5.4) and the per-token negative log-likelihood.
+
+Smoothing follows tensor2tensor (`smoothing_cross_entropy`): the target distribution puts
+1 - ε_ls on the reference token and ε_ls / (vocab - 1) on every other token, and the entropy of
+that distribution is subtracted so that a perfect prediction has loss 0. Padding positions
+(target id 0) are excluded; callers divide the sums by the number of non-padding tokens.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from transformer_jax.model_config import PAD_ID
+
+
+def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> dict:
+  """Sums over non-padding target positions.
+
+  Args:
+    logits: (b, t, vocab) float32.
+    targets: (b, t) int ids, PAD_ID where there is no token.
+    label_smoothing: ε_ls.
+
+  Returns:
+    {'loss': smoothed cross entropy sum, 'nll': unsmoothed negative log-likelihood sum,
+     'correct': argmax hits, 'tokens': number of non-padding targets}; per-token perplexity
+    is exp(nll / tokens).
+  """
+  vocab = logits.shape[-1]
+  confidence = 1.0 - label_smoothing
+  low = label_smoothing / (vocab - 1)
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+  nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+  # Cross entropy against the smoothed distribution, without materialising it.
+  smoothed = confidence * nll - low * (jnp.sum(log_probs, axis=-1) + nll)
+  entropy = -(confidence * jnp.log(confidence) + (vocab - 1) * low * jnp.log(low + 1e-20))
+  weights = (targets != PAD_ID).astype(jnp.float32)
+  return {
+      'loss': jnp.sum((smoothed - entropy) * weights),
+      'nll': jnp.sum(nll * weights),
+      'correct': jnp.sum((jnp.argmax(logits, axis=-1) == targets) * weights),
+      'tokens': jnp.sum(weights),
+  }
