@@ -51,7 +51,7 @@ def test_param_counts_equal_the_initialised_model():
   assert counts['embedding'] == cfg.vocab_size * cfg.d_model + 2 * cfg.max_len * cfg.d_model
 
 
-def _summary(*args) -> str:
+def _summary(*args) -> subprocess.CompletedProcess:
   result = subprocess.run([sys.executable, '-m', 'transformer_jax.summary', *args], cwd=REPO,
                           capture_output=True, text=True, timeout=300, check=False)
   return result
