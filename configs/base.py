@@ -95,6 +95,44 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.adam_eps = 1e-9
   # ε_ls, label smoothing (§5.4).
   config.train.label_smoothing = 0.1
+  # tokens_per_batch is the batch of one optimizer step on any hardware: when the devices
+  # cannot hold it at once, each step accumulates gradients over this many micro-batches.
+  config.train.grad_accum_steps = 1
+  # Logging, evaluation on the dev split (loss, per-token perplexity, token accuracy and greedy
+  # BLEU; num_eval_steps = -1 evaluates the whole split) and checkpoints. keep_checkpoints
+  # covers the last 5 (base) or 20 (big) checkpoints that §6.1 averages; tensor2tensor saved
+  # one every 10 minutes, here every checkpoint_every_steps steps and at the end.
+  config.train.log_every_steps = 100
+  config.train.eval_every_steps = 1000
+  config.train.num_eval_steps = -1
+  config.train.eval_bleu = True
+  config.train.checkpoint_every_steps = 1000
+  config.train.keep_checkpoints = 20
+
+  config.parallel = ml_collections.ConfigDict()
+  # Device mesh (data, fsdp, model); -1 takes the remaining devices. The default is pure
+  # data parallelism over every device.
+  config.parallel.data = -1
+  config.parallel.fsdp = 1
+  config.parallel.model = 1
+  # Logical axis -> mesh axes. The batch is split over data and fsdp; parameters and optimizer
+  # state are sharded over fsdp along 'embed' (FSDP) and over model along heads, d_ff and the
+  # vocabulary (tensor parallelism). Mesh axes of size 1 leave a dimension replicated.
+  config.parallel.axis_rules = (
+      ('batch', ('data', 'fsdp')),
+      ('vocab', 'model'),
+      ('embed', 'fsdp'),
+      ('heads', 'model'),
+      ('kv', None),
+      ('mlp', 'model'),
+      ('position', None),
+  )
+  # Multi-host: call jax.distributed.initialize() first. The three values may stay None on
+  # TPU pods and SLURM, where JAX detects them.
+  config.parallel.distributed = False
+  config.parallel.coordinator_address = ml_collections.config_dict.placeholder(str)
+  config.parallel.num_processes = ml_collections.config_dict.placeholder(int)
+  config.parallel.process_id = ml_collections.config_dict.placeholder(int)
 
   config.decode = ml_collections.ConfigDict()
   # Beam search with beam size 4 and length penalty α = 0.6 (§6.1).

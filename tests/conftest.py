@@ -1,11 +1,23 @@
-"""Shared helpers: a tiny model config and its parameters."""
+"""Shared helpers: a tiny model config and its parameters, a small training config.
+
+The suite runs with 8 CPU devices, so that the sharding tests can build real meshes; every
+other test uses the default (first) device.
+"""
+
+import os
+
+# Before jax is imported.
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
+                           ' --xla_force_host_platform_device_count=8').strip()
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
+from configs import base
 from transformer_jax.model import Transformer
 from transformer_jax.model_config import TransformerConfig
 
@@ -37,3 +49,15 @@ def random_tokens(rng: np.random.Generator, shape, vocab_size: int, lengths=None
 @pytest.fixture
 def rng() -> np.random.Generator:
   return np.random.default_rng(0)
+
+
+def train_config(**overrides) -> ml_collections.ConfigDict:
+  """The base recipe on a model small enough to train in seconds, sized so that every
+  parameter dimension splits 8 ways. `overrides` use flattened names: {'model.d_ff': 64}."""
+  config = base.get_config()
+  config.update_from_flattened_dict({
+      'data.dataset': 'builtin', 'data.vocab_size': 64, 'data.max_length': 32,
+      'data.tokens_per_batch': 512, 'model.num_layers': 1, 'model.d_model': 32,
+      'model.d_ff': 64, 'model.num_heads': 8, 'model.d_k': 4, 'model.d_v': 4,
+      'train.warmup_steps': 10, **overrides})
+  return config

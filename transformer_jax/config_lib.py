@@ -16,8 +16,11 @@ _POSITIVE_INTS = (
     'model.num_layers', 'model.d_model', 'model.d_ff', 'model.num_heads', 'model.d_k',
     'model.d_v', 'model.max_len', 'data.vocab_size', 'data.tokens_per_batch', 'data.max_length',
     'data.max_corpus_chars',
-    'train.num_train_steps', 'train.warmup_steps', 'decode.beam_size', 'decode.average_last',
+    'train.num_train_steps', 'train.warmup_steps', 'train.grad_accum_steps',
+    'train.log_every_steps', 'train.eval_every_steps', 'train.checkpoint_every_steps',
+    'train.keep_checkpoints', 'decode.beam_size', 'decode.average_last',
 )
+_MESH_AXES = ('parallel.data', 'parallel.fsdp', 'parallel.model')  # positive, or -1
 _UNIT_INTERVAL = (  # values in [0, 1)
     'model.dropout_rate', 'model.attention_dropout_rate', 'model.relu_dropout_rate',
     'model.layerdrop_rate', 'model.drophead_rate', 'train.label_smoothing', 'train.adam_b1',
@@ -61,6 +64,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
     value = _get(config, field)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
       raise ValueError(f'config.{field} must be a non-negative number, got {value!r}')
+  for field in _MESH_AXES:
+    value = _get(config, field)
+    if isinstance(value, bool) or not isinstance(value, int) or not (value > 0 or value == -1):
+      raise ValueError(f'config.{field} must be a positive integer or -1, got {value!r}')
+  if [_get(config, field) for field in _MESH_AXES].count(-1) > 1:
+    raise ValueError('at most one of config.parallel.data/fsdp/model may be -1')
+  num_eval_steps = _get(config, 'train.num_eval_steps')
+  if not isinstance(num_eval_steps, int) or not (num_eval_steps > 0 or num_eval_steps == -1):
+    raise ValueError(f'config.train.num_eval_steps must be a positive integer or -1 (the whole '
+                     f'split), got {num_eval_steps!r}')
   if config.data.source_lang == config.data.target_lang:
     raise ValueError('config.data.source_lang and config.data.target_lang must differ, both are '
                      f'{config.data.source_lang!r}')

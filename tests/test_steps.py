@@ -1,0 +1,90 @@
+"""The sharded train step: same update on any mesh, gradient accumulation, clear errors."""
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import random_tokens, train_config
+from transformer_jax import partitioning, steps
+
+
+def _batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict:
+  """Rows of different lengths, and two empty rows, so per-token normalisation matters."""
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(1, length + 1, size=rows)
+  lengths[-2:] = 0
+  inputs = random_tokens(rng, (rows, length), vocab, lengths)
+  targets = random_tokens(rng, (rows, length), vocab, lengths[::-1])
+  decoder_inputs = np.pad(targets[:, :-1], ((0, 0), (1, 0)))
+  return {'inputs': inputs, 'targets': targets, 'decoder_inputs': decoder_inputs}
+
+
+def _train(config, devices, batches):
+  mesh = partitioning.make_mesh(config, devices)
+  trainer = steps.Trainer(config, mesh)
+  state = trainer.init_state()
+  losses = []
+  for batch in batches:
+    state, metrics = trainer.train_step(state, trainer.put_batch(batch))
+    losses.append(float(metrics['loss']))
+  return losses, jax.tree.map(np.asarray, state.params), state
+
+
+@pytest.mark.parametrize('data,fsdp,model', [(8, 1, 1), (4, 1, 2), (2, 1, 4), (1, 8, 1),
+                                             (2, 2, 2)])
+def test_any_mesh_gives_the_single_device_update(data, fsdp, model):
+  overrides = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1}
+  batches = [_batch(16, 12, 64, seed) for seed in range(2)]
+  config = train_config(**overrides, **{'parallel.data': 1})
+  one_losses, one_params, _ = _train(config, jax.devices()[:1], batches)
+  config = train_config(**overrides, **{'parallel.data': data, 'parallel.fsdp': fsdp,
+                                        'parallel.model': model})
+  losses, params, state = _train(config, jax.devices(), batches)
+  np.testing.assert_allclose(losses, one_losses, rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), params,
+               one_params)
+  # The parameters really are split as the rules say.
+  kernel = state.params['decoder']['layer_0']['ffn']['inner']['kernel']  # (embed, mlp)
+  assert kernel.sharding.shard_shape(kernel.shape) == (32 // fsdp, 64 // model)
+  mu = state.opt_state[0].mu['decoder']['layer_0']['ffn']['inner']['kernel']
+  assert mu.sharding == kernel.sharding
+
+
+def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
+  # Without dropout: micro-batches draw their own dropout masks.
+  batches = [_batch(16, 12, 64, seed) for seed in range(2)]
+  no_dropout = {'model.dropout_rate': 0.0, 'parallel.data': 2}
+  _, whole, _ = _train(train_config(**no_dropout), jax.devices()[:2], batches)
+  _, accumulated, state = _train(train_config(**no_dropout, **{'train.grad_accum_steps': 4}),
+                                 jax.devices()[:2], batches)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+               accumulated, whole)
+  assert int(state.step) == 2
+
+
+def test_learning_rate_and_token_count_are_reported():
+  batch = _batch(16, 12, 64)
+  config = train_config()
+  trainer = steps.Trainer(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  state = trainer.init_state()
+  _, metrics = trainer.train_step(state, trainer.put_batch(batch))
+  assert float(metrics['tokens']) == np.count_nonzero(batch['targets'])
+  np.testing.assert_allclose(float(metrics['learning_rate']), 32**-0.5 * 1 * 10**-1.5, rtol=1e-6)
+
+
+def test_mesh_must_use_every_device():
+  config = train_config(**{'parallel.data': 3})
+  with pytest.raises(ValueError, match='needs 3 devices, but 8 are present'):
+    partitioning.make_mesh(config)
+  config = train_config(**{'parallel.data': -1, 'parallel.model': 3})
+  with pytest.raises(ValueError, match='cannot be split into groups of 3'):
+    partitioning.make_mesh(config)
+  config = train_config(**{'parallel.data': -1, 'parallel.model': 2})
+  assert dict(partitioning.make_mesh(config).shape) == {'data': 4, 'fsdp': 1, 'model': 2}
+
+
+def test_a_parameter_that_does_not_split_is_named():
+  config = train_config(**{'parallel.data': 1, 'parallel.model': 8, 'model.d_ff': 60})
+  message = r"\['ffn'\]\['inner'\]\['bias'\] has shape \(60,\).*60 cannot be split 8"
+  with pytest.raises(ValueError, match=message):
+    steps.Trainer(config, partitioning.make_mesh(config))

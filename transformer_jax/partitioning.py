@@ -1,0 +1,89 @@
+"""The device mesh and where every array lives on it.
+
+The mesh has three axes, sized in `config.parallel`: `data` and `fsdp` split the batch, `fsdp`
+also shards parameters and optimizer state along their 'embed' dimension, and `model` splits
+attention heads, d_ff and the vocabulary (tensor parallelism). Parameters carry logical axis
+names (see `attention.py`, `layers.py`, `embeddings.py`); `config.parallel.axis_rules` maps
+them to mesh axes, so one set of rules gives data parallelism, FSDP or tensor parallelism
+depending only on the mesh's shape.
+"""
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import ml_collections
+import numpy as np
+
+MESH_AXES = ('data', 'fsdp', 'model')
+
+
+def mesh_shape(config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int, int]:
+  """(data, fsdp, model) with a -1 resolved; a clear error if it does not use every device."""
+  sizes = [config.parallel[axis] for axis in MESH_AXES]
+  known = math.prod(size for size in sizes if size != -1)
+  if -1 in sizes:
+    if num_devices % known:
+      raise ValueError(f'config.parallel {dict(zip(MESH_AXES, sizes))}: {num_devices} devices '
+                       f'cannot be split into groups of {known}')
+    sizes[sizes.index(-1)] = num_devices // known
+  if math.prod(sizes) != num_devices:
+    raise ValueError(f'config.parallel mesh {dict(zip(MESH_AXES, sizes))} needs '
+                     f'{math.prod(sizes)} devices, but {num_devices} are present')
+  return tuple(sizes)
+
+
+def make_mesh(config: ml_collections.ConfigDict, devices=None) -> Mesh:
+  devices = jax.devices() if devices is None else devices
+  shape = mesh_shape(config, len(devices))
+  # Auto axes: XLA propagates shardings from the parameters' and the batch's.
+  return jax.make_mesh(shape, MESH_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 3,
+                       devices=devices)
+
+
+def axis_rules(config: ml_collections.ConfigDict) -> tuple:
+  return tuple((logical, mesh_axes) for logical, mesh_axes in config.parallel.axis_rules)
+
+
+def batch_shards(mesh: Mesh, rules) -> int:
+  """How many ways the batch's rows are split: the product of the mesh axes of 'batch'."""
+  spec = nn.logical_to_mesh_axes(('batch',), rules)[0]
+  names = () if spec is None else (spec,) if isinstance(spec, str) else spec
+  return math.prod(mesh.shape[name] for name in names)
+
+
+def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
+  """Rows over the batch axes, the length dimension whole."""
+  return nn.logical_to_mesh_sharding(PartitionSpec('batch', None), mesh, rules)
+
+
+def state_shardings(abstract_state: Any, mesh: Mesh, rules) -> Any:
+  """Shardings of a (boxed, abstract) state pytree from its logical axis names; leaves without
+  names (step counts, keys) are replicated. Checks that every sharded dimension divides evenly
+  and names the parameter that does not."""
+  specs = nn.get_partition_spec(abstract_state)
+  shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
+  shapes = nn.meta.unbox(abstract_state)
+  for (path, shape), sharding in zip(jax.tree_util.tree_leaves_with_path(shapes),
+                                     jax.tree_util.tree_leaves(shardings)):
+    for dim, axes in zip(shape.shape, sharding.spec):
+      names = () if axes is None else (axes,) if isinstance(axes, str) else axes
+      ways = math.prod(mesh.shape[name] for name in names)
+      if dim % ways:
+        raise ValueError(
+            f'{jax.tree_util.keystr(path)} has shape {shape.shape}: dimension {dim} cannot be '
+            f'split {ways} ways over mesh axes {names}; change config.parallel or the model size')
+  return shardings
+
+
+def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict:
+  """This process's rows -> global arrays sharded over the batch axes. With one process the
+  local rows are the whole batch."""
+  processes = jax.process_count()
+  return {
+      name: jax.make_array_from_process_local_data(
+          sharding, value, (value.shape[0] * processes,) + value.shape[1:])
+      for name, value in local_batch.items()
+  }
