@@ -51,13 +51,17 @@ def rng() -> np.random.Generator:
   return np.random.default_rng(0)
 
 
+# A model small enough to train in seconds, with every parameter dimension splitting 8 ways.
+SMALL = {
+    'data.dataset': 'builtin', 'data.vocab_size': 64, 'data.max_length': 32,
+    'data.tokens_per_batch': 512, 'model.num_layers': 1, 'model.d_model': 32, 'model.d_ff': 64,
+    'model.num_heads': 8, 'model.d_k': 4, 'model.d_v': 4, 'train.warmup_steps': 10,
+}
+
+
 def train_config(**overrides) -> ml_collections.ConfigDict:
-  """The base recipe on a model small enough to train in seconds, sized so that every
-  parameter dimension splits 8 ways. `overrides` use flattened names: {'model.d_ff': 64}."""
+  """The base recipe with SMALL's and then `overrides`' flattened fields
+  ({'model.d_ff': 64}) replaced."""
   config = base.get_config()
-  config.update_from_flattened_dict({
-      'data.dataset': 'builtin', 'data.vocab_size': 64, 'data.max_length': 32,
-      'data.tokens_per_batch': 512, 'model.num_layers': 1, 'model.d_model': 32,
-      'model.d_ff': 64, 'model.num_heads': 8, 'model.d_k': 4, 'model.d_v': 4,
-      'train.warmup_steps': 10, **overrides})
+  config.update_from_flattened_dict({**SMALL, **overrides})
   return config

@@ -1,0 +1,152 @@
+"""The training command end to end on the built-in corpus: learning, exact resume after a
+kill, NaN handling, input errors, and two processes training as one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from conftest import SMALL, train_config
+from transformer_jax import metrics_log, steps, train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 12
+
+
+@pytest.fixture(scope='module')
+def overrides(tmp_path_factory) -> dict:
+  """A 12-step run with a checkpoint every 4 steps, logging every step."""
+  return {
+      'data.tfds_data_dir': str(tmp_path_factory.mktemp('tfds')), 'data.vocab_size': 256,
+      'data.max_length': 16, 'data.tokens_per_batch': 256, 'train.num_train_steps': STEPS,
+      'train.log_every_steps': 1, 'train.eval_every_steps': STEPS, 'train.num_eval_steps': 2,
+      'train.checkpoint_every_steps': 4, 'train.keep_checkpoints': 2,
+  }
+
+
+def _command(overrides: dict, workdir: str) -> list[str]:
+  return ([sys.executable, '-m', 'transformer_jax.train', '--config=configs/base.py',
+           f'--workdir={workdir}'] +
+          [f'--config.{name}={value}' for name, value in {**SMALL, **overrides}.items()])
+
+
+def _losses(workdir: str, split: str = 'train') -> dict[int, float]:
+  return {r['step']: r['loss'] for r in metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
+          if r['split'] == split}
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(overrides, tmp_path_factory) -> str:
+  workdir = str(tmp_path_factory.mktemp('uninterrupted'))
+  train.train_and_evaluate(train_config(**overrides), workdir)
+  return workdir
+
+
+def test_a_short_run_learns_and_saves_everything(uninterrupted):
+  losses = _losses(uninterrupted)
+  assert sorted(losses) == list(range(1, STEPS + 1))
+  assert np.mean([losses[s] for s in (10, 11, 12)]) < np.mean([losses[s] for s in (1, 2, 3)]) - 0.3
+  validation = metrics_log.read(os.path.join(uninterrupted, 'metrics.jsonl'))[-1]
+  assert validation['split'] == 'validation' and validation['step'] == STEPS
+  assert validation['perplexity'] == pytest.approx(np.exp(validation['nll']))
+  assert 0 <= validation['bleu'] <= 100
+  # keep_checkpoints=2 of the saves at 4, 8, 12; the config and vocabulary beside them.
+  assert sorted(os.listdir(os.path.join(uninterrupted, 'checkpoints'))) == ['12', '8']
+  saved = json.load(open(os.path.join(uninterrupted, 'config.json')))
+  assert saved['model']['d_model'] == 32 and saved['data']['vocab_size'] == 256
+  assert os.path.isfile(os.path.join(uninterrupted, 'spm.model'))
+  assert os.listdir(os.path.join(uninterrupted, 'tensorboard'))
+
+
+def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupted, tmp_path):
+  workdir = str(tmp_path)
+  process = subprocess.Popen(_command(overrides, workdir), cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+  metrics = os.path.join(workdir, 'metrics.jsonl')
+  deadline = time.time() + 240
+  while time.time() < deadline and process.poll() is None:
+    done = os.path.exists(metrics) and max(_losses(workdir), default=0) >= 6
+    if done and os.path.isdir(os.path.join(workdir, 'checkpoints', '4')):
+      break
+    time.sleep(0.2)
+  assert process.poll() is None, process.stderr.read().decode()[-2000:]
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  killed_at = max(_losses(workdir))
+  assert killed_at < STEPS
+
+  train.train_and_evaluate(train_config(**overrides), workdir)
+  resumed, expected = _losses(workdir), _losses(uninterrupted)
+  assert sorted(resumed) == sorted(expected)
+  np.testing.assert_allclose([resumed[s] for s in sorted(resumed)],
+                             [expected[s] for s in sorted(expected)], rtol=1e-6)
+  assert _losses(workdir, 'validation') == pytest.approx(_losses(uninterrupted, 'validation'))
+
+
+def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, tmp_path,
+                                                                    monkeypatch):
+  original = steps.Trainer._train_step
+
+  def poisoned(self, state, batch):  # the loss becomes NaN from the 6th step on
+    new_state, metrics = original(self, state, batch)
+    metrics['loss'] = jax.numpy.where(state.step >= 5, jax.numpy.nan, metrics['loss'])
+    return new_state, metrics
+
+  monkeypatch.setattr(steps.Trainer, '_train_step', poisoned)
+  with pytest.raises(FloatingPointError, match='at step 6'):
+    train.train_and_evaluate(train_config(**overrides), str(tmp_path))
+  assert os.listdir(tmp_path / 'checkpoints') == ['4']
+  params = ocp.StandardCheckpointer().restore(tmp_path / 'checkpoints' / '4' / 'state')['params']
+  assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(params))
+
+
+def test_a_model_of_other_shapes_cannot_resume(overrides, uninterrupted):
+  config = train_config(**{**overrides, 'model.d_ff': 128, 'train.num_train_steps': 20})
+  with pytest.raises(ValueError, match='model.d_ff 64 -> 128'):
+    train.train_and_evaluate(config, uninterrupted)
+
+
+def test_unwritable_workdir_is_reported_first(overrides, tmp_path):
+  blocker = tmp_path / 'file'
+  blocker.write_text('')
+  with pytest.raises(OSError, match='is not a writable directory'):
+    train.train_and_evaluate(train_config(**overrides), str(blocker / 'workdir'))
+
+
+def test_command_line_errors_name_the_field(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer_jax.train', '--config=configs/tiny.py',
+       f'--workdir={tmp_path}', '--config.train.grad_accum_steps=0'],
+      cwd=REPO, capture_output=True, text=True)
+  assert result.returncode != 0
+  assert 'config.train.grad_accum_steps must be a positive integer' in result.stderr
+
+
+def test_two_processes_train_like_one_with_all_their_devices(overrides, tmp_path):
+  """2 processes x 2 CPU devices (gloo collectives) give the losses of 1 process x 4 devices."""
+  short = {**overrides, 'train.num_train_steps': 4, 'train.eval_every_steps': 100}
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=4'}
+  subprocess.run(_command(short, tmp_path / 'one'), cwd=REPO, env=env, check=True,
+                 capture_output=True)
+  env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
+  port = 20000 + os.getpid() % 10000
+  processes = [
+      subprocess.Popen(_command({
+          **short, 'parallel.distributed': True, 'parallel.num_processes': 2,
+          'parallel.process_id': i, 'parallel.coordinator_address': f'127.0.0.1:{port}'},
+          tmp_path / 'two'), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+      for i in range(2)]
+  for process in processes:
+    output = process.communicate(timeout=300)[0].decode()
+    assert process.returncode == 0, output[-3000:]
+  one, two = _losses(tmp_path / 'one'), _losses(tmp_path / 'two')
+  assert sorted(two) == [1, 2, 3, 4]
+  np.testing.assert_allclose([two[s] for s in sorted(two)], [one[s] for s in sorted(one)],
+                             rtol=1e-5)

@@ -1,0 +1,97 @@
+"""Checkpoints of a training run, and the run's config beside them.
+
+`workdir/checkpoints/<step>/` (orbax) holds the train state (parameters, optimizer state,
+step, dropout key) and the data iterator's position, written atomically: orbax writes to a
+temporary directory and renames it when complete, so a crash mid-save leaves the previous
+checkpoints intact. `workdir/config.json` is the resolved config of the latest run and
+`workdir/spm.model` its vocabulary.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+
+from transformer_jax import costs
+from transformer_jax import config_lib
+from transformer_jax.data import tokenizer
+
+CONFIG_FILENAME = 'config.json'
+
+
+class Checkpoints:
+  """Saves and restores (train state, iterator state) pairs, keeping the last `keep`."""
+
+  def __init__(self, workdir: str, keep: int):
+    self._manager = ocp.CheckpointManager(
+        os.path.join(os.path.abspath(workdir), 'checkpoints'),
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+        item_names=('state', 'data'))
+
+  def latest_step(self) -> int | None:
+    return self._manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    return list(self._manager.all_steps())
+
+  def save(self, step: int, state: Any, data_state: dict) -> None:
+    """Starts writing in the background; the arrays are copied off the devices first, so the
+    state may be updated (or donated) as soon as this returns."""
+    self._manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)))
+
+  def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
+    """The state of `step`, placed with `abstract_state`'s shardings, and the iterator state."""
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+    return restored['state'], restored['data']
+
+  def wait(self) -> None:
+    """Blocks until every started save is complete."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.close()
+
+
+def _parameter_shapes(config: ml_collections.ConfigDict) -> dict:
+  flat = jax.tree_util.tree_leaves_with_path(costs.abstract_params(config_lib.model_config(config)))
+  return {jax.tree_util.keystr(path): leaf.shape for path, leaf in flat}
+
+
+def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Raises ValueError if the workdir's saved config has parameters of other shapes than
+  `config`'s (a different model cannot resume its checkpoints), naming the differing fields."""
+  path = os.path.join(workdir, CONFIG_FILENAME)
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    saved = ml_collections.ConfigDict(json.load(f))
+  if _parameter_shapes(saved) == _parameter_shapes(config):
+    return
+  fields = [f'data.vocab_size {saved.data.vocab_size} -> {config.data.vocab_size}'
+            ] if saved.data.vocab_size != config.data.vocab_size else []
+  fields += [f'model.{name} {saved.model[name]!r} -> {value!r}'
+             for name, value in config.model.items() if saved.model.get(name) != value]
+  raise ValueError(f'{path} describes a model with other parameter shapes ({", ".join(fields)}); '
+                   'use a new --workdir, or the same model config to resume')
+
+
+def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Writes `workdir/config.json` atomically; copies a given `data.spm_model` into the workdir
+  so the run's directory holds everything needed to use its checkpoints."""
+  _atomic_write(os.path.join(workdir, CONFIG_FILENAME), config.to_json_best_effort(indent=2))
+  vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
+  if config.data.spm_model and os.path.abspath(config.data.spm_model) != vocabulary:
+    shutil.copyfile(config.data.spm_model, vocabulary)
+
+
+def _atomic_write(path: str, text: str) -> None:
+  with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), delete=False) as f:
+    f.write(text)
+  os.replace(f.name, path)
