@@ -88,3 +88,19 @@ def test_a_parameter_that_does_not_split_is_named():
   message = r"\['ffn'\]\['inner'\]\['bias'\] has shape \(60,\).*60 cannot be split 8"
   with pytest.raises(ValueError, match=message):
     steps.Trainer(config, partitioning.make_mesh(config))
+
+
+def test_bfloat16_computes_in_bfloat16_and_keeps_float32_state():
+  config = train_config(**{'dtype': 'bfloat16', 'parallel.data': 1})
+  trainer = steps.Trainer(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  state = trainer.init_state()
+  state, metrics = trainer.train_step(state, trainer.put_batch(_batch(16, 12, 64)))
+  assert np.isfinite(float(metrics['loss']))
+  dtypes = {leaf.dtype for leaf in jax.tree.leaves((state.params, state.opt_state))
+            if leaf.dtype.kind == 'f'}
+  assert dtypes == {np.dtype('float32')}
+  hidden = jax.eval_shape(
+      lambda p, b: trainer.model.apply({'params': p}, b['inputs'], b['inputs'] != 0,
+                                       method='encode', rngs={'dropout': jax.random.key(0)}),
+      state.params, _batch(16, 12, 64))
+  assert hidden.dtype == jax.numpy.bfloat16

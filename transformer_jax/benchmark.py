@@ -1,0 +1,117 @@
+r"""Training throughput and model-FLOPs utilisation (MFU) of a config on the present devices.
+
+  python -m transformer_jax.benchmark --config=configs/base.py [--batch_size=32 --length=32]
+      [--steps=20] [--json]
+
+Times the jitted, sharded train step (the one `train.py` runs) on random tokens of fixed
+shape, after warm-up steps that include compilation, and reports the median step time. Model
+FLOPs per step are 3x the forward matmul FLOPs of `costs.forward_flops` (backward = 2x
+forward). The device's dense matmul throughput is measured in the same run, with square
+matmuls in the config's dtype, so MFU = achieved / measured peak is comparable across
+hardware; the vendor's datasheet peak is not used.
+"""
+
+import json
+import statistics
+import time
+
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+from ml_collections import config_flags
+import numpy as np
+
+from transformer_jax import config_lib, costs, partitioning, steps
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
+_BATCH_SIZE = flags.DEFINE_integer(
+    'batch_size', None, 'Sentence pairs per step (default: tokens_per_batch // length).')
+_LENGTH = flags.DEFINE_integer('length', 32, 'Source and target length of every pair.')
+_STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps; the median is reported.')
+_WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed steps first (compilation included).')
+_JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.')
+
+
+def _median_seconds(fn, repeats: int) -> float:
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def matmul_peak(dtype, sizes=None) -> float:
+  """Measured dense matmul FLOP/s of the default device: the best of square n x n matmuls."""
+  if sizes is None:
+    sizes = (1024, 2048) if jax.default_backend() == 'cpu' else (4096, 8192)
+  best = 0.0
+  for n in sizes:
+    a = jax.random.normal(jax.random.key(0), (n, n), dtype)
+    b = jax.random.normal(jax.random.key(1), (n, n), dtype)
+    matmul = jax.jit(jnp.matmul)
+    jax.block_until_ready(matmul(a, b))
+    best = max(best, 2 * n**3 / _median_seconds(lambda: matmul(a, b), 10))
+  return best
+
+
+def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int) -> dict:
+  config_lib.validate(config)
+  mesh = partitioning.make_mesh(config)
+  trainer = steps.Trainer(config, mesh)
+  rows = batch_size or config.data.tokens_per_batch // length
+  rows -= rows % trainer.rows_multiple
+  rng = np.random.default_rng(0)
+  tokens = lambda: rng.integers(1, config.data.vocab_size, (rows, length), dtype=np.int32)
+  targets = tokens()
+  batch = trainer.put_batch({'inputs': tokens(), 'targets': targets,
+                             'decoder_inputs': np.pad(targets[:, :-1], ((0, 0), (1, 0)))})
+  state = trainer.init_state()
+  for _ in range(warmup):
+    state, metrics = trainer.train_step(state, batch)
+  jax.block_until_ready(metrics)
+  times = []
+  for _ in range(num_steps):
+    start = time.perf_counter()
+    state, metrics = trainer.train_step(state, batch)
+    jax.block_until_ready(metrics)
+    times.append(time.perf_counter() - start)
+  step_time = statistics.median(times)
+  flops = 3 * rows * costs.forward_flops(trainer.model_config, length, length)
+  devices = jax.device_count()
+  peak = matmul_peak(jnp.dtype(config.dtype)) * devices
+  return {
+      'device': jax.devices()[0].device_kind,
+      'num_devices': devices,
+      'dtype': config.dtype,
+      'batch_size': rows,
+      'length': length,
+      'step_time_s': step_time,
+      'target_tokens_per_s': rows * length / step_time,
+      'source_target_tokens_per_s': 2 * rows * length / step_time,
+      'model_flops_per_step': flops,
+      'achieved_gflops_per_s': flops / step_time / 1e9,
+      'matmul_peak_gflops_per_s': peak / 1e9,
+      'mfu': flops / step_time / peak,
+  }
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  result = run(_CONFIG.value, _BATCH_SIZE.value, _LENGTH.value, _STEPS.value, _WARMUP.value)
+  if _JSON.value:
+    print(json.dumps(result))
+    return
+  print(f'{result["num_devices"]} x {result["device"]}, {result["dtype"]}, batch '
+        f'{result["batch_size"]} x {result["length"]}+{result["length"]} tokens')
+  print(f'step time            {result["step_time_s"] * 1e3:.1f} ms (median of {_STEPS.value})')
+  print(f'target tokens/s      {result["target_tokens_per_s"]:.0f}')
+  print(f'model FLOPs/step     {result["model_flops_per_step"]:.3e}')
+  print(f'achieved             {result["achieved_gflops_per_s"]:.1f} GFLOP/s')
+  print(f'matmul peak          {result["matmul_peak_gflops_per_s"]:.1f} GFLOP/s (measured)')
+  print(f'MFU                  {result["mfu"]:.1%}')
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=config_lib.parse_flags)
