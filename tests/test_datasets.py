@@ -8,6 +8,7 @@ from pathlib import Path
 
 import ml_collections
 import pytest
+import requests
 import tensorflow_datasets as tfds
 
 from configs import base
@@ -191,4 +192,16 @@ def test_languages_not_in_the_dataset_are_an_error(tmp_path, dataset, source, ta
   config = data_config(dataset=dataset, source_lang=source, target_lang=target,
                        tfds_data_dir=str(tmp_path))
   with pytest.raises(ValueError, match=message):
+    datasets.load_split(config, 'train')
+
+
+def test_failed_download_says_what_to_do(tmp_path, monkeypatch):
+  def offline(*args, **kwargs):
+    raise requests.exceptions.ConnectionError('Name or service not known')
+
+  monkeypatch.setattr(tfds.download.DownloadManager, 'download', offline)
+  monkeypatch.setattr(tfds.download.DownloadManager, 'download_and_extract', offline)
+  config = data_config(dataset='multi30k', tfds_data_dir=str(tmp_path / 'data'))
+  with pytest.raises(RuntimeError, match='multi30k is not prepared in .* downloading it failed '
+                     r'\(ConnectionError: Name or service not known\).*manual_dir'):
     datasets.load_split(config, 'train')

@@ -36,6 +36,7 @@ import zlib
 from absl import logging
 from etils import epath
 import ml_collections
+import requests
 import tensorflow_datasets as tfds
 # Registers TFDS's WMT14 builder, which `import tensorflow_datasets` alone does not.
 import tensorflow_datasets.translate.wmt14  # pylint: disable=unused-import
@@ -258,8 +259,14 @@ def load_split(data_config: ml_collections.ConfigDict,
   """
   builder = tfds.builder(_tfds_name(data_config), data_dir=data_config.tfds_data_dir)
   _check_languages(data_config, list(builder.info.features.keys()))
-  builder.download_and_prepare(file_format='array_record',
-                               download_config=_download_config(data_config.manual_dir))
+  try:
+    builder.download_and_prepare(file_format='array_record',
+                                 download_config=_download_config(data_config.manual_dir))
+  except requests.exceptions.RequestException as e:
+    raise RuntimeError(
+        f'{builder.name} is not prepared in {builder.data_dir} and downloading it failed '
+        f'({type(e).__name__}: {e}). Prepare it where the network is reachable and set '
+        'config.data.tfds_data_dir, or give config.data.manual_dir') from e
   return _Examples(builder.as_data_source(split=split))
 
 
