@@ -67,16 +67,14 @@ def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int
   batch = trainer.put_batch({'inputs': tokens(), 'targets': targets,
                              'decoder_inputs': np.pad(targets[:, :-1], ((0, 0), (1, 0)))})
   state = trainer.init_state()
-  for _ in range(warmup):
+
+  def step():
+    nonlocal state
     state, metrics = trainer.train_step(state, batch)
-  jax.block_until_ready(metrics)
-  times = []
-  for _ in range(num_steps):
-    start = time.perf_counter()
-    state, metrics = trainer.train_step(state, batch)
-    jax.block_until_ready(metrics)
-    times.append(time.perf_counter() - start)
-  step_time = statistics.median(times)
+    return metrics
+
+  _median_seconds(step, warmup)  # compilation included
+  step_time = _median_seconds(step, num_steps)
   flops = 3 * rows * costs.forward_flops(trainer.model_config, length, length)
   devices = jax.device_count()
   peak = matmul_peak(jnp.dtype(config.dtype)) * devices

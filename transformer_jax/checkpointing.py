@@ -36,9 +36,6 @@ class Checkpoints:
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
-  def all_steps(self) -> list[int]:
-    return list(self._manager.all_steps())
-
   def save(self, step: int, state: Any, data_state: dict) -> None:
     """Starts writing in the background; the arrays are copied off the devices first, so the
     state may be updated (or donated) as soon as this returns."""

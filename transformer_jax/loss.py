@@ -30,8 +30,8 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> 
   low = label_smoothing / (vocab - 1)
   logits = logits.astype(jnp.float32)
   # log p_v = logit_v - logsumexp(logits). Written out from the logsumexp so that no
-  # (b, t, vocab) array of log-probabilities is materialised: on a CPU this halves the time
-  # of the loss and its gradient at an 8000-token vocabulary.
+  # (b, t, vocab) array of log-probabilities is materialised (on the 2-core CPU, at an
+  # 8000-token vocabulary, loss + gradient beyond the projection: ~0.15 s -> ~0.06 s).
   peak = jax.lax.stop_gradient(jnp.max(logits, axis=-1))
   log_normalizer = peak + jnp.log(jnp.sum(jnp.exp(logits - peak[..., None]), axis=-1))
   target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]

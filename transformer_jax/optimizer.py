@@ -21,8 +21,13 @@ def learning_rate_schedule(d_model: int, warmup_steps: int, lr_scale: float = 1.
   return schedule
 
 
+def schedule(config: ml_collections.ConfigDict):
+  """Eq. 3 with d_model, warmup_steps and lr_scale from `config`."""
+  return learning_rate_schedule(config.model.d_model, config.train.warmup_steps,
+                                config.train.lr_scale)
+
+
 def adam(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """Adam with the paper's hyper-parameters and schedule, from `config.train`."""
   train = config.train
-  schedule = learning_rate_schedule(config.model.d_model, train.warmup_steps, train.lr_scale)
-  return optax.adam(schedule, b1=train.adam_b1, b2=train.adam_b2, eps=train.adam_eps)
+  return optax.adam(schedule(config), b1=train.adam_b1, b2=train.adam_b2, eps=train.adam_eps)

@@ -47,11 +47,15 @@ def axis_rules(config: ml_collections.ConfigDict) -> tuple:
   return tuple((logical, mesh_axes) for logical, mesh_axes in config.parallel.axis_rules)
 
 
+def _ways(mesh: Mesh, axes) -> int:
+  """How many ways a dimension is split over `axes` (None, one mesh axis name, or a tuple)."""
+  names = () if axes is None else (axes,) if isinstance(axes, str) else axes
+  return math.prod(mesh.shape[name] for name in names)
+
+
 def batch_shards(mesh: Mesh, rules) -> int:
   """How many ways the batch's rows are split: the product of the mesh axes of 'batch'."""
-  spec = nn.logical_to_mesh_axes(('batch',), rules)[0]
-  names = () if spec is None else (spec,) if isinstance(spec, str) else spec
-  return math.prod(mesh.shape[name] for name in names)
+  return _ways(mesh, nn.logical_to_mesh_axes(('batch',), rules)[0])
 
 
 def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
@@ -69,12 +73,11 @@ def state_shardings(abstract_state: Any, mesh: Mesh, rules) -> Any:
   for (path, shape), sharding in zip(jax.tree_util.tree_leaves_with_path(shapes),
                                      jax.tree_util.tree_leaves(shardings)):
     for dim, axes in zip(shape.shape, sharding.spec):
-      names = () if axes is None else (axes,) if isinstance(axes, str) else axes
-      ways = math.prod(mesh.shape[name] for name in names)
-      if dim % ways:
+      if dim % _ways(mesh, axes):
         raise ValueError(
             f'{jax.tree_util.keystr(path)} has shape {shape.shape}: dimension {dim} cannot be '
-            f'split {ways} ways over mesh axes {names}; change config.parallel or the model size')
+            f'split {_ways(mesh, axes)} ways over mesh axes {axes}; change config.parallel or '
+            'the model size')
   return shardings
 
 

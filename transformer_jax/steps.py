@@ -52,8 +52,7 @@ class Trainer:
     self.model = Transformer(self.model_config)
     self.eval_model = Transformer(self.model_config.replace(deterministic=True))
     self.tx = optimizer.adam(self.config)
-    self.schedule = optimizer.learning_rate_schedule(
-        self.config.model.d_model, self.config.train.warmup_steps, self.config.train.lr_scale)
+    self.schedule = optimizer.schedule(self.config)
     self.rules = partitioning.axis_rules(self.config)
     self.batch_sharding = partitioning.batch_sharding(self.mesh, self.rules)
     self.batch_shards = partitioning.batch_shards(self.mesh, self.rules)
