@@ -4,6 +4,7 @@ kill, NaN handling, input errors, and two processes training as one."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -136,16 +137,18 @@ def test_two_processes_train_like_one_with_all_their_devices(overrides, tmp_path
   subprocess.run(_command(short, tmp_path / 'one'), cwd=REPO, env=env, check=True,
                  capture_output=True)
   env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
-  port = 20000 + os.getpid() % 10000
+  with socket.socket() as probe:  # a free port for the coordinator
+    probe.bind(('127.0.0.1', 0))
+    port = probe.getsockname()[1]
   processes = [
       subprocess.Popen(_command({
           **short, 'parallel.distributed': True, 'parallel.num_processes': 2,
           'parallel.process_id': i, 'parallel.coordinator_address': f'127.0.0.1:{port}'},
           tmp_path / 'two'), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
       for i in range(2)]
-  for process in processes:
-    output = process.communicate(timeout=300)[0].decode()
-    assert process.returncode == 0, output[-3000:]
+  outputs = [process.communicate(timeout=300)[0].decode() for process in processes]
+  for i, (process, output) in enumerate(zip(processes, outputs)):
+    assert process.returncode == 0, f'process {i}:\n{output[-3000:]}'
   one, two = _losses(tmp_path / 'one'), _losses(tmp_path / 'two')
   assert sorted(two) == [1, 2, 3, 4]
   np.testing.assert_allclose([two[s] for s in sorted(two)], [one[s] for s in sorted(one)],

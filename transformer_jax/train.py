@@ -10,6 +10,7 @@ input (config, workdir, mesh, dataset) is reported before anything is compiled.
 """
 
 import os
+import tempfile
 import time
 
 from absl import app, flags, logging
@@ -40,9 +41,9 @@ def _initialize_distributed(config: ml_collections.ConfigDict) -> None:
 def _check_workdir(workdir: str) -> None:
   try:
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, '.writable'), 'w'):
+    # A uniquely named probe: several processes of one run check the same workdir at once.
+    with tempfile.NamedTemporaryFile(dir=workdir, prefix='.writable-'):
       pass
-    os.remove(os.path.join(workdir, '.writable'))
   except OSError as e:
     raise OSError(f'--workdir={workdir} is not a writable directory: {e}') from e
 
