@@ -38,7 +38,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.relu_dropout_rate = 0.0
   # 'sinusoid' (§3.5) or 'learned' (Table 3 row E).
   config.model.position_encoding = 'sinusoid'
-  # Rows of the learned position table (only used when position_encoding == 'learned').
+  # Positions the model encodes: the rows of the learned table, and the longest sequence either
+  # stack sees (at least data.max_length + decode.max_extra_length, the longest output).
   config.model.max_len = 512
   # One matrix for source embedding, target embedding and pre-softmax projection (§3.4).
   config.model.share_embeddings = True

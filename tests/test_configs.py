@@ -94,6 +94,9 @@ def test_unknown_row_is_an_error():
     ('train.label_smoothing', -0.1, r'config.train.label_smoothing must be in \[0, 1\)'),
     ('model.norm_position', 'middle', 'config.model.norm_position must be one of'),
     ('dtype', 'float16', 'config.dtype must be one of'),
+    ('model.max_len', 300, 'config.model.max_len=300 positions cannot hold the longest output, '
+     r'config.data.max_length \+ config.decode.max_extra_length = 306'),
+    ('decode.beam_size', 18501, 'config.decode.beam_size=18501 needs a vocabulary of at least'),
 ])
 def test_invalid_values_name_the_field(field, value, message):
   config = base.get_config()

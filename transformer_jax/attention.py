@@ -57,12 +57,21 @@ class MultiHeadAttention(nn.Module):
   (`attention_dropout_rate`, tensor2tensor's later versions) and DropHead
   (`drophead_rate`: whole heads dropped per example, survivors scaled by 1/(1-p), at a constant
   rate rather than the DropHead paper's V-shaped schedule).
+
+  Incremental decoding (`decode=True`) keeps keys and values in the 'cache' collection. The
+  first such call creates the cache: an encoder-decoder attention (§3.2.3) stores the keys and
+  values of the encoder output, which every later step reuses; a self-attention stores zeros
+  for as many positions as its input has. Each later call takes one new position (q = 1):
+  self-attention writes its key and value at the cache index, and the query attends to
+  positions 0..index, which is the causal mask of §3.2.3 (the `mask` argument is unused).
   """
 
   config: TransformerConfig
+  encoder_decoder: bool = False  # keys and values come from the encoder output
 
   @nn.compact
-  def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array, mask: jax.Array) -> jax.Array:
+  def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array, mask: jax.Array,
+               decode: bool = False) -> jax.Array:
     """inputs_q: (b, q, d_model); inputs_kv: (b, k, d_model); mask as in dot_product_attention."""
     cfg = self.config
 
@@ -76,9 +85,34 @@ class MultiHeadAttention(nn.Module):
           name=name,
       )
 
+    def keys_values():
+      return projection(cfg.d_k, 'key')(inputs_kv), projection(cfg.d_v, 'value')(inputs_kv)
+
     query = projection(cfg.d_k, 'query')(inputs_q)
-    key = projection(cfg.d_k, 'key')(inputs_kv)
-    value = projection(cfg.d_v, 'value')(inputs_kv)
+    if not decode:
+      key, value = keys_values()
+    elif not self.has_variable('cache', 'key'):  # creating the cache
+      key, value = keys_values()
+      if self.encoder_decoder:
+        self.put_variable('cache', 'key', key)
+        self.put_variable('cache', 'value', value)
+      else:
+        self.put_variable('cache', 'key', jnp.zeros_like(key))
+        self.put_variable('cache', 'value', jnp.zeros_like(value))
+        self.put_variable('cache', 'index', jnp.zeros((), jnp.int32))
+    elif self.encoder_decoder:
+      key, value = self.get_variable('cache', 'key'), self.get_variable('cache', 'value')
+    else:
+      index = self.get_variable('cache', 'index')
+      new_key, new_value = keys_values()
+      key = jax.lax.dynamic_update_slice_in_dim(self.get_variable('cache', 'key'), new_key,
+                                                index, axis=1)
+      value = jax.lax.dynamic_update_slice_in_dim(self.get_variable('cache', 'value'), new_value,
+                                                  index, axis=1)
+      self.put_variable('cache', 'key', key)
+      self.put_variable('cache', 'value', value)
+      self.put_variable('cache', 'index', index + 1)
+      mask = (jnp.arange(key.shape[1]) <= index)[None, None, None, :]
     attention_dropout = nn.Dropout(cfg.attention_dropout_rate, deterministic=cfg.deterministic)
     heads = dot_product_attention(query, key, value, mask, attention_dropout)
     heads = nn.Dropout(cfg.drophead_rate, broadcast_dims=(1, 3))(

@@ -11,9 +11,10 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Any
+from typing import Any, Sequence
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
 
@@ -25,12 +26,13 @@ CONFIG_FILENAME = 'config.json'
 
 
 class Checkpoints:
-  """Saves and restores (train state, iterator state) pairs, keeping the last `keep`."""
+  """Saves and restores (train state, iterator state) pairs, keeping the last `keep`; with
+  keep=None, reads the checkpoints that exist (and creates nothing)."""
 
-  def __init__(self, workdir: str, keep: int):
+  def __init__(self, workdir: str, keep: int | None = None):
     self._manager = ocp.CheckpointManager(
         os.path.join(os.path.abspath(workdir), 'checkpoints'),
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True),
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None),
         item_names=('state', 'data'))
 
   def latest_step(self) -> int | None:
@@ -47,6 +49,27 @@ class Checkpoints:
     restored = self._manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
     return restored['state'], restored['data']
+
+  def all_steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
+  def restore_params(self, step: int, abstract_params: Any) -> Any:
+    """Only the parameters of `step`'s state (not the optimizer state), placed with
+    `abstract_params`' shardings."""
+    restore_args = ocp.checkpoint_utils.construct_restore_args(abstract_params)
+    restored = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+        {'params': abstract_params}, restore_args={'params': restore_args},
+        partial_restore=True)))
+    return restored['state']['params']
+
+  def average_params(self, steps: Sequence[int], abstract_params: Any) -> Any:
+    """The element-wise mean of the parameters of `steps` (§6.1 averages the last 5 or 20
+    checkpoints), computed in memory one checkpoint at a time; nothing on disk changes."""
+    total = None
+    for step in steps:
+      params = self.restore_params(step, abstract_params)
+      total = params if total is None else jax.tree.map(jnp.add, total, params)
+    return jax.tree.map(lambda x: x / len(steps), total)
 
   def wait(self) -> None:
     """Blocks until every started save is complete."""
@@ -79,16 +102,30 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
                    'use a new --workdir, or the same model config to resume')
 
 
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+  """The resolved config a training run saved in `workdir`, validated."""
+  path = os.path.join(workdir, CONFIG_FILENAME)
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'{path} not found: --workdir must be a directory written by '
+                            'transformer_jax.train')
+  with open(path) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  config_lib.validate(config)
+  return config
+
+
 def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Writes `workdir/config.json` atomically; copies a given `data.spm_model` into the workdir
   so the run's directory holds everything needed to use its checkpoints."""
-  _atomic_write(os.path.join(workdir, CONFIG_FILENAME), config.to_json_best_effort(indent=2))
+  atomic_write(os.path.join(workdir, CONFIG_FILENAME), config.to_json_best_effort(indent=2))
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
   if config.data.spm_model and os.path.abspath(config.data.spm_model) != vocabulary:
     shutil.copyfile(config.data.spm_model, vocabulary)
 
 
-def _atomic_write(path: str, text: str) -> None:
-  with tempfile.NamedTemporaryFile('w', dir=os.path.dirname(path), delete=False) as f:
+def atomic_write(path: str, text: str) -> None:
+  """Writes `text` to a temporary file beside `path`, then renames it to `path`."""
+  directory = os.path.dirname(os.path.abspath(path))
+  with tempfile.NamedTemporaryFile('w', encoding='utf-8', dir=directory, delete=False) as f:
     f.write(text)
   os.replace(f.name, path)

@@ -74,6 +74,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if not isinstance(num_eval_steps, int) or not (num_eval_steps > 0 or num_eval_steps == -1):
     raise ValueError(f'config.train.num_eval_steps must be a positive integer or -1 (the whole '
                      f'split), got {num_eval_steps!r}')
+  longest = config.data.max_length + config.decode.max_extra_length
+  if longest > config.model.max_len:
+    raise ValueError(
+        f'config.model.max_len={config.model.max_len} positions cannot hold the longest output, '
+        f'config.data.max_length + config.decode.max_extra_length = {longest}')
+  if 2 * config.decode.beam_size > config.data.vocab_size:
+    raise ValueError(f'config.decode.beam_size={config.decode.beam_size} needs a vocabulary of '
+                     f'at least {2 * config.decode.beam_size} tokens, config.data.vocab_size is '
+                     f'{config.data.vocab_size}')
   if config.data.source_lang == config.data.target_lang:
     raise ValueError('config.data.source_lang and config.data.target_lang must differ, both are '
                      f'{config.data.source_lang!r}')

@@ -1,43 +1,102 @@
-"""Greedy decoding, used for BLEU on the dev split during training.
+"""Translating a batch of token ids with a Transformer: greedy or beam search (§6.1).
 
-Each step re-runs the decoder over the whole output buffer (no key/value cache) and takes the
-argmax at the next position, inside one `lax.while_loop` that stops when every row has
-emitted EOS. The output buffer holds input length + `max_extra_length` tokens (§6.1).
+  outputs = decoding.translate(model, params, inputs, beam_size=4, alpha=0.6,
+                               max_extra_length=50)
+
+`model` must be deterministic (dropout off). The source is encoded once. The incremental
+decoder (the default) then keeps a key/value cache: the encoder-decoder attention keys and
+values are computed once per sentence and each decoder self-attention appends one position
+per step, so a step costs one position's work. `cached=False` re-runs the decoder over the
+whole output so far at every step instead, the reference the cache is tested and timed against.
 """
 
+import functools
+from typing import Any
+
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer_jax import search
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.model import Transformer
 from transformer_jax.model_config import PAD_ID
 
 
-def greedy(model: Transformer, params, inputs: jax.Array, max_extra_length: int) -> jax.Array:
+def _repeat_rows(tree: Any, copies: int) -> Any:
+  """Each row of every leaf with a leading batch axis, `copies` times (sentence-major)."""
+  return jax.tree.map(lambda x: jnp.repeat(x, copies, axis=0) if x.ndim else x, tree)
+
+
+def _log_probs(logits: jax.Array) -> jax.Array:
+  """Log-probabilities of the next token, (rows, vocab) float32. PAD_ID is the decoder's start
+  symbol, never a target, so it is excluded from the outputs."""
+  return jax.nn.log_softmax(logits.at[:, PAD_ID].set(-jnp.inf))
+
+
+def _take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
+  return jnp.take(x, rows, axis=0) if x.ndim else x
+
+
+def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+                  length: int, copies: int) -> search.Scorer:
+  """A scorer over the decoder's key/value cache, `copies` rows per sentence."""
+  _, variables = model.apply({'params': params}, encoded, source_mask, length,
+                             method='init_cache', mutable=['cache'])
+  cache = _repeat_rows(variables['cache'], copies)
+  encoded, source_mask = _repeat_rows((encoded, source_mask), copies)
+
+  def step(cache, tokens, i):
+    del i  # the cache holds the position
+    logits, variables = model.apply({'params': params, 'cache': cache}, encoded, source_mask,
+                                    tokens[:, None], True, method='decode', mutable=['cache'])
+    return _log_probs(logits[:, 0]), variables['cache']
+
+  def reorder(cache, rows):
+    # Encoder-decoder keys and values are the same for every hypothesis of a sentence, and
+    # hypotheses are only ever reordered within their sentence: only self-attention moves.
+    flat = flax.traverse_util.flatten_dict(cache)
+    return flax.traverse_util.unflatten_dict({
+        path: _take_rows(x, rows) if 'self_attention' in path else x
+        for path, x in flat.items()})
+
+  return search.Scorer(cache, step, reorder)
+
+
+def uncached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+                    length: int, copies: int) -> search.Scorer:
+  """A scorer that re-runs the decoder over all `length` positions at every step."""
+  encoded, source_mask = _repeat_rows((encoded, source_mask), copies)
+  decoder_inputs = jnp.full((encoded.shape[0], length), PAD_ID, jnp.int32)
+
+  def step(decoder_inputs, tokens, i):
+    decoder_inputs = decoder_inputs.at[:, i].set(tokens)
+    logits = model.apply({'params': params}, encoded, source_mask, decoder_inputs,
+                         method='decode')
+    return _log_probs(logits[:, i]), decoder_inputs
+
+  return search.Scorer(decoder_inputs, step, _take_rows)
+
+
+def translate(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alpha: float,
+              max_extra_length: int, cached: bool = True) -> jax.Array:
   """inputs: (b, s) source ids -> (b, s + max_extra_length) output ids, PAD_ID after EOS.
-  `model` must be deterministic (dropout off)."""
-  batch, length = inputs.shape[0], inputs.shape[1] + max_extra_length
+
+  beam_size 1 is greedy decoding (α unused), larger sizes beam search, as in tensor2tensor.
+  The output may hold s + max_extra_length tokens (§6.1: input length + 50, with the padded
+  input length as in tensor2tensor). All-padding rows give empty outputs.
+  """
+  length = inputs.shape[1] + max_extra_length
   source_mask = inputs != PAD_ID
-  variables = {'params': params}
-  encoded = model.apply(variables, inputs, source_mask, method='encode')
-
-  def step(carry):
-    i, outputs, done = carry
-    decoder_inputs = jnp.pad(outputs[:, :-1], ((0, 0), (1, 0)), constant_values=PAD_ID)
-    logits = model.apply(variables, encoded, source_mask, decoder_inputs, method='decode')
-    token = jnp.argmax(jax.lax.dynamic_index_in_dim(logits, i, axis=1, keepdims=False), -1)
-    token = jnp.where(done, PAD_ID, token).astype(outputs.dtype)
-    outputs = jax.lax.dynamic_update_index_in_dim(outputs, token, i, axis=1)
-    return i + 1, outputs, done | (token == EOS_ID)
-
-  def running(carry):
-    i, _, done = carry
-    return (i < length) & ~jnp.all(done)
-
-  # Empty (all-padding) rows are done from the start.
-  initial = (0, jnp.zeros((batch, length), inputs.dtype), ~jnp.any(source_mask, axis=1))
-  return jax.lax.while_loop(running, step, initial)[1]
+  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
+  make_scorer = cached_scorer if cached else uncached_scorer
+  active = jnp.any(source_mask, axis=1)
+  if beam_size == 1:
+    return search.greedy(make_scorer(model, params, encoded, source_mask, length, 1), length,
+                         active)
+  scorer = make_scorer(model, params, encoded, source_mask, length, beam_size)
+  return search.beam_search(scorer, beam_size, alpha, length, active)[0]
 
 
 def strip(tokens: np.ndarray) -> list[int]:
@@ -48,3 +107,14 @@ def strip(tokens: np.ndarray) -> list[int]:
       break
     ids.append(token)
   return ids
+
+
+def jit_translate(trainer, beam_size: int, alpha: float, max_extra_length: int,
+                  cached: bool = True):
+  """`translate` with `trainer`'s deterministic model, jitted on its mesh with parameters and
+  batches sharded as in training: (params, inputs) -> outputs."""
+  return jax.jit(
+      functools.partial(translate, trainer.eval_model, beam_size=beam_size, alpha=alpha,
+                        max_extra_length=max_extra_length, cached=cached),
+      in_shardings=(trainer.state_sharding.params, trainer.batch_sharding),
+      out_shardings=trainer.batch_sharding)

@@ -36,25 +36,26 @@ class PositionalEncoding(nn.Module):
   config: TransformerConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array) -> jax.Array:
-    """x: (b, length, d_model), positions 0..length-1."""
+  def __call__(self, x: jax.Array, offset: jax.Array | int = 0) -> jax.Array:
+    """x: (b, length, d_model) at positions offset..offset+length-1 (a traced offset is how
+    incremental decoding places its one new position)."""
     cfg = self.config
     length = x.shape[1]
+    if length > cfg.max_len:
+      raise ValueError(f'sequence length {length} exceeds config.model.max_len={cfg.max_len}, '
+                       'the number of positions the model encodes')
     if cfg.position_encoding == 'learned':
-      if length > cfg.max_len:
-        raise ValueError(
-            f'sequence length {length} exceeds config.model.max_len={cfg.max_len}, the size of '
-            'the learned position table')
       table = self.param(
           'embedding',
           nn.with_logical_partitioning(nn.initializers.normal(cfg.d_model**-0.5),
                                        ('position', 'embed')),
           (cfg.max_len, cfg.d_model),
           cfg.param_dtype,
-      )[:length]
+      )
     else:
-      table = sinusoid(length, cfg.d_model)
-    return x + jnp.asarray(table, cfg.dtype)[None]
+      table = jnp.asarray(sinusoid(cfg.max_len, cfg.d_model))
+    table = jax.lax.dynamic_slice_in_dim(table, offset, length)
+    return x + table.astype(cfg.dtype)[None]
 
 
 class Embeddings(nn.Module):

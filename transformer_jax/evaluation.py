@@ -1,5 +1,6 @@
-"""Evaluation on a split: loss, per-token perplexity (Table 3's PPL), token accuracy, and
-corpus BLEU of greedy translations (sacreBLEU on detokenized text).
+"""Evaluation on a split during training: loss, per-token perplexity (Table 3's PPL), token
+accuracy, and corpus BLEU (sacreBLEU on detokenized text) of translations decoded as
+`config.decode` says (beam search, or greedy with beam_size 1).
 
 References are the target token ids decoded back to text, so BLEU here follows the
 vocabulary's round trip (exact for SentencePiece except for unknown characters).
@@ -9,33 +10,22 @@ import itertools
 import math
 
 import jax
-from jax.experimental import multihost_utils
-import numpy as np
 import sacrebleu
 
-from transformer_jax import decoding
+from transformer_jax import decoding, partitioning
 from transformer_jax.data import pipeline, tokenizer
 from transformer_jax.steps import Trainer
 
 
-def _gather(array: jax.Array) -> np.ndarray:
-  """A global array's rows from every process."""
-  if jax.process_count() == 1:
-    return np.asarray(array)
-  return np.asarray(multihost_utils.process_allgather(array, tiled=True))
-
-
 class Evaluator:
-  """Jits greedy decoding once per input shape and evaluates a split of `data`."""
+  """Evaluates a split of `data`; decoding compiles once per bucket shape."""
 
   def __init__(self, trainer: Trainer, data: pipeline.Data):
     self._trainer = trainer
     self._data = data
-    max_extra = trainer.config.decode.max_extra_length
-    self._greedy = jax.jit(
-        lambda params, inputs: decoding.greedy(trainer.eval_model, params, inputs, max_extra),
-        in_shardings=(trainer.state_sharding.params, trainer.batch_sharding),
-        out_shardings=trainer.batch_sharding)
+    decode = trainer.config.decode
+    self._translate = decoding.jit_translate(trainer, decode.beam_size, decode.alpha,
+                                             decode.max_extra_length)
 
   def __call__(self, params, split: str, num_batches: int = -1, bleu: bool = True) -> dict:
     """Metrics over the first `num_batches` batches of `split` (-1: all of it)."""
@@ -50,8 +40,8 @@ class Evaluator:
       for name in totals:
         totals[name] += float(sums[name])
       if bleu:
-        outputs = _gather(self._greedy(params, batch['inputs']))
-        targets = _gather(batch['targets'])
+        outputs = partitioning.gather_rows(self._translate(params, batch['inputs']))
+        targets = partitioning.gather_rows(batch['targets'])
         for output, target in zip(outputs, targets):
           if target[0] != 0:  # skip the empty rows that fill a bucket's last batch
             hypotheses.append(tokenizer.decode(self._data.tokenizer, decoding.strip(output)))

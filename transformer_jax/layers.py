@@ -108,14 +108,17 @@ class DecoderLayer(nn.Module):
 
   @nn.compact
   def __call__(
-      self, y: jax.Array, encoded: jax.Array, self_mask: jax.Array, memory_mask: jax.Array
+      self, y: jax.Array, encoded: jax.Array, self_mask: jax.Array, memory_mask: jax.Array,
+      decode: bool = False,
   ) -> jax.Array:
     """y: (b, t, d_model); encoded: (b, s, d_model); self_mask: (1, 1, t, t) causal;
-    memory_mask: (b, 1, 1, s) source padding mask."""
+    memory_mask: (b, 1, 1, s) source padding mask; decode: incremental decoding with the
+    attentions' caches (see MultiHeadAttention)."""
     cfg = self.config
     self_attention = MultiHeadAttention(cfg, name='self_attention')
-    y = sublayer_connection(cfg, y, lambda z: self_attention(z, z, self_mask), 'self_attention')
-    cross_attention = MultiHeadAttention(cfg, name='encoder_attention')
+    y = sublayer_connection(cfg, y, lambda z: self_attention(z, z, self_mask, decode),
+                            'self_attention')
+    cross_attention = MultiHeadAttention(cfg, encoder_decoder=True, name='encoder_attention')
     y = sublayer_connection(
-        cfg, y, lambda z: cross_attention(z, encoded, memory_mask), 'encoder_attention')
+        cfg, y, lambda z: cross_attention(z, encoded, memory_mask, decode), 'encoder_attention')
     return sublayer_connection(cfg, y, FeedForward(cfg, name='ffn'), 'ffn')

@@ -33,9 +33,10 @@ def _layer_drop(module: nn.Module, cfg: TransformerConfig, x: jax.Array, *args) 
   return jnp.where(keep, y, x)
 
 
-def _prepare(cfg: TransformerConfig, embedded: jax.Array, name: str) -> jax.Array:
+def _prepare(cfg: TransformerConfig, embedded: jax.Array, name: str,
+             offset: jax.Array | int = 0) -> jax.Array:
   """Positional encoding, then dropout on the sum (§3.5, §5.4)."""
-  x = PositionalEncoding(cfg, name=name)(embedded)
+  x = PositionalEncoding(cfg, name=name)(embedded, offset)
   return nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
 
 
@@ -66,17 +67,30 @@ class Decoder(nn.Module):
 
   @nn.compact
   def __call__(
-      self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array
+      self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array,
+      decode: bool = False,
   ) -> jax.Array:
     """encoded: (b, s, d_model); source_mask: (b, s) bool; decoder_inputs: (b, t) ids
-    -> logits (b, t, vocab) float32."""
+    -> logits (b, t, vocab) float32.
+
+    decode: incremental decoding with a 'cache' collection. The first call creates the cache
+    for t positions (see `Transformer.init_cache`); each later call takes the one next input
+    token per row (t = 1) and returns the logits of the next position.
+    """
     cfg = self.config
-    y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position')
+    offset = 0
+    if decode:
+      creating = not self.has_variable('cache', 'index')
+      index = self.variable('cache', 'index', lambda: jnp.zeros((), jnp.int32))
+      if not creating:
+        offset = index.value
+        index.value += 1
+    y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position', offset)
     self_mask = causal_mask(decoder_inputs.shape[1])
     memory_mask = padding_mask(source_mask)
     for i in range(cfg.num_layers):
       y = _layer_drop(DecoderLayer(cfg, name=f'layer_{i}'), cfg, y, encoded, self_mask,
-                      memory_mask)
+                      memory_mask, decode)
     if cfg.norm_position == 'pre':
       y = normalize(cfg, y, 'final_norm')
     return self.embeddings.logits(y)
@@ -97,9 +111,18 @@ class Transformer(nn.Module):
     return self.encoder(inputs, source_mask)
 
   def decode(
-      self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array
+      self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array,
+      decode: bool = False,
   ) -> jax.Array:
-    return self.decoder(encoded, source_mask, decoder_inputs)
+    return self.decoder(encoded, source_mask, decoder_inputs, decode)
+
+  def init_cache(self, encoded: jax.Array, source_mask: jax.Array, length: int) -> None:
+    """Creates the incremental-decoding cache for outputs of up to `length` tokens; apply with
+    `mutable=['cache']` and keep the 'cache' collection. The encoder-decoder attention keys and
+    values of `encoded` are computed here, once per sentence. The decoder's output over the
+    placeholder inputs is discarded (under jit, never computed)."""
+    placeholder = jnp.zeros((encoded.shape[0], length), jnp.int32)
+    self.decoder(encoded, source_mask, placeholder, decode=True)
 
   def __call__(self, inputs: jax.Array, decoder_inputs: jax.Array) -> jax.Array:
     source_mask = inputs != PAD_ID

@@ -13,6 +13,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import ml_collections
 import numpy as np
@@ -44,7 +45,9 @@ def make_mesh(config: ml_collections.ConfigDict, devices=None) -> Mesh:
 
 
 def axis_rules(config: ml_collections.ConfigDict) -> tuple:
-  return tuple((logical, mesh_axes) for logical, mesh_axes in config.parallel.axis_rules)
+  """(logical axis, mesh axes) pairs; mesh axes read back from JSON as a list become a tuple."""
+  return tuple((logical, tuple(mesh_axes) if isinstance(mesh_axes, list) else mesh_axes)
+               for logical, mesh_axes in config.parallel.axis_rules)
 
 
 def _ways(mesh: Mesh, axes) -> int:
@@ -90,3 +93,10 @@ def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) ->
           sharding, value, (value.shape[0] * processes,) + value.shape[1:])
       for name, value in local_batch.items()
   }
+
+
+def gather_rows(array: jax.Array) -> np.ndarray:
+  """A global batch-sharded array's rows from every process, on the host."""
+  if jax.process_count() == 1:
+    return np.asarray(array)
+  return np.asarray(multihost_utils.process_allgather(array, tiled=True))

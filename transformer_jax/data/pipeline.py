@@ -59,13 +59,19 @@ def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1
     examples = datasets.load_split(config.data, split)
     pairs[split] = [datasets.source_target(example, config.data) for example in examples]
   processor = vocabulary(config, workdir, pairs['train'])
-  batchers = {}
-  for split in SPLITS:
-    sources = tokenizer.encode(processor, [source for source, _ in pairs[split]])
-    targets = tokenizer.encode(processor, [target for _, target in pairs[split]])
-    tokenized = batching.TokenizedSplit.from_pairs(sources, targets, config.data.max_length)
-    logging.info('%s: %d pairs kept, %d longer than %d tokens dropped', split, len(tokenized),
-                 tokenized.num_dropped, config.data.max_length)
-    batchers[split] = batching.Batcher(tokenized, config.data.max_length,
-                                       config.data.tokens_per_batch, rows_multiple)
-  return Data(processor, batchers)
+  return Data(processor, {split: batcher(config, processor, pairs[split], rows_multiple, split)
+                          for split in SPLITS})
+
+
+def batcher(config: ml_collections.ConfigDict, processor: spm.SentencePieceProcessor,
+            pairs: list[tuple[str, str]], rows_multiple: int = 1,
+            name: str = 'split') -> batching.Batcher:
+  """Tokenizes (source, target) text pairs and plans their batches; pairs with a side longer
+  than `config.data.max_length` tokens are dropped."""
+  sources = tokenizer.encode(processor, [source for source, _ in pairs])
+  targets = tokenizer.encode(processor, [target for _, target in pairs])
+  tokenized = batching.TokenizedSplit.from_pairs(sources, targets, config.data.max_length)
+  logging.info('%s: %d pairs kept, %d longer than %d tokens dropped', name, len(tokenized),
+               tokenized.num_dropped, config.data.max_length)
+  return batching.Batcher(tokenized, config.data.max_length, config.data.tokens_per_batch,
+                          rows_multiple)

@@ -1,0 +1,225 @@
+"""Incremental decoding against the full forward pass, and the search algorithms against
+exhaustive search over hand-built scoring tables."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import init_params, random_tokens, tiny_config
+from transformer_jax import decoding, search
+from transformer_jax.data.tokenizer import EOS_ID
+from transformer_jax.model import Transformer
+from transformer_jax.model_config import PAD_ID
+
+MODEL_OPTIONS = [
+    {},
+    {'norm_position': 'pre'},
+    {'position_encoding': 'learned'},
+    {'share_embeddings': False, 'num_heads': 1},
+]
+
+
+@pytest.mark.parametrize('options', MODEL_OPTIONS)
+def test_cached_logits_equal_the_full_forward_pass(rng, options):
+  """Feeding a target one token at a time through the cache gives, at every position, the
+  logits that the uncached decoder computes over the whole target at once."""
+  cfg = tiny_config(**options)
+  model, params = Transformer(cfg), init_params(cfg)
+  inputs = jnp.asarray(random_tokens(rng, (3, 6), cfg.vocab_size, lengths=[6, 3, 1]))
+  decoder_inputs = jnp.asarray(random_tokens(rng, (3, 9), cfg.vocab_size)).at[:, 0].set(PAD_ID)
+  source_mask = inputs != PAD_ID
+  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
+  full = model.apply({'params': params}, encoded, source_mask, decoder_inputs, method='decode')
+
+  _, variables = model.apply({'params': params}, encoded, source_mask, 12, method='init_cache',
+                             mutable=['cache'])
+  cache, stepwise = variables['cache'], []
+  for i in range(decoder_inputs.shape[1]):
+    logits, variables = model.apply({'params': params, 'cache': cache}, encoded, source_mask,
+                                    decoder_inputs[:, i:i + 1], True, method='decode',
+                                    mutable=['cache'])
+    cache = variables['cache']
+    stepwise.append(logits[:, 0])
+  np.testing.assert_allclose(np.stack(stepwise, 1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_cache_holds_the_encoder_keys_once_and_appends_self_attention():
+  cfg = tiny_config()
+  model, params = Transformer(cfg), init_params(cfg)
+  inputs = jnp.ones((2, 5), jnp.int32)
+  encoded = model.apply({'params': params}, inputs, inputs != 0, method='encode')
+  _, variables = model.apply({'params': params}, encoded, inputs != 0, 11, method='init_cache',
+                             mutable=['cache'])
+  layer = variables['cache']['decoder']['layer_0']
+  assert layer['encoder_attention']['key'].shape == (2, 5, cfg.num_heads, cfg.d_k)
+  assert layer['self_attention']['value'].shape == (2, 11, cfg.num_heads, cfg.d_v)
+  assert not np.any(layer['self_attention']['key'])
+  assert int(layer['self_attention']['index']) == 0
+
+
+def _greedy_by_full_forward(model, params, inputs, length):
+  """Reference: at every step re-run the whole decoder and take the argmax (numpy loop)."""
+  source_mask = inputs != PAD_ID
+  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
+  outputs = np.zeros((inputs.shape[0], length), np.int32)
+  done = ~np.asarray(source_mask).any(1)
+  for i in range(length):
+    decoder_inputs = np.pad(outputs[:, :-1], ((0, 0), (1, 0)))
+    logits = np.array(model.apply({'params': params}, encoded, source_mask, decoder_inputs,
+                                  method='decode')[:, i])
+    logits[:, PAD_ID] = -np.inf
+    outputs[:, i] = np.where(done, PAD_ID, logits.argmax(-1))
+    done |= outputs[:, i] == EOS_ID
+  return outputs
+
+
+def _lively_params(cfg, seed=0):
+  """Random parameters whose greedy outputs vary from step to step: target embeddings small
+  next to the positions, the output projection large, so consecutive tokens differ."""
+  params = init_params(cfg, seed)
+  embeddings = dict(params['embeddings'])
+  embeddings['target'] = embeddings['target'] * 0.01
+  embeddings['output'] = embeddings['output'] * 30.0
+  return {**params, 'embeddings': embeddings}
+
+
+def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng):
+  cfg = tiny_config(share_embeddings=False, max_len=32)
+  model, params = Transformer(cfg), _lively_params(cfg)
+  inputs = jnp.asarray(random_tokens(rng, (4, 6), cfg.vocab_size, lengths=[6, 4, 2, 0]))
+  outputs = jax.jit(lambda p, x: decoding.translate(
+      model, p, x, beam_size=1, alpha=0.6, max_extra_length=10))(params, inputs)
+  expected = _greedy_by_full_forward(model, params, inputs, 16)
+  np.testing.assert_array_equal(outputs, expected)
+  assert len(set(expected[0].tolist())) >= 3  # the test is not about a constant output
+  assert not np.any(outputs[3])  # an empty input gives an empty output
+
+
+@pytest.mark.parametrize('beam_size', [1, 4])
+def test_cached_and_uncached_translations_agree(rng, beam_size):
+  cfg = tiny_config(share_embeddings=False, max_len=32)
+  model, params = Transformer(cfg), _lively_params(cfg, seed=3)
+  inputs = jnp.asarray(random_tokens(rng, (3, 5), cfg.vocab_size, lengths=[5, 2, 4]))
+  run = {cached: jax.jit(lambda p, x, cached=cached: decoding.translate(
+      model, p, x, beam_size=beam_size, alpha=0.6, max_extra_length=8, cached=cached))
+         for cached in (True, False)}
+  np.testing.assert_array_equal(run[True](params, inputs), run[False](params, inputs))
+
+
+# Hand-built scorers: the next token's probabilities depend only on the previous token.
+# Vocabulary: 0 = PAD (never produced), 1 = EOS, 2 = a, 3 = b.
+A, B = 2, 3
+
+
+def _table(rows: dict) -> np.ndarray:
+  """{previous token: {next token: probability}} -> (4, 4) log-probabilities."""
+  table = np.full((4, 4), -np.inf, np.float32)
+  for previous, probabilities in rows.items():
+    for token, p in probabilities.items():
+      table[previous, token] = np.log(p)
+  return table
+
+
+def _table_scorer(table: np.ndarray, rows: int) -> search.Scorer:
+  table = jnp.asarray(table)
+  return search.Scorer(state=jnp.zeros((rows,), jnp.int32),
+                       step=lambda state, tokens, i: (table[tokens], state),
+                       reorder=lambda state, rows: state[rows])
+
+
+def _beam(table, beam_size, alpha, length, batch=1):
+  scorer = _table_scorer(table, batch * beam_size)
+  tokens, scores = jax.jit(
+      lambda: search.beam_search(scorer, beam_size, alpha, length, jnp.ones(batch, bool)))()
+  return np.asarray(tokens), np.asarray(scores)
+
+
+def _exhaustive(table, alpha, length):
+  """The finished sequence (ending in EOS, at most `length` tokens) of the highest
+  log-probability / ((5 + len) / 6)^alpha, by enumerating them all in float64."""
+  best, best_score = None, -np.inf
+  table = table.astype(np.float64)
+  for n in range(1, length + 1):
+    for body in itertools.product(range(1, table.shape[1]), repeat=n - 1):
+      if EOS_ID in body:
+        continue
+      sequence = (*body, EOS_ID)
+      previous = (PAD_ID, *body)
+      log_prob = sum(table[p, t] for p, t in zip(previous, sequence))
+      score = log_prob / ((5.0 + n) / 6.0) ** alpha
+      if score > best_score:
+        best, best_score = sequence, score
+  return best, best_score
+
+
+def _as_sequence(tokens: np.ndarray) -> tuple:
+  ids = tokens.tolist()
+  return tuple(ids[:ids.index(EOS_ID) + 1]) if EOS_ID in ids else tuple(ids)
+
+
+def test_beam_search_finds_what_greedy_misses():
+  # Greedy takes a (0.6) and then EOS (0.4): 0.24. "b EOS" has 0.4 * 0.95 = 0.38.
+  table = _table({PAD_ID: {A: 0.6, B: 0.4}, A: {EOS_ID: 0.4, A: 0.3, B: 0.3},
+                  B: {EOS_ID: 0.95, A: 0.025, B: 0.025}})
+  greedy = jax.jit(lambda: search.greedy(_table_scorer(table, 1), 5, jnp.ones(1, bool)))()
+  assert _as_sequence(np.asarray(greedy[0])) == (A, EOS_ID)
+  tokens, score = _beam(table, beam_size=2, alpha=0.0, length=5)
+  assert _as_sequence(tokens[0]) == (B, EOS_ID)
+  np.testing.assert_allclose(score[0], np.log(0.38), rtol=1e-6)
+
+
+@pytest.mark.parametrize('alpha, expected', [(0.0, (EOS_ID,)), (0.6, (EOS_ID,)),
+                                             (0.9, (EOS_ID,)), (0.95, (A, EOS_ID)),
+                                             (2.0, (A, EOS_ID))])
+def test_length_penalty_changes_the_choice_where_the_formula_says(alpha, expected):
+  # "EOS": log 0.5 / lp(1) with lp(1) = 1; "a EOS": log 0.45 / lp(2) with lp(2) = (7/6)^α.
+  # The longer one wins when (7/6)^α > log 0.45 / log 0.5, i.e. α > 0.924.
+  table = _table({PAD_ID: {EOS_ID: 0.5, A: 0.5}, A: {EOS_ID: 0.9, A: 0.1}})
+  threshold = np.log(np.log(0.45) / np.log(0.5)) / np.log(7 / 6)
+  assert (alpha > threshold) == (expected == (A, EOS_ID))
+  tokens, _ = _beam(table, beam_size=2, alpha=alpha, length=4)
+  assert _as_sequence(tokens[0]) == expected
+
+
+@pytest.mark.parametrize('seed', range(6))
+@pytest.mark.parametrize('alpha', [0.0, 0.6, 1.5])
+def test_wide_beam_equals_exhaustive_search(seed, alpha):
+  """A beam wide enough to hold every live hypothesis returns the exact optimum: early
+  termination never cuts off a better one."""
+  rng = np.random.default_rng(seed)
+  table = np.log(rng.dirichlet(np.full(3, 0.7), size=4)).astype(np.float32)
+  table = np.concatenate([np.full((4, 1), -np.inf, np.float32), table], 1)  # no PAD output
+  length = 5
+  tokens, score = _beam(table, beam_size=16, alpha=alpha, length=length)
+  best, best_score = _exhaustive(table, alpha, length)
+  assert _as_sequence(tokens[0]) == best
+  np.testing.assert_allclose(score[0], best_score, rtol=1e-5)
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_beam_of_one_is_greedy_without_length_penalty(seed):
+  rng = np.random.default_rng(seed)
+  batch, length = 3, 7
+  table = np.log(rng.dirichlet(np.full(5, 0.5), size=6)).astype(np.float32)
+  table = np.concatenate([np.full((6, 1), -np.inf, np.float32), table], 1)
+  greedy = jax.jit(lambda: search.greedy(_table_scorer(table, batch), length,
+                                         jnp.ones(batch, bool)))()
+  tokens, _ = _beam(table, beam_size=1, alpha=0.0, length=length, batch=batch)
+  np.testing.assert_array_equal(tokens, greedy)
+
+
+def test_sentences_are_searched_independently():
+  """Each sentence of a batch gets what it gets alone; an inactive one gets nothing."""
+  rng = np.random.default_rng(7)
+  table = np.log(rng.dirichlet(np.full(3, 0.7), size=4)).astype(np.float32)
+  table = np.concatenate([np.full((4, 1), -np.inf, np.float32), table], 1)
+  alone, _ = _beam(table, beam_size=3, alpha=0.6, length=6)
+  scorer = _table_scorer(table, 3 * 3)
+  tokens, _ = jax.jit(lambda: search.beam_search(
+      scorer, 3, 0.6, 6, jnp.array([True, False, True])))()
+  np.testing.assert_array_equal(tokens[0], alone[0])
+  np.testing.assert_array_equal(tokens[2], alone[0])
+  assert not np.any(tokens[1])

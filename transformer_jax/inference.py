@@ -1,0 +1,106 @@
+"""A trained model loaded from its workdir, translating text; what `translate` and `evaluate`
+share.
+
+  translator = inference.Translator('/tmp/run', beam_size=4, alpha=0.6, average_last=5)
+  german = translator.translate(['A man is sleeping.'])
+
+Sentences are grouped by length into the training buckets and decoded `batch_size` at a time
+(empty rows fill a bucket's last batch), so decoding compiles once per bucket. Output order is
+input order.
+"""
+
+import os
+from typing import Sequence
+
+from absl import logging
+import jax
+import numpy as np
+import tqdm
+
+from transformer_jax import checkpointing, config_lib, decoding, partitioning, steps
+from transformer_jax.data import batching, tokenizer
+from transformer_jax.data.tokenizer import EOS_ID
+from transformer_jax.model_config import PAD_ID
+
+
+class Translator:
+  """The parameters of a workdir's last `average_last` checkpoints, averaged (§6.1), on every
+  device, with the decoding settings of `config.decode` unless given here."""
+
+  def __init__(self, workdir: str, *, beam_size: int | None = None, alpha: float | None = None,
+               average_last: int | None = None, batch_size: int = 64, cached: bool = True):
+    config = checkpointing.load_config(workdir)
+    for field, value in (('beam_size', beam_size), ('alpha', alpha),
+                         ('average_last', average_last)):
+      if value is not None:
+        config.decode[field] = value
+    config_lib.validate(config)
+    if batch_size <= 0:
+      raise ValueError(f'--batch_size must be a positive integer, got {batch_size}')
+    self.config = config
+    self.trainer = steps.Trainer(config, partitioning.make_mesh(config))
+    self.tokenizer = tokenizer.load(os.path.join(workdir, tokenizer.MODEL_FILENAME))
+    checkpoints = checkpointing.Checkpoints(workdir)
+    available = checkpoints.all_steps()
+    if not available:
+      raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, "checkpoints")}: '
+                              'train with transformer_jax.train first')
+    self.steps = available[-config.decode.average_last:]
+    if len(self.steps) < config.decode.average_last:
+      logging.warning('averaging the %d checkpoints %s: fewer than the %d asked for',
+                      len(self.steps), self.steps, config.decode.average_last)
+    self.params = checkpoints.average_params(self.steps,
+                                             self.trainer.abstract_unboxed_state.params)
+    checkpoints.close()
+    shards = self.trainer.batch_shards
+    self.rows = -(-batch_size // shards) * shards
+    decode = config.decode
+    self._translate = decoding.jit_translate(self.trainer, decode.beam_size, decode.alpha,
+                                             decode.max_extra_length, cached)
+
+  def encode(self, texts: Sequence[str], source: str = '<input>') -> list[np.ndarray]:
+    """Token ids (EOS-terminated) of each text; empty for an empty text. A text longer than
+    `config.data.max_length` tokens is truncated to it, with a warning naming `source` and its
+    line number (1-based)."""
+    max_length = self.config.data.max_length
+    ids = tokenizer.encode(self.tokenizer, texts)
+    for line, (text, sentence) in enumerate(zip(texts, ids), start=1):
+      if not text.strip():
+        ids[line - 1] = np.zeros((0,), np.int32)
+      elif len(sentence) > max_length:
+        logging.warning('%s:%d: %d tokens, more than the model\'s maximum of %d '
+                        '(config.data.max_length); translating the first %d', source, line,
+                        len(sentence), max_length, max_length - 1)
+        ids[line - 1] = np.append(sentence[:max_length - 1], EOS_ID).astype(np.int32)
+    return ids
+
+  def translate_ids(self, sources: Sequence[np.ndarray], progress: bool = False
+                    ) -> list[list[int]]:
+    """Output ids (without EOS) of each source; [] for an empty source."""
+    lengths = batching.bucket_lengths(self.config.data.max_length)
+    bucket = np.searchsorted(lengths, [len(s) for s in sources])
+    outputs = [[] for _ in sources]
+    process, processes = jax.process_index(), jax.process_count()
+    with tqdm.tqdm(total=len(sources), disable=not progress, unit='sentence',
+                   dynamic_ncols=True) as bar:
+      for b in reversed(range(len(lengths))):  # longest first: the slowest batches show early
+        members = [i for i in np.flatnonzero(bucket == b) if len(sources[i])]
+        for start in range(0, len(members), self.rows):
+          chunk = members[start:start + self.rows]
+          inputs = np.full((self.rows, lengths[b]), PAD_ID, np.int32)
+          for row, i in enumerate(chunk):
+            inputs[row, :len(sources[i])] = sources[i]
+          local = {'inputs': batching.process_rows(inputs, process, processes)}
+          batch = self.trainer.put_batch(local)
+          result = partitioning.gather_rows(self._translate(self.params, batch['inputs']))
+          for row, i in enumerate(chunk):
+            outputs[i] = decoding.strip(result[row])
+          bar.update(len(chunk))
+      bar.update(len(sources) - bar.n)  # the empty ones
+    return outputs
+
+  def translate(self, texts: Sequence[str], source: str = '<input>',
+                progress: bool = False) -> list[str]:
+    """One translation per text, in order; an empty text gives an empty translation."""
+    outputs = self.translate_ids(self.encode(texts, source), progress)
+    return [self.tokenizer.decode(ids) if ids else '' for ids in outputs]

@@ -1,0 +1,145 @@
+"""Greedy decoding and beam search (§6.1), independent of the model.
+
+A `Scorer` supplies the next token's log-probabilities one position at a time; the search
+algorithms below run entirely inside `lax.while_loop`, so a jitted search compiles once per
+input shape. `decoding.py` builds scorers from a Transformer (with or without a key/value
+cache); tests build them from hand-written tables.
+
+Rows are laid out sentence-major: with `copies` hypotheses per sentence, row r belongs to
+sentence r // copies.
+"""
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from transformer_jax.data.tokenizer import EOS_ID
+from transformer_jax.model_config import PAD_ID
+
+# step(state, tokens, i) -> (log_probs, state): tokens (rows,) are the inputs at position i
+# (PAD_ID, the start symbol, at i = 0); log_probs (rows, vocab) float32 are those of the token
+# at position i.
+StepFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
+# reorder(state, rows) -> state with row r taken from row rows[r].
+ReorderFn = Callable[[Any, jax.Array], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Scorer:
+  state: Any
+  step: StepFn
+  reorder: ReorderFn
+
+
+def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
+  """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al., 2016), which §6.1 uses with α = 0.6."""
+  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+def greedy(scorer: Scorer, length: int, active: jax.Array) -> jax.Array:
+  """The most probable token at every position until EOS.
+
+  Args:
+    scorer: one row per sentence.
+    length: the most output tokens (EOS included).
+    active: (batch,) bool; inactive rows (empty inputs) produce nothing.
+
+  Returns:
+    (batch, length) ids; PAD_ID after EOS.
+  """
+  batch = active.shape[0]
+
+  def step(carry):
+    i, outputs, done, state = carry
+    previous = jnp.where(i == 0, PAD_ID, outputs[:, jnp.maximum(i - 1, 0)])
+    log_probs, state = scorer.step(state, previous, i)
+    token = jnp.where(done, PAD_ID, jnp.argmax(log_probs, axis=-1)).astype(jnp.int32)
+    outputs = outputs.at[:, i].set(token)
+    return i + 1, outputs, done | (token == EOS_ID), state
+
+  def running(carry):
+    i, _, done, _ = carry
+    return (i < length) & ~jnp.all(done)
+
+  initial = (jnp.zeros((), jnp.int32), jnp.zeros((batch, length), jnp.int32), ~active,
+             scorer.state)
+  return jax.lax.while_loop(running, step, initial)[1]
+
+
+def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
+                active: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Beam search with the length penalty of §6.1, as tensor2tensor's `beam_search.py`.
+
+  Live hypotheses are ranked by log-probability, finished ones (ended by EOS) by
+  log-probability / lp(length), the length counting EOS. Each step extends the live beams by
+  every token, keeps the best 2k candidates, moves those that end in EOS and rank among the best
+  k to the finished set (the best k finished are kept), and continues the best k others. The
+  "among the best k" rule (fairseq's, where tensor2tensor takes all 2k) makes a beam of one
+  exactly greedy decoding when α = 0.
+
+  A sentence is done when its k finished hypotheses all score at least the best live
+  hypothesis's upper bound, its log-probability / lp(length): log-probabilities only fall as a
+  hypothesis grows, and lp is largest at the longest output because α >= 0 (early
+  termination, §6.1). The search stops when every sentence is done or at `length` tokens;
+  a sentence with no finished hypothesis then returns its best live one.
+
+  Args:
+    scorer: `beam_size` rows per sentence, sentence-major.
+    beam_size: k.
+    alpha: α >= 0 of the length penalty.
+    length: the most output tokens (EOS included).
+    active: (batch,) bool; inactive rows (empty inputs) are done from the start.
+
+  Returns:
+    (batch, length) ids of each sentence's best hypothesis (PAD_ID after EOS), and its score.
+  """
+  batch, k = active.shape[0], beam_size
+  minus_inf = jnp.array(-jnp.inf, jnp.float32)
+  max_penalty = length_penalty(length, alpha)
+
+  def step(carry):
+    i, live, live_log_probs, finished, finished_scores, _, state = carry
+    previous = jnp.where(i == 0, PAD_ID, live[:, :, jnp.maximum(i - 1, 0)]).reshape(-1)
+    log_probs, state = scorer.step(state, previous, i)
+    vocab = log_probs.shape[-1]
+    candidates = live_log_probs[:, :, None] + log_probs.reshape(batch, k, vocab)
+    top_log_probs, top = jax.lax.top_k(candidates.reshape(batch, k * vocab), 2 * k)
+    beam, token = top // vocab, top % vocab  # (batch, 2k)
+    sequences = jnp.take_along_axis(live, beam[:, :, None], axis=1).at[:, :, i].set(token)
+    ends = token == EOS_ID
+
+    # The candidates that end here and rank among the best k join the finished set.
+    scores = top_log_probs / length_penalty(i + 1, alpha)
+    scores = jnp.where(ends & (jnp.arange(2 * k) < k), scores, minus_inf)
+    finished_scores, best = jax.lax.top_k(jnp.concatenate([finished_scores, scores], 1), k)
+    finished = jnp.take_along_axis(jnp.concatenate([finished, sequences], 1), best[:, :, None],
+                                   axis=1)
+
+    # The best k that go on; at most k of the 2k candidates end, so k always remain.
+    live_log_probs, best = jax.lax.top_k(jnp.where(ends, minus_inf, top_log_probs), k)
+    live = jnp.take_along_axis(sequences, best[:, :, None], axis=1)
+    rows = jnp.take_along_axis(beam, best, axis=1) + jnp.arange(batch)[:, None] * k
+    state = scorer.reorder(state, rows.reshape(-1))
+
+    bound = live_log_probs[:, 0] / max_penalty
+    done = ~active | (finished_scores[:, -1] >= bound)
+    return i + 1, live, live_log_probs, finished, finished_scores, done, state
+
+  def running(carry):
+    i, *_, done, _ = carry
+    return (i < length) & ~jnp.all(done)
+
+  # Only the first beam is live at the start, so the first step expands one hypothesis.
+  initial_log_probs = jnp.tile(jnp.where(jnp.arange(k) == 0, 0.0, minus_inf), (batch, 1))
+  sequences = jnp.zeros((batch, k, length), jnp.int32)
+  initial = (jnp.zeros((), jnp.int32), sequences, initial_log_probs, sequences,
+             jnp.full((batch, k), minus_inf), ~active, scorer.state)
+  _, live, live_log_probs, finished, finished_scores, _, _ = jax.lax.while_loop(
+      running, step, initial)
+  any_finished = finished_scores[:, 0] > minus_inf
+  best = jnp.where(any_finished[:, None], finished[:, 0], live[:, 0])
+  best = jnp.where(active[:, None], best, PAD_ID)
+  score = jnp.where(any_finished, finished_scores[:, 0], live_log_probs[:, 0] / max_penalty)
+  return best, score
