@@ -18,8 +18,7 @@ import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
 
-from transformer_jax import costs
-from transformer_jax import config_lib
+from transformer_jax import config_lib, costs, partitioning, steps
 from transformer_jax.data import tokenizer
 
 CONFIG_FILENAME = 'config.json'
@@ -57,10 +56,13 @@ class Checkpoints:
     """Only the parameters of `step`'s state (not the optimizer state), placed with
     `abstract_params`' shardings."""
     restore_args = ocp.checkpoint_utils.construct_restore_args(abstract_params)
-    restored = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
-        {'params': abstract_params}, restore_args={'params': restore_args},
-        partial_restore=True)))
-    return restored['state']['params']
+    with ocp.PyTreeCheckpointer() as checkpointer:
+      restored = checkpointer.restore(
+          self._manager.directory / str(step) / 'state',
+          args=ocp.args.PyTreeRestore({'params': abstract_params},
+                                      restore_args={'params': restore_args},
+                                      partial_restore=True))
+    return restored['params']
 
   def average_params(self, steps: Sequence[int], abstract_params: Any) -> Any:
     """The element-wise mean of the parameters of `steps` (§6.1 averages the last 5 or 20
@@ -129,3 +131,33 @@ def atomic_write(path: str, text: str) -> None:
   with tempfile.NamedTemporaryFile('w', encoding='utf-8', dir=directory, delete=False) as f:
     f.write(text)
   os.replace(f.name, path)
+
+
+def save_average(workdir: str, last: int | None, output: str) -> list[int]:
+  """Writes the average of `workdir`'s last `last` checkpoints to the workdir `output` and
+  returns the averaged steps."""
+  config = load_config(workdir)
+  last = config.decode.average_last if last is None else last
+  if last <= 0:
+    raise ValueError(f'--last must be a positive integer, got {last}')
+  source = Checkpoints(workdir)
+  averaged = source.all_steps()[-last:]
+  if not averaged:
+    raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, "checkpoints")}')
+  if os.path.isdir(os.path.join(output, 'checkpoints')) and os.listdir(
+      os.path.join(output, 'checkpoints')):
+    raise FileExistsError(f'{output} already holds checkpoints; choose a new --output')
+  trainer = steps.Trainer(config, partitioning.make_mesh(config))
+  state, data_state = source.restore(averaged[-1], trainer.abstract_unboxed_state)
+  state = state.replace(
+      params=source.average_params(averaged, trainer.abstract_unboxed_state.params))
+  source.close()
+  os.makedirs(output, exist_ok=True)
+  write_config(config, output)
+  shutil.copyfile(os.path.join(workdir, tokenizer.MODEL_FILENAME),
+                  os.path.join(output, tokenizer.MODEL_FILENAME))
+  target = Checkpoints(output, keep=1)
+  target.save(averaged[-1], state, data_state)
+  target.wait()
+  target.close()
+  return averaged

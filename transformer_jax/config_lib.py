@@ -6,7 +6,7 @@ before any long work starts and names the offending field in its error.
 
 import sys
 
-from absl import flags
+from absl import app, flags, logging
 import jax.numpy as jnp
 import ml_collections
 
@@ -127,3 +127,12 @@ def parse_flags(argv: list[str]) -> list[str]:
     unknown = _unknown_override(argv, flags.FLAGS['config'].value)
     sys.exit(f'error: {unknown or e}')
   return remaining
+
+
+def start_command(argv: list[str]) -> None:
+  """What every command's `main` does first: rejects positional arguments and, unless
+  --verbosity is given, logs warnings only (orbax logs every file operation at INFO)."""
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)

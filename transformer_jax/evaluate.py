@@ -19,10 +19,10 @@ import os
 import sys
 import time
 
-from absl import app, flags, logging
+from absl import app, flags
 import jax
 
-from transformer_jax import bleu, checkpointing, inference, translate
+from transformer_jax import bleu, checkpointing, config_lib, inference, translate
 from transformer_jax.data import datasets, pipeline
 
 _SPLIT = flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Which split.')
@@ -102,10 +102,7 @@ def _report(result: dict) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  if not flags.FLAGS['verbosity'].present:  # orbax logs every file operation at INFO
-    logging.set_verbosity(logging.WARNING)
+  config_lib.start_command(argv)
   try:
     result = evaluate(translate.translator_from_flags(), translate.WORKDIR.value, _SPLIT.value)
   except (OSError, ValueError, RuntimeError) as e:

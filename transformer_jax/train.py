@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 
-from absl import app, flags, logging
+from absl import app, flags
 import jax
 from jax.experimental import multihost_utils
 import ml_collections
@@ -153,12 +153,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  config_lib.start_command(argv)
   if _WORKDIR.value is None:
     raise app.UsageError('--workdir is required')
-  if not flags.FLAGS['verbosity'].present:  # orbax logs every file operation at INFO
-    logging.set_verbosity(logging.WARNING)
   train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 

@@ -14,9 +14,9 @@ with an error naming the line.
 import sys
 from typing import BinaryIO
 
-from absl import app, flags, logging
+from absl import app, flags
 
-from transformer_jax import checkpointing, inference
+from transformer_jax import checkpointing, config_lib, inference
 
 WORKDIR = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
 _INPUT = flags.DEFINE_string('input', None, 'Source sentences, one per line (default: stdin).')
@@ -57,10 +57,7 @@ def translator_from_flags() -> inference.Translator:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  if not flags.FLAGS['verbosity'].present:  # orbax logs every file operation at INFO
-    logging.set_verbosity(logging.WARNING)
+  config_lib.start_command(argv)
   try:
     if _INPUT.value is None:
       name, lines = '<stdin>', read_lines(sys.stdin.buffer, '<stdin>')

@@ -1,0 +1,159 @@
+"""Checkpoint averaging, the Translator, and the translate / evaluate / average commands, on a
+small model trained once for this module."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from conftest import train_config
+from transformer_jax import bleu, checkpointing, decoding, inference, train
+from transformer_jax.data import batching, datasets
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SENTENCES = ['the man sees a dog .', '', 'a small cat sleeps .', 'the dogs run .']
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory) -> str:
+  """150 steps on the builtin corpus, checkpoints at 50, 100 and 150."""
+  workdir = str(tmp_path_factory.mktemp('run'))
+  train.train_and_evaluate(train_config(**{
+      'data.tfds_data_dir': str(tmp_path_factory.mktemp('tfds')),
+      'train.num_train_steps': 150, 'train.checkpoint_every_steps': 50,
+      'train.keep_checkpoints': 3, 'train.eval_every_steps': 1000, 'train.num_eval_steps': 1,
+      'train.eval_bleu': False, 'train.log_every_steps': 50}), workdir)
+  return workdir
+
+
+def _saved_params(workdir: str, step: int) -> dict:
+  path = os.path.join(workdir, 'checkpoints', str(step), 'state')
+  return ocp.StandardCheckpointer().restore(path)['params']
+
+
+def test_averaging_equals_the_numpy_mean(workdir):
+  translator = inference.Translator(workdir, average_last=3)
+  assert translator.steps == [50, 100, 150]
+  expected = jax.tree.map(lambda *leaves: np.mean(np.stack(leaves).astype(np.float64), 0),
+                          *[_saved_params(workdir, step) for step in (50, 100, 150)])
+  jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7),
+               translator.params, expected)
+  # Only the last checkpoint: its parameters exactly.
+  last = inference.Translator(workdir, average_last=1)
+  jax.tree.map(np.testing.assert_array_equal, last.params, _saved_params(workdir, 150))
+
+
+def test_saved_average_is_a_workdir_that_translates_like_the_average(workdir, tmp_path):
+  output = str(tmp_path / 'averaged')
+  assert checkpointing.save_average(workdir, 2, output) == [100, 150]
+  in_memory = inference.Translator(workdir, average_last=2)
+  saved = inference.Translator(output, average_last=1)
+  assert saved.steps == [150]
+  jax.tree.map(np.testing.assert_array_equal, saved.params, in_memory.params)
+  assert saved.translate(SENTENCES) == in_memory.translate(SENTENCES)
+  with pytest.raises(FileExistsError, match='already holds checkpoints'):
+    checkpointing.save_average(workdir, 2, output)
+
+
+def test_translations_on_the_mesh_equal_one_device_and_the_uncached_decoder(workdir):
+  """The Translator shards over the 8 test devices; one device decoding the same ids, with or
+  without the cache, gives the same tokens."""
+  translator = inference.Translator(workdir, beam_size=4, alpha=0.6, average_last=1)
+  assert translator.trainer.batch_shards == 8
+  sources = translator.encode(SENTENCES)
+  outputs = translator.translate_ids(sources)
+  assert outputs[1] == []
+  params = jax.device_put(translator.params, jax.devices()[0])
+  lengths = batching.bucket_lengths(translator.config.data.max_length)
+  for cached in (True, False):
+    run = jax.jit(lambda p, x, cached=cached: decoding.translate(
+        translator.trainer.eval_model, p, x, beam_size=4, alpha=0.6, max_extra_length=50,
+        cached=cached))
+    for ids, output in zip(sources, outputs):
+      if len(ids):  # one sentence alone, padded to its bucket as the Translator does
+        inputs = np.zeros((1, lengths[np.searchsorted(lengths, len(ids))]), np.int32)
+        inputs[0, :len(ids)] = ids
+        assert decoding.strip(np.asarray(run(params, jnp.asarray(inputs)))[0]) == output
+
+
+def test_long_lines_are_truncated_with_a_warning_naming_the_line(workdir, caplog):
+  translator = inference.Translator(workdir, average_last=1)
+  long_line = ' '.join(['the man sees a dog'] * 20)
+  with caplog.at_level('WARNING'):
+    ids = translator.encode(['a dog .', long_line], source='input.txt')
+  assert len(ids[1]) == translator.config.data.max_length
+  assert [r.getMessage().split(':')[:2] for r in caplog.records] == [['input.txt', '2']]
+
+
+def _run(*args, stdin: bytes = b'') -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, '-m', *args], cwd=REPO, input=stdin,
+                        capture_output=True)
+
+
+def test_translate_command_keeps_every_line_in_order(workdir, tmp_path):
+  source = tmp_path / 'input.txt'
+  long_line = ' '.join(['the man sees a dog'] * 20)
+  source.write_text('\n'.join(SENTENCES + [long_line]) + '\n', encoding='utf-8')
+  output = tmp_path / 'output.txt'
+  result = _run('transformer_jax.translate', f'--workdir={workdir}', f'--input={source}',
+                f'--output={output}', '--beam_size=2', '--average_last=2')
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  lines = output.read_text(encoding='utf-8').split('\n')
+  assert lines[-1] == '' and len(lines) - 1 == len(SENTENCES) + 1
+  assert lines[1] == ''  # the empty input line
+  assert all(lines[i] for i in (0, 2, 3, 4))
+  assert f'{source}:5: ' in result.stderr.decode()  # the long line, named
+  # stdin to stdout gives the same translations.
+  piped = _run('transformer_jax.translate', f'--workdir={workdir}', '--beam_size=2',
+               '--average_last=2', stdin=source.read_bytes())
+  assert piped.returncode == 0, piped.stderr.decode()[-2000:]
+  assert piped.stdout.decode('utf-8') == output.read_text(encoding='utf-8')
+
+
+def test_undecodable_input_is_an_error_naming_the_line(workdir):
+  result = _run('transformer_jax.translate', f'--workdir={workdir}',
+                stdin=b'a dog .\nthe cat \xff sleeps .\n')
+  assert result.returncode != 0
+  assert '<stdin>:2: not valid UTF-8' in result.stderr.decode()
+
+
+def test_a_workdir_without_checkpoints_is_an_error(workdir, tmp_path):
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  result = _run('transformer_jax.translate', f'--workdir={empty}', stdin=b'a dog .\n')
+  assert result.returncode != 0
+  assert 'config.json not found' in result.stderr.decode()
+  (empty / 'config.json').write_bytes(open(os.path.join(workdir, 'config.json'), 'rb').read())
+  (empty / 'spm.model').write_bytes(open(os.path.join(workdir, 'spm.model'), 'rb').read())
+  result = _run('transformer_jax.translate', f'--workdir={empty}', stdin=b'a dog .\n')
+  assert result.returncode != 0
+  assert f'no checkpoint in {empty / "checkpoints"}' in result.stderr.decode()
+
+
+def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
+  result = _run('transformer_jax.evaluate', f'--workdir={workdir}', '--split=test', '--json',
+                '--beam_size=2', '--average_last=3', '--batch_size=128')
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  figures = json.loads(result.stdout.decode().strip().splitlines()[-1])
+  config = checkpointing.load_config(workdir)
+  pairs = [datasets.source_target(e, config.data) for e in datasets.load_split(config.data, 'test')]
+  assert figures['sentences'] == len(pairs) == 1000
+  assert figures['checkpoint_steps'] == [50, 100, 150] and figures['beam_size'] == 2
+  with open(figures['hypotheses'], encoding='utf-8') as f:
+    hypotheses = f.read().split('\n')[:-1]
+  assert len(hypotheses) == len(pairs)
+  expected = bleu.scores(hypotheses, [t for _, t in pairs], 'de')
+  assert figures['bleu_detokenized'] == expected['detokenized']
+  assert figures['bleu_tokenized'] == expected['tokenized']
+  assert figures['bleu_tokenized_lowercase'] == expected['tokenized_lowercase']
+  assert figures['sacrebleu_signature'].startswith('nrefs:1|case:mixed')
+  assert 1.0 < figures['perplexity'] < config.data.vocab_size
+  saved = figures['hypotheses'][:-len('.txt')] + '.json'
+  with open(saved) as f:
+    assert json.load(f) == figures

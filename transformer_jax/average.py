@@ -1,0 +1,34 @@
+r"""Saves the average of a workdir's last K checkpoints as a new workdir (§6.1 averages the
+last 5 checkpoints of the base model, 20 of the big one).
+
+  python -m transformer_jax.average --workdir=DIR --last=5 --output=DIR_AVERAGED
+
+The new workdir holds the config, the vocabulary and one checkpoint: the latest state with
+its parameters replaced by the average, at the latest step. `translate` and `evaluate` use it
+like any workdir (with --average_last=1); the original workdir is only read. (`translate` and
+`evaluate` can also average in memory with --average_last=K, saving nothing.)
+"""
+
+import sys
+
+from absl import app, flags
+
+from transformer_jax import checkpointing, config_lib
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
+_LAST = flags.DEFINE_integer('last', None, 'How many of the latest checkpoints to average '
+                             '(default: config.decode.average_last).')
+_OUTPUT = flags.DEFINE_string('output', None, 'The new workdir.', required=True)
+
+
+def main(argv):
+  config_lib.start_command(argv)
+  try:
+    averaged = checkpointing.save_average(_WORKDIR.value, _LAST.value, _OUTPUT.value)
+  except (OSError, ValueError) as e:
+    sys.exit(f'error: {e}')
+  print(f'{_OUTPUT.value}: the average of checkpoints {averaged} of {_WORKDIR.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)
