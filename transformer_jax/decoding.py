@@ -6,8 +6,9 @@
 `model` must be deterministic (dropout off). The source is encoded once. The incremental
 decoder (the default) then keeps a key/value cache: the encoder-decoder attention keys and
 values are computed once per sentence and each decoder self-attention appends one position
-per step, so a step costs one position's work. `cached=False` re-runs the decoder over the
-whole output so far at every step instead, the reference the cache is tested and timed against.
+per step, so a step computes one new position (attending over the cache). `cached=False`
+re-runs the decoder over the whole output buffer at every step instead: the reference the
+cache is tested and timed against.
 """
 
 import functools
