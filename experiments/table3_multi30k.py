@@ -1,0 +1,115 @@
+r"""Table 3 in miniature: the paper's 20 rows scaled around a small base that trains on
+Multi30k EN->DE on a 2-core CPU.
+
+  python -m transformer_jax.sweep --sweep=experiments/table3_multi30k.py \
+      --workdir=/tmp/table3_multi30k --results=experiments/results/table3_multi30k
+  python -m transformer_jax.train --config=experiments/table3_multi30k.py:C2 --workdir=DIR
+
+Every file under --results is one finished row; the runner skips those, so the sweep resumes
+on any machine from the committed rows.
+
+Scaling. The miniature base is N=3, d_model 128, d_ff 512, h 8, d_k = d_v = 16 (the paper's
+base divided by 2 in depth and by 4 in width, keeping h and d_ff = 4 d_model), P_drop 0.1,
+ε_ls 0.1, sinusoid positions. Each row changes what the paper's row changes, by the same
+factor:
+  A    h = 1, 4, 16, 32 with d_k = d_v = d_model / h (128, 32, 8, 4);
+  B    d_k = 16 / 4 and 16 / 2 (the paper's 64 -> 16, 32), d_v stays 16;
+  C    N = 6 -> 2, 4, 8 becomes 3 -> 1, 2, 4 (nearest to the same fraction); d_model halved
+       and doubled (64, 256, with d_k = d_v = d_model / 8); d_ff halved and doubled;
+  D    P_drop 0.0 and 0.2, ε_ls 0.0 and 0.2 (the paper's values);
+  E    learned positional embeddings;
+  big  d_model, d_ff doubled, h = 16, P_drop 0.3 (the paper's big: 1024, 4096, 16, 0.3).
+Every row trains for the same number of steps on the same data with the same seed (the paper
+also gave every row except big 100K steps; big's 300K is not scaled here), batches of 4096
+source + 4096 target tokens, warmup 400 steps (the paper's 4000 is 4% of 100K; 400 is a
+larger share of this shorter run but keeps the peak learning rate of eq. 3 reachable), and is
+evaluated on the dev split (Multi30k val, 1014 sentences) as Table 3 was: beam 4, α 0.6, no
+checkpoint averaging, per-token perplexity.
+
+Step budget, from measured step times: the base row ran at 0.57 s/step (5500 target
+tokens/s) by steps 150-200 of a probe run on the 2-core CPU, so 700 steps take about 7 minutes
+plus compilation and the beam-search evaluation. Weighting each row by its cost relative to
+base (C1 about 0.5, C5 about 2.2, big about 2.8, most rows about 1) gives about 22 base-row
+units, about 3 hours for the whole sweep.
+"""
+
+import os
+
+import ml_collections
+
+from configs import multi30k, table3
+
+# The Multi30k files beside the repository (../shared/data/multi30k); without them TFDS
+# downloads the corpus.
+MULTI30K = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared', 'data',
+                        'multi30k')
+
+STEPS = 700
+D_MODEL = 128
+
+BASE = {
+    'data.manual_dir': os.path.normpath(MULTI30K),
+    'data.vocab_size': 6000,
+    'data.tokens_per_batch': 4096,
+    'model.num_layers': 3,
+    'model.d_model': D_MODEL,
+    'model.d_ff': 4 * D_MODEL,
+    'model.num_heads': 8,
+    'model.d_k': D_MODEL // 8,
+    'model.d_v': D_MODEL // 8,
+    'model.dropout_rate': 0.1,
+    'train.label_smoothing': 0.1,
+    'train.num_train_steps': STEPS,
+    'train.warmup_steps': 400,
+    'train.log_every_steps': 100,
+    'train.eval_every_steps': STEPS,
+    'train.eval_bleu': False,  # the sweep evaluates BLEU with beam search at the end
+    'train.checkpoint_every_steps': 300,
+    'train.keep_checkpoints': 1,
+    'decode.average_last': 1,
+}
+
+
+def _heads(h: int) -> dict:
+  return {'model.num_heads': h, 'model.d_k': D_MODEL // h, 'model.d_v': D_MODEL // h}
+
+
+def _width(d_model: int) -> dict:
+  return {'model.d_model': d_model, 'model.d_k': d_model // 8, 'model.d_v': d_model // 8}
+
+
+ROWS = {
+    'base': {},
+    'A1': _heads(1),
+    'A2': _heads(4),
+    'A3': _heads(16),
+    'A4': _heads(32),
+    'B1': {'model.d_k': 4},
+    'B2': {'model.d_k': 8},
+    'C1': {'model.num_layers': 1},
+    'C2': {'model.num_layers': 2},
+    'C3': {'model.num_layers': 4},
+    'C4': _width(D_MODEL // 2),
+    'C5': _width(2 * D_MODEL),
+    'C6': {'model.d_ff': 2 * D_MODEL},
+    'C7': {'model.d_ff': 8 * D_MODEL},
+    'D1': {'model.dropout_rate': 0.0},
+    'D2': {'model.dropout_rate': 0.2},
+    'D3': {'train.label_smoothing': 0.0},
+    'D4': {'train.label_smoothing': 0.2},
+    'E': {'model.position_encoding': 'learned'},
+    'big': {'model.d_model': 2 * D_MODEL, 'model.d_ff': 8 * D_MODEL, 'model.num_heads': 16,
+            'model.d_k': 2 * D_MODEL // 16, 'model.d_v': 2 * D_MODEL // 16,
+            'model.dropout_rate': 0.3},
+}
+
+# The paper's dev (newstest2013) perplexity and BLEU for each row.
+PAPER = {row: (figures.ppl, figures.bleu) for row, figures in table3.ROWS.items()}
+
+
+def get_config(row: str = 'base') -> ml_collections.ConfigDict:
+  if row not in ROWS:
+    raise ValueError(f'unknown row {row!r}; the rows are: {", ".join(ROWS)}')
+  config = multi30k.get_config()
+  config.update_from_flattened_dict({**BASE, **ROWS[row]})
+  return config

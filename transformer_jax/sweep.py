@@ -1,0 +1,204 @@
+r"""Runs the rows of a sweep one after another and tabulates them beside the paper's figures.
+
+  python -m transformer_jax.sweep --sweep=experiments/table3_multi30k.py --workdir=DIR \
+      [--rows=A1,C3] [--results=experiments/results/table3_multi30k]
+
+A sweep file is a config file whose `get_config(row)` gives each row's config, with
+    ROWS   the row ids, in table order (a dict or a sequence);
+    PAPER  optional: {row: (perplexity, BLEU)}, the published figures to print beside ours.
+Each row trains in `DIR/<row>` (`python -m transformer_jax.train --config=SWEEP:ROW`) and is
+then evaluated on the dev split as Table 3 was: beam 4, α 0.6, no checkpoint averaging,
+per-token perplexity (`python -m transformer_jax.evaluate --split=validation`). Its figures go
+to `<results>/<row>.json` (default `DIR/rows/`); a row whose JSON exists is skipped, so a
+crashed or interrupted sweep resumes where it stopped (an unfinished row resumes from its last
+checkpoint), and committed JSON files let a fresh machine resume too. After every row the
+table is rewritten: `DIR/table3.md`, `table3.csv` and `table3.png`.
+"""
+
+import csv
+from importlib import metadata
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Any
+
+from absl import app, flags
+
+_SWEEP = flags.DEFINE_string('sweep', None, 'A sweep file (see the module docstring).',
+                             required=True)
+_WORKDIR = flags.DEFINE_string('workdir', None, 'One workdir per row goes under it.',
+                               required=True)
+_ROWS = flags.DEFINE_list('rows', None, 'Only these rows (default: all, in order).')
+_RESULTS = flags.DEFINE_string('results', None, 'Where each finished row\'s JSON goes '
+                               '(default: WORKDIR/rows).')
+
+# How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
+EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_last=1')
+
+
+def load_sweep(path: str) -> Any:
+  """The sweep file as a module, with its rows checked."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'--sweep={path}: no such file')
+  spec = importlib.util.spec_from_file_location('sweep_file', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  for name in ('ROWS', 'get_config'):
+    if not hasattr(module, name):
+      raise ValueError(f'{path} defines no {name}')
+  return module
+
+
+def _versions() -> dict:
+  return {'python': platform.python_version(),
+          **{name: metadata.version(name) for name in ('jax', 'flax', 'optax', 'sacrebleu')}}
+
+
+def _run(command: list[str], log_path: str) -> tuple[float, str]:
+  """Runs a command, its stderr appended to `log_path`; returns its wall time and stdout.
+  Raises RuntimeError naming the log if it fails."""
+  start = time.perf_counter()
+  with open(log_path, 'a') as log:
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True, check=False)
+    log.write(result.stdout)
+  if result.returncode:
+    raise RuntimeError(f'{" ".join(command[2:4])} failed (exit {result.returncode}); see '
+                       f'{log_path}')
+  return time.perf_counter() - start, result.stdout
+
+
+def run_row(sweep_path: str, row: str, workdir: str) -> dict:
+  """Trains (or resumes) and evaluates one row; returns its figures."""
+  os.makedirs(workdir, exist_ok=True)
+  log_path = os.path.join(workdir, 'sweep.log')
+  timing_path = os.path.join(workdir, 'sweep_train_seconds.json')
+  previous = 0.0
+  if os.path.exists(timing_path):
+    with open(timing_path) as f:
+      previous = json.load(f)
+  seconds, _ = _run([sys.executable, '-m', 'transformer_jax.train',
+                     f'--config={sweep_path}:{row}', f'--workdir={workdir}'], log_path)
+  train_seconds = previous + seconds
+  with open(timing_path, 'w') as f:
+    json.dump(train_seconds, f)
+  eval_seconds, output = _run([sys.executable, '-m', 'transformer_jax.evaluate',
+                               f'--workdir={workdir}', *EVAL_FLAGS, '--json'], log_path)
+  figures = json.loads(output.strip().splitlines()[-1])
+  with open(os.path.join(workdir, 'config.json')) as f:
+    config = json.load(f)
+  return {'row': row, 'train_seconds': train_seconds, 'eval_seconds': eval_seconds,
+          'steps': config['train']['num_train_steps'], 'model': config['model'],
+          'label_smoothing': config['train']['label_smoothing'], **figures,
+          'versions': _versions()}
+
+
+def _table_rows(sweep: Any, results: dict) -> list[dict]:
+  paper = getattr(sweep, 'PAPER', {})
+  table = []
+  for row in sweep.ROWS:
+    if row not in results:
+      continue
+    r, (paper_ppl, paper_bleu) = results[row], paper.get(row, (None, None))
+    m = r['model']
+    table.append({
+        'row': row, 'N': m['num_layers'], 'd_model': m['d_model'], 'd_ff': m['d_ff'],
+        'h': m['num_heads'], 'd_k': m['d_k'], 'd_v': m['d_v'], 'P_drop': m['dropout_rate'],
+        'eps_ls': r['label_smoothing'], 'positions': m['position_encoding'],
+        'steps': r['steps'], 'train_minutes': round(r['train_seconds'] / 60, 1),
+        'dev_ppl': round(r['perplexity'], 2), 'dev_bleu': round(r['bleu_tokenized'], 2),
+        'dev_sacrebleu': round(r['bleu_detokenized'], 2),
+        'paper_ppl': paper_ppl, 'paper_bleu': paper_bleu})
+  return table
+
+
+def write_table(sweep: Any, results: dict, directory: str) -> None:
+  """table3.md, table3.csv and table3.png in `directory` from the finished rows."""
+  table = _table_rows(sweep, results)
+  if not table:
+    return
+  columns = list(table[0])
+  with open(os.path.join(directory, 'table3.csv'), 'w', newline='') as f:
+    writer = csv.DictWriter(f, columns)
+    writer.writeheader()
+    writer.writerows(table)
+  lines = ['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
+  lines += ['| ' + ' | '.join('' if r[c] is None else str(r[c]) for c in columns) + ' |'
+            for r in table]
+  note = ('dev_bleu: tokenized, compound-split, cased BLEU (the paper\'s); dev_sacrebleu: '
+          'sacreBLEU on detokenized text; dev_ppl: per-token perplexity; beam 4, α 0.6, no '
+          'checkpoint averaging. paper_*: Table 3 (newstest2013).')
+  with open(os.path.join(directory, 'table3.md'), 'w') as f:
+    f.write('\n'.join(lines) + '\n\n' + note + '\n')
+  _plot(table, os.path.join(directory, 'table3.png'))
+
+
+def _plot(table: list[dict], path: str) -> None:
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  rows = [r['row'] for r in table]
+  figure, axes = plt.subplots(2, 1, figsize=(max(6, 0.6 * len(rows)), 7), sharex=True)
+  for ax, ours, paper, label in ((axes[0], 'dev_bleu', 'paper_bleu', 'dev BLEU'),
+                                 (axes[1], 'dev_ppl', 'paper_ppl', 'dev PPL')):
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r[ours] for r in table], 0.4, label='ours')
+    ax.bar([i + 0.2 for i in x], [r[paper] or 0 for r in table], 0.4, label='paper (WMT14)')
+    ax.set_ylabel(label)
+    ax.legend()
+  axes[1].set_xticks(range(len(rows)), rows)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  plt.close(figure)
+
+
+def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str | None) -> dict:
+  """Runs the rows not finished yet; returns every finished row's figures."""
+  sweep = load_sweep(sweep_path)
+  rows = list(sweep.ROWS) if rows is None else rows
+  unknown = [row for row in rows if row not in sweep.ROWS]
+  if unknown:
+    raise ValueError(f'--rows: {", ".join(unknown)} not in {sweep_path} '
+                     f'(rows: {", ".join(sweep.ROWS)})')
+  for row in rows:  # every row's config is valid before anything trains
+    sweep.get_config(row)
+  results_dir = results_dir or os.path.join(workdir, 'rows')
+  os.makedirs(results_dir, exist_ok=True)
+  results = {}
+  for row in sweep.ROWS:
+    path = os.path.join(results_dir, f'{row}.json')
+    if os.path.exists(path):
+      with open(path) as f:
+        results[row] = json.load(f)
+  for row in rows:
+    if row in results:
+      print(f'{row}: done already ({os.path.join(results_dir, row + ".json")})', flush=True)
+      continue
+    print(f'{row}: training in {os.path.join(workdir, row)}', flush=True)
+    results[row] = run_row(sweep_path, row, os.path.join(workdir, row))
+    tmp = os.path.join(results_dir, f'.{row}.json.tmp')
+    with open(tmp, 'w') as f:
+      json.dump(results[row], f, indent=2)
+    os.replace(tmp, os.path.join(results_dir, f'{row}.json'))
+    print(f'{row}: dev PPL {results[row]["perplexity"]:.2f}, BLEU '
+          f'{results[row]["bleu_tokenized"]:.2f}, {results[row]["train_seconds"] / 60:.1f} min',
+          flush=True)
+    write_table(sweep, results, workdir)
+  write_table(sweep, results, workdir)
+  return results
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  try:
+    run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value)
+  except (OSError, ValueError, RuntimeError) as e:
+    sys.exit(f'error: {e}')
+
+
+if __name__ == '__main__':
+  app.run(main)
