@@ -20,8 +20,7 @@ from configs import table3
 
 ROWS = tuple(table3.ROWS)
 
-# The paper's dev (newstest2013) perplexity and BLEU for each row.
-PAPER = {row: (figures.ppl, figures.bleu) for row, figures in table3.ROWS.items()}
+PAPER = table3.PAPER
 
 
 def get_config(row: str = 'base') -> ml_collections.ConfigDict:

@@ -23,7 +23,7 @@ from absl import app, flags
 import jax
 
 from transformer_jax import bleu, checkpointing, config_lib, inference, translate
-from transformer_jax.data import datasets, pipeline
+from transformer_jax.data import batching, datasets, pipeline
 
 _SPLIT = flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Which split.')
 _JSON = flags.DEFINE_boolean('json', False, 'Print the figures as one JSON object.')
@@ -36,8 +36,8 @@ def perplexity(translator: inference.Translator, pairs: list[tuple[str, str]]) -
   batcher = pipeline.batcher(translator.config, translator.tokenizer, pairs,
                              trainer.batch_shards)
   nll = tokens = 0.0
-  for batch in batcher.plan(seed=None):
-    sums = trainer.eval_step(translator.params, trainer.put_batch(batcher.assemble(*batch)))
+  for batch in batching.eval_batches(batcher, jax.process_index(), jax.process_count()):
+    sums = trainer.eval_step(translator.params, trainer.put_batch(batch))
     nll, tokens = nll + float(sums['nll']), tokens + float(sums['tokens'])
   return {'perplexity': math.exp(nll / max(tokens, 1.0)), 'perplexity_pairs': len(batcher.split),
           'perplexity_pairs_too_long': batcher.split.num_dropped}

@@ -28,6 +28,9 @@ ReorderFn = Callable[[Any, jax.Array], Any]
 
 @dataclasses.dataclass(frozen=True)
 class Scorer:
+  """The next token's log-probabilities, one position at a time: `step` from `state`, and
+  `reorder` to follow the hypotheses that beam search keeps."""
+
   state: Any
   step: StepFn
   reorder: ReorderFn

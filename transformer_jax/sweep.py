@@ -28,6 +28,8 @@ from typing import Any
 
 from absl import app, flags
 
+from transformer_jax import config_lib
+
 _SWEEP = flags.DEFINE_string('sweep', None, 'A sweep file (see the module docstring).',
                              required=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'One workdir per row goes under it.',
@@ -192,8 +194,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  config_lib.start_command(argv)
   try:
     run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value)
   except (OSError, ValueError, RuntimeError) as e:

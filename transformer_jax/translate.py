@@ -21,12 +21,12 @@ from transformer_jax import checkpointing, config_lib, inference
 WORKDIR = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
 _INPUT = flags.DEFINE_string('input', None, 'Source sentences, one per line (default: stdin).')
 _OUTPUT = flags.DEFINE_string('output', None, 'Where to write translations (default: stdout).')
-BEAM_SIZE = flags.DEFINE_integer('beam_size', None, 'Beam size; 1 = greedy '
+_BEAM_SIZE = flags.DEFINE_integer('beam_size', None, 'Beam size; 1 = greedy '
                                  '(default: config.decode.beam_size).')
-ALPHA = flags.DEFINE_float('alpha', None, 'Length penalty α (default: config.decode.alpha).')
-AVERAGE_LAST = flags.DEFINE_integer('average_last', None, 'Average the parameters of the last '
+_ALPHA = flags.DEFINE_float('alpha', None, 'Length penalty α (default: config.decode.alpha).')
+_AVERAGE_LAST = flags.DEFINE_integer('average_last', None, 'Average the parameters of the last '
                                     'K checkpoints (default: config.decode.average_last).')
-BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Sentences decoded at once.')
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Sentences decoded at once.')
 
 
 def read_lines(stream: BinaryIO, name: str) -> list[str]:
@@ -52,8 +52,8 @@ def write_lines(lines: list[str], path: str | None) -> None:
 
 
 def translator_from_flags() -> inference.Translator:
-  return inference.Translator(WORKDIR.value, beam_size=BEAM_SIZE.value, alpha=ALPHA.value,
-                              average_last=AVERAGE_LAST.value, batch_size=BATCH_SIZE.value)
+  return inference.Translator(WORKDIR.value, beam_size=_BEAM_SIZE.value, alpha=_ALPHA.value,
+                              average_last=_AVERAGE_LAST.value, batch_size=_BATCH_SIZE.value)
 
 
 def main(argv):
