@@ -1,10 +1,16 @@
 r"""Multi30k task 1, English->German: a small Transformer for real data at CPU scale.
 
-  python -m transformer_jax.data --config=configs/multi30k.py \
-      --config.data.manual_dir=../shared/data/multi30k --inspect
+  python -m transformer_jax.train --config=configs/multi30k.py --workdir=DIR \
+      --config.data.manual_dir=../shared/data/multi30k
+  python -m transformer_jax.evaluate --workdir=DIR --split=test
 
-Without manual_dir the raw files are downloaded from the Multi30k repository. The model
-follows the published text-only Multi30k baseline's scale (small d_model, strong dropout).
+Without manual_dir the raw files are downloaded from the Multi30k repository. The model is the
+published text-only Transformer baseline for this test set (4 layers, d_model 128, d_ff 256,
+4 heads, dropout 0.3; evaluated with beam 5 and the last 10 checkpoints averaged), trained
+with the paper's recipe otherwise: Adam and eq. 3 with its 4000 warmup steps, label smoothing
+0.1, a joint BPE vocabulary. 29000 sentence pairs make 151 batches of 4096 tokens per side, so
+the 9000 steps are about 60 epochs; a checkpoint every 200 steps (about 1.3 epochs), the last
+10 kept for averaging. Figures: experiments/results/multi30k.md.
 """
 
 import ml_collections
@@ -20,11 +26,18 @@ def get_config() -> ml_collections.ConfigDict:
       'data.max_length': 128,  # Multi30k's longest training pair has ~100 tokens
       'data.tokens_per_batch': 4096,
       'model.num_layers': 4,
-      'model.d_model': 256,
-      'model.d_ff': 1024,
+      'model.d_model': 128,
+      'model.d_ff': 256,
       'model.num_heads': 4,
-      'model.d_k': 64,
-      'model.d_v': 64,
+      'model.d_k': 32,
+      'model.d_v': 32,
       'model.dropout_rate': 0.3,
+      'train.num_train_steps': 9000,
+      'train.log_every_steps': 100,
+      'train.eval_every_steps': 1000,
+      'train.checkpoint_every_steps': 200,
+      'train.keep_checkpoints': 10,
+      'decode.beam_size': 5,
+      'decode.average_last': 10,
   })
   return config

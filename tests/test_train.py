@@ -15,7 +15,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import SMALL, train_config
-from transformer_jax import metrics_log, steps, train
+from transformer_jax import metrics_log, steps, training
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 12
@@ -46,7 +46,7 @@ def _losses(workdir: str, split: str = 'train') -> dict[int, float]:
 @pytest.fixture(scope='module')
 def uninterrupted(overrides, tmp_path_factory) -> str:
   workdir = str(tmp_path_factory.mktemp('uninterrupted'))
-  train.train_and_evaluate(train_config(**overrides), workdir)
+  training.train_and_evaluate(train_config(**overrides), workdir)
   return workdir
 
 
@@ -83,7 +83,7 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupt
   killed_at = max(_losses(workdir))
   assert killed_at < STEPS
 
-  train.train_and_evaluate(train_config(**overrides), workdir)
+  training.train_and_evaluate(train_config(**overrides), workdir)
   resumed, expected = _losses(workdir), _losses(uninterrupted)
   assert sorted(resumed) == sorted(expected)
   np.testing.assert_allclose([resumed[s] for s in sorted(resumed)],
@@ -102,7 +102,7 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, t
 
   monkeypatch.setattr(steps.Trainer, '_train_step', poisoned)
   with pytest.raises(FloatingPointError, match='at step 6'):
-    train.train_and_evaluate(train_config(**overrides), str(tmp_path))
+    training.train_and_evaluate(train_config(**overrides), str(tmp_path))
   assert os.listdir(tmp_path / 'checkpoints') == ['4']
   params = ocp.StandardCheckpointer().restore(tmp_path / 'checkpoints' / '4' / 'state')['params']
   assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(params))
@@ -111,14 +111,14 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, t
 def test_a_model_of_other_shapes_cannot_resume(overrides, uninterrupted):
   config = train_config(**{**overrides, 'model.d_ff': 128, 'train.num_train_steps': 20})
   with pytest.raises(ValueError, match='model.d_ff 64 -> 128'):
-    train.train_and_evaluate(config, uninterrupted)
+    training.train_and_evaluate(config, uninterrupted)
 
 
 def test_unwritable_workdir_is_reported_first(overrides, tmp_path):
   blocker = tmp_path / 'file'
   blocker.write_text('')
   with pytest.raises(OSError, match='is not a writable directory'):
-    train.train_and_evaluate(train_config(**overrides), str(blocker / 'workdir'))
+    training.train_and_evaluate(train_config(**overrides), str(blocker / 'workdir'))
 
 
 def test_command_line_errors_name_the_field(tmp_path):

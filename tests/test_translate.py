@@ -13,7 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import train_config
-from transformer_jax import bleu, checkpointing, decoding, inference, train
+from transformer_jax import bleu, checkpointing, decoding, inference, training
 from transformer_jax.data import batching, datasets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +24,7 @@ SENTENCES = ['the man sees a dog .', '', 'a small cat sleeps .', 'the dogs run .
 def workdir(tmp_path_factory) -> str:
   """150 steps on the builtin corpus, checkpoints at 50, 100 and 150."""
   workdir = str(tmp_path_factory.mktemp('run'))
-  train.train_and_evaluate(train_config(**{
+  training.train_and_evaluate(train_config(**{
       'data.tfds_data_dir': str(tmp_path_factory.mktemp('tfds')),
       'train.num_train_steps': 150, 'train.checkpoint_every_steps': 50,
       'train.keep_checkpoints': 3, 'train.eval_every_steps': 1000, 'train.num_eval_steps': 1,
