@@ -1,12 +1,17 @@
-"""The sweep runner: rows trained and evaluated, figures tabulated, finished rows skipped."""
+"""The sweep runner: rows trained and evaluated, figures tabulated, finished rows skipped; the
+miniature Table 3 sweep scales the paper's rows faithfully."""
 
 import csv
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 
 from conftest import SMALL
+
+from configs import table3
+from transformer_jax import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,3 +73,50 @@ def test_unknown_rows_are_an_error_before_training(tmp_path):
   assert result.returncode != 0
   assert 'F9 not in' in result.stderr
   assert not (tmp_path / 'run').exists()
+
+
+def _flat(config) -> dict:
+  return dict(_items(config.to_dict(), ''))
+
+
+def _items(tree: dict, prefix: str):
+  for name, value in tree.items():
+    if isinstance(value, dict):
+      yield from _items(value, f'{prefix}{name}.')
+    else:
+      yield f'{prefix}{name}', value
+
+
+def _changes(config, base) -> dict:
+  flat, base = _flat(config), _flat(base)
+  return {field: value for field, value in flat.items() if value != base[field]}
+
+
+def test_miniature_table3_rows_change_what_the_papers_rows_change():
+  """Each row of experiments/table3_multi30k.py changes the same fields as the paper's row
+  (configs/table3.py), widths by the paper's factor, dropout and smoothing to the paper's
+  values, N in the paper's direction; only the big row's longer training is not scaled."""
+  spec = importlib.util.spec_from_file_location(
+      'table3_multi30k', os.path.join(REPO, 'experiments', 'table3_multi30k.py'))
+  mini = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mini)
+  assert list(mini.ROWS)[:len(table3.ROWS)] == list(table3.ROWS)
+  assert mini.PAPER == table3.PAPER
+  paper_base, mini_base = _flat(table3.get_config('base')), _flat(mini.get_config('base'))
+  for row in table3.ROWS:
+    paper = _changes(table3.get_config(row), table3.get_config('base'))
+    ours = _changes(mini.get_config(row), mini.get_config('base'))
+    config_lib.validate(mini.get_config(row))
+    paper.pop('train.num_train_steps', None)
+    paper.pop('decode.average_last', None)  # big's averaging: Table 3 averages nothing
+    assert set(ours) == set(paper), row
+    for field, value in ours.items():
+      if field in ('model.num_heads', 'model.d_k', 'model.d_v', 'model.d_model', 'model.d_ff'):
+        assert value / mini_base[field] == paper[field] / paper_base[field], (row, field)
+      elif field == 'model.num_layers':
+        assert (value > mini_base[field]) == (paper[field] > paper_base[field]), row
+      else:
+        assert value == paper[field], (row, field)
+  # The seed replicates change the seed and nothing else.
+  for row in set(mini.ROWS) - set(table3.ROWS):
+    assert set(_changes(mini.get_config(row), mini.get_config('base'))) == {'seed'}, row
