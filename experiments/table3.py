@@ -7,11 +7,14 @@ Rows are `configs/table3.py`'s (the paper's base plus each row's changes), train
 paper's steps (100K; big 300K) with ~25000 + 25000-token batches, and evaluated on newstest2013
 as Table 3 was (beam 4, α 0.6, no checkpoint averaging, per-token perplexity).
 
-Expected cost: the paper reports 0.4 s/step for base on 8 P100 GPUs (12 hours for 100K steps)
-and 1.0 s/step for big (3.5 days for 300K). Nineteen rows near base size and one big row are
-therefore about 19 × 12 h + 84 h ≈ 13 days of 8 P100s; rows C5 (d_model 1024) and C7
-(d_ff 4096) cost more than base, C1 and C4 less. This project has not yet measured an
-accelerator step time to replace these paper figures.
+Expected cost, from the paper's measured step times: 0.4 s/step for base on 8 P100 GPUs
+(12 hours for 100K steps) and 1.0 s/step for big (3.5 days, 84 hours, for 300K). The other
+rows are scaled from base by their forward FLOPs per token (`costs.flops_per_token` at 27
+tokens, about a WMT14 sentence): B1 0.89, B2 0.92, C1 0.53, C2 0.77, C3 1.23, C4 0.43, C5 2.59,
+C6 0.80, C7 1.40, the rest 1.00. That is 235 hours for the 19 rows near base size plus 84 for
+big: about 319 hours, 13.3 days of 8 P100s (FLOPs would put big at 122 hours; its measured 84
+shows that wider matrices use a GPU better, so the wide rows C5 and C7 may cost less than
+scaled). This project has not measured an accelerator step time to replace these figures.
 """
 
 import ml_collections
