@@ -21,7 +21,7 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.', required=
 _OUTPUT = flags.DEFINE_string('output', None, 'The PNG to write.', required=True)
 
 
-def plot(records: list[dict], title: str, path: str) -> None:
+def plot(records: list[dict], title: str) -> matplotlib.figure.Figure:
   """Three panels against the step: losses, dev BLEU (if logged), learning rate."""
   train = [r for r in records if r['split'] == 'train']
   dev = [r for r in records if r['split'] == 'validation']
@@ -43,8 +43,7 @@ def plot(records: list[dict], title: str, path: str) -> None:
     ax.grid(alpha=0.3)
   losses.set_title(title)
   figure.tight_layout()
-  figure.savefig(path, dpi=120)
-  plt.close(figure)
+  return figure
 
 
 def main(argv):
@@ -52,8 +51,8 @@ def main(argv):
   path = os.path.join(_WORKDIR.value, 'metrics.jsonl')
   if not os.path.isfile(path):
     raise app.UsageError(f'{path} not found: --workdir must be a training workdir')
-  plot(metrics_log.read(path), os.path.basename(os.path.normpath(_WORKDIR.value)),
-       _OUTPUT.value)
+  figure = plot(metrics_log.read(path), os.path.basename(os.path.normpath(_WORKDIR.value)))
+  figure.savefig(_OUTPUT.value, dpi=120)
 
 
 if __name__ == '__main__':
