@@ -37,7 +37,6 @@ def get_config() -> ml_collections.ConfigDict:
       'model.dropout_rate': 0.3,
       'train.num_train_steps': 9000,
       'train.warmup_steps': 1000,
-      'train.log_every_steps': 100,
       'train.eval_every_steps': 1000,
       'train.checkpoint_every_steps': 200,
       'train.keep_checkpoints': 10,

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from conftest import SMALL
+from flax import traverse_util
 
 from configs import table3
 from transformer_jax import config_lib
@@ -76,15 +77,7 @@ def test_unknown_rows_are_an_error_before_training(tmp_path):
 
 
 def _flat(config) -> dict:
-  return dict(_items(config.to_dict(), ''))
-
-
-def _items(tree: dict, prefix: str):
-  for name, value in tree.items():
-    if isinstance(value, dict):
-      yield from _items(value, f'{prefix}{name}.')
-    else:
-      yield f'{prefix}{name}', value
+  return traverse_util.flatten_dict(config.to_dict(), sep='.')
 
 
 def _changes(config, base) -> dict:

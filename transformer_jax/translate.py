@@ -22,10 +22,10 @@ WORKDIR = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', r
 _INPUT = flags.DEFINE_string('input', None, 'Source sentences, one per line (default: stdin).')
 _OUTPUT = flags.DEFINE_string('output', None, 'Where to write translations (default: stdout).')
 _BEAM_SIZE = flags.DEFINE_integer('beam_size', None, 'Beam size; 1 = greedy '
-                                 '(default: config.decode.beam_size).')
+                                  '(default: config.decode.beam_size).')
 _ALPHA = flags.DEFINE_float('alpha', None, 'Length penalty α (default: config.decode.alpha).')
 _AVERAGE_LAST = flags.DEFINE_integer('average_last', None, 'Average the parameters of the last '
-                                    'K checkpoints (default: config.decode.average_last).')
+                                     'K checkpoints (default: config.decode.average_last).')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Sentences decoded at once.')
 
 
