@@ -13,7 +13,8 @@ are about 60 epochs; a checkpoint every 200 steps (about 1.3 epochs), the last 1
 averaging. Warmup is 1000 steps (eq. 3's peak 0.0028 at d_model 128): the paper's 4000 would
 spend almost half this run warming up at a lower rate, and the miniature Table 3 sweep
 (experiments/table3_multi30k.py) trains this model family stably at 400 (peak 0.0044).
-Figures: experiments/results/multi30k.md.
+Its first full run scores 9.5 test2016 BLEU against the published model's 41.0; the figures,
+curves and what to try next: experiments/results/multi30k.md.
 """
 
 import ml_collections
