@@ -7,14 +7,18 @@ r"""Multi30k task 1, English->German: a small Transformer for real data at CPU s
 Without manual_dir the raw files are downloaded from the Multi30k repository. The model is the
 published text-only Transformer baseline for this test set (4 layers, d_model 128, d_ff 256,
 4 heads, dropout 0.3; evaluated with beam 5 and the last 10 checkpoints averaged), trained
-with the paper's recipe otherwise: Adam and eq. 3, label smoothing 0.1, a joint BPE
-vocabulary. 29000 sentence pairs make 151 batches of 4096 tokens per side, so the 9000 steps
-are about 60 epochs; a checkpoint every 200 steps (about 1.3 epochs), the last 10 kept for
-averaging. Warmup is 1000 steps (eq. 3's peak 0.0028 at d_model 128): the paper's 4000 would
-spend almost half this run warming up at a lower rate, and the miniature Table 3 sweep
-(experiments/table3_multi30k.py) trains this model family stably at 400 (peak 0.0044).
-Its first full run scores 9.5 test2016 BLEU against the published model's 41.0; the figures,
-curves and what to try next: experiments/results/multi30k.md.
+with the paper's recipe otherwise (Adam and eq. 3, label smoothing 0.1, a joint BPE
+vocabulary) except for one departure: pre-norm sub-layers (`model.norm_position='pre'`,
+x + Dropout(Sublayer(LN(x))) and a final LayerNorm on each stack) instead of §3.1's
+post-norm. At these sizes and eq. 3's rate (peak 0.0028 at d_model 128, warmup 1000), the
+post-norm model learned far more slowly and leaned on the target side (dev perplexity 36.6
+at step 1000 and 19.8 at step 2000, 14.4 at best after 9000 steps); the same model with
+pre-norm, everything else equal, reached 15.2 and 7.8 (experiments/results/multi30k.md).
+29000 sentence pairs make 151 batches of 4096 tokens per side, so the 6000 steps are about
+40 epochs; a checkpoint every 200 steps (about 1.3 epochs), the last 10 kept for averaging.
+Warmup is 1000 steps: the paper's 4000 would spend most of this run warming up.
+Measured: 6000 steps in 1 h 53 min on a 2-core CPU; test2016 with the last 10 checkpoints
+averaged and beam 5: 39.03 lowercased tokenized BLEU (published: 41.0), 38.64 sacreBLEU.
 """
 
 import ml_collections
@@ -36,7 +40,8 @@ def get_config() -> ml_collections.ConfigDict:
       'model.d_k': 32,
       'model.d_v': 32,
       'model.dropout_rate': 0.3,
-      'train.num_train_steps': 9000,
+      'model.norm_position': 'pre',
+      'train.num_train_steps': 6000,
       'train.warmup_steps': 1000,
       'train.eval_every_steps': 1000,
       'train.checkpoint_every_steps': 200,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from configs import base, big, table3
+from configs import base, big, multi30k, table3, tiny
 from transformer_jax import config_lib, costs
 
 TABLE3_ORDER = ['base', 'A1', 'A2', 'A3', 'A4', 'B1', 'B2', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6',
@@ -80,6 +80,21 @@ def test_base_config_has_the_papers_training_recipe():
 
 def test_big_config_is_the_big_row():
   assert big.get_config().to_dict() == table3.get_config('big').to_dict()
+
+
+@pytest.mark.parametrize('module', [tiny, multi30k])
+def test_demo_configs_are_valid_and_keep_the_papers_optimizer(module):
+  config = module.get_config()
+  config_lib.validate(config)
+  assert (config.train.adam_b1, config.train.adam_b2, config.train.adam_eps) == (0.9, 0.98, 1e-9)
+  assert config.train.lr_scale == 1.0 and config.train.label_smoothing == 0.1
+
+
+def test_multi30k_config_is_the_published_baseline_with_pre_norm():
+  m = multi30k.get_config().model
+  assert (m.num_layers, m.d_model, m.d_ff, m.num_heads, m.d_k, m.d_v, m.dropout_rate) == (
+      4, 128, 256, 4, 32, 32, 0.3)
+  assert m.norm_position == 'pre' and base.get_config().model.norm_position == 'post'
 
 
 def test_unknown_row_is_an_error():
