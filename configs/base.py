@@ -41,6 +41,13 @@ def get_config() -> ml_collections.ConfigDict:
   # Positions the model encodes: the rows of the learned table, and the longest sequence either
   # stack sees (at least data.max_length + decode.max_extra_length, the longest output).
   config.model.max_len = 512
+  # Initialisation of W^Q, W^K, W^V (the paper is silent): 'separate' draws each
+  # Glorot-uniform on its own (d_model, h·d_k) shape (variance 1/d_model at h·d_k = d_model);
+  # 'fused' draws them as blocks of tensor2tensor v1's single Q/K/V projection (variance
+  # 1/(2·d_model)). attention_bias adds biases to the four attention projections (the paper's
+  # equations have none; tensor2tensor v1's convolutions and fairseq do).
+  config.model.qkv_init = 'separate'
+  config.model.attention_bias = False
   # One matrix for source embedding, target embedding and pre-softmax projection (§3.4).
   config.model.share_embeddings = True
   # 'post': LayerNorm(x + Dropout(Sublayer(x))) as in §3.1; 'pre' normalises the sub-layer
@@ -65,6 +72,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.target_lang = 'de'
   # Where TFDS keeps prepared datasets (None: TFDS's default, ~/tensorflow_datasets).
   config.data.tfds_data_dir = ml_collections.config_dict.placeholder(str)
+  # Text preprocessing before the vocabulary (§5.1 is silent): 'none' (raw text, as
+  # tensor2tensor) or 'lowercase_moses' (lowercase + Moses tokenization, the published Multi30k
+  # baseline's; translations are detokenized, and stay lowercase).
+  config.data.preprocessing = 'none'
   # A directory holding raw files to prepare a dataset from instead of downloading them
   # (Multi30k: train.en.gz, val.de.gz, test_2016_flickr.fr.gz, ...).
   config.data.manual_dir = ml_collections.config_dict.placeholder(str)

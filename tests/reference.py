@@ -34,20 +34,29 @@ def multi_head_attention(p, xq, xkv, mask):
   """MultiHead(Q,K,V) = Concat(head_1..head_h) W^O, head_i = softmax(QW_i^Q (KW_i^K)^T/sqrt(d_k)) VW_i^V.
 
   xq: (q, d_model); xkv: (k, d_model); mask: (q, k) bool; p: kernels as stored by the model,
-  query/key/value (d_model, h, d), out (h, d_v, d_model).
+  query/key/value (d_model, h, d), out (h, d_v, d_model), and biases (h, d) and (d_model,) if
+  the model has them.
   """
   num_heads = p['query']['kernel'].shape[1]
+
+  def bias(name, head=None):  # present with attention_bias: (h, d) or (d_model,)
+    if 'bias' not in p[name]:
+      return 0.0
+    return p[name]['bias'] if head is None else p[name]['bias'][head]
+
   heads = []
   for i in range(num_heads):
     w_q = p['query']['kernel'][:, i, :]
     w_k = p['key']['kernel'][:, i, :]
     w_v = p['value']['kernel'][:, i, :]
-    q, k, v = xq @ w_q, xkv @ w_k, xkv @ w_v
+    q = xq @ w_q + bias('query', i)
+    k = xkv @ w_k + bias('key', i)
+    v = xkv @ w_v + bias('value', i)
     scores = q @ k.T / np.sqrt(w_k.shape[1])
     scores = np.where(mask, scores, -np.inf)
     heads.append(softmax(scores) @ v)
   w_o = p['out']['kernel'].reshape(-1, p['out']['kernel'].shape[-1])  # (h·d_v, d_model)
-  return np.concatenate(heads, axis=-1) @ w_o
+  return np.concatenate(heads, axis=-1) @ w_o + bias('out')
 
 
 def feed_forward(p, x):

@@ -4,6 +4,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from conftest import tiny_config
 from reference import as_numpy, multi_head_attention
@@ -45,6 +46,54 @@ def test_projection_shapes_follow_the_paper():
   assert params['value']['kernel'].reshape(cfg.d_model, -1).shape == (12, 3 * 7)
   assert params['out']['kernel'].reshape(-1, cfg.d_model).shape == (3 * 7, 12)
   assert {name for layer in params.values() for name in layer} == {'kernel'}
+
+
+def test_attention_bias_matches_numpy(rng):
+  """With attention_bias, Q, K, V and the output gain biases (h, d) and (d_model,); set to
+  random values here (they start at zero) so that each one's place in the formula is checked."""
+  cfg = tiny_config(attention_bias=True)
+  b, q, k = 2, 4, 6
+  xq = rng.normal(size=(b, q, cfg.d_model)).astype(np.float32)
+  xkv = rng.normal(size=(b, k, cfg.d_model)).astype(np.float32)
+  mask = padding_mask(jnp.ones((b, k), bool))
+  module, params = _init(cfg, xq, xkv, mask)
+  assert {name: params[name]['bias'].shape for name in params} == {
+      'query': (3, 5), 'key': (3, 5), 'value': (3, 7), 'out': (12,)}
+  assert all(not np.any(params[name]['bias']) for name in params)
+  for name in params:
+    params[name]['bias'] = rng.normal(size=params[name]['bias'].shape).astype(np.float32)
+  got = module.apply({'params': params}, xq, xkv, mask)
+  p = as_numpy(params)
+  for i in range(b):
+    want = multi_head_attention(p, xq[i].astype(np.float64), xkv[i].astype(np.float64),
+                                np.ones((q, k), bool))
+    np.testing.assert_allclose(got[i], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('qkv_init, encoder_decoder, widths', [
+    # The width of the matrix each of W^Q, W^K, W^V is drawn from: its own h·d_k or h·d_v, or
+    # tensor2tensor v1's fused projection (self-attention: one 2·h·d_k + h·d_v matrix;
+    # encoder-decoder attention: W^Q alone, then one h·d_k + h·d_v matrix for K and V).
+    ('separate', False, {'query': 32, 'key': 32, 'value': 48}),
+    ('fused', False, {'query': 112, 'key': 112, 'value': 112}),
+    ('fused', True, {'query': 32, 'key': 80, 'value': 80}),
+])
+def test_qkv_init_is_glorot_uniform_over_the_fused_width(qkv_init, encoder_decoder, widths):
+  """Each kernel is U(-a, a) with a = sqrt(6 / (d_model + width)): every value within the
+  bound, the largest close to it, the variance a^2 / 3. W^O stays Glorot on its own shape."""
+  cfg = tiny_config(d_model=48, num_heads=4, d_k=8, d_v=12, qkv_init=qkv_init)
+  x = jnp.zeros((1, 3, cfg.d_model))
+  module = MultiHeadAttention(cfg, encoder_decoder=encoder_decoder)
+  params = nn.unbox(module.init(jax.random.key(1), x, x, padding_mask(jnp.ones((1, 3), bool)))
+                    ['params'])
+  widths = {**widths, 'out': None}
+  for name, width in widths.items():
+    kernel = np.asarray(params[name]['kernel'], np.float64)
+    fan_in, fan_out = 48, kernel.size // 48  # W^O: h·d_v = 48 = d_model
+    bound = np.sqrt(6.0 / (fan_in + (fan_out if width is None else width)))
+    assert np.abs(kernel).max() <= bound, name
+    assert np.abs(kernel).max() > 0.97 * bound, name
+    np.testing.assert_allclose(kernel.var(), bound**2 / 3, rtol=0.1, err_msg=name)
 
 
 def test_fully_masked_row_is_finite_and_has_finite_gradients(rng):

@@ -1,9 +1,11 @@
 """Configs: the paper's values, every Table 3 row, validation errors that name the field."""
 
+import json
+
 import pytest
 
 from configs import base, big, multi30k, table3, tiny
-from transformer_jax import config_lib, costs
+from transformer_jax import checkpointing, config_lib, costs
 
 TABLE3_ORDER = ['base', 'A1', 'A2', 'A3', 'A4', 'B1', 'B2', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6',
                 'C7', 'D1', 'D2', 'D3', 'D4', 'E', 'big']
@@ -108,6 +110,7 @@ def test_unknown_row_is_an_error():
     ('model.dropout_rate', 1.0, r'config.model.dropout_rate must be in \[0, 1\)'),
     ('train.label_smoothing', -0.1, r'config.train.label_smoothing must be in \[0, 1\)'),
     ('model.norm_position', 'middle', 'config.model.norm_position must be one of'),
+    ('model.qkv_init', 'orthogonal', 'config.model.qkv_init must be one of'),
     ('dtype', 'float16', 'config.dtype must be one of'),
     ('model.max_len', 300, 'config.model.max_len=300 positions cannot hold the longest output, '
      r'config.data.max_length \+ config.decode.max_extra_length = 306'),
@@ -124,3 +127,17 @@ def test_a_field_that_does_not_exist_cannot_be_set():
   config = base.get_config()
   with pytest.raises(KeyError, match='num_head'):
     config.update_from_flattened_dict({'model.num_head': 4})
+
+
+def test_a_saved_config_without_a_newer_model_option_gets_its_default(tmp_path):
+  """A workdir written before an option existed was trained with the option's default."""
+  config = multi30k.get_config()
+  config.model.qkv_init = 'fused'
+  checkpointing.write_config(config, str(tmp_path))
+  saved = json.loads((tmp_path / 'config.json').read_text())
+  del saved['model']['attention_bias']
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  loaded = checkpointing.load_config(str(tmp_path))
+  assert loaded.model.attention_bias is False
+  assert loaded.model.qkv_init == 'fused'
+  checkpointing.check_compatible(config, str(tmp_path))

@@ -52,6 +52,11 @@ def test_rows_run_are_tabulated_and_skipped_when_done(tmp_path):
   assert wide['model']['d_ff'] == 128 and wide['steps'] == 20 and wide['beam_size'] == 4
   assert wide['split'] == 'validation' and wide['checkpoint_steps'] == [20]
   assert wide['perplexity'] > 1 and 0 <= wide['bleu_tokenized'] <= 100
+  with open(workdir / 'wide' / 'metrics.jsonl') as f:
+    logged = [json.loads(line) for line in f]
+  assert wide['dev_curve'] == [{'step': r['step'], 'perplexity': r['perplexity']}
+                               for r in logged if r['split'] == 'validation']
+  assert [point['step'] for point in wide['dev_curve']] == [20]
   with open(workdir / 'table3.csv') as f:
     table = list(csv.DictReader(f))
   assert [r['row'] for r in table] == ['small', 'wide']

@@ -3,6 +3,7 @@ small model trained once for this module."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -47,6 +48,24 @@ def test_averaging_equals_the_numpy_mean(workdir):
   # Only the last checkpoint: its parameters exactly.
   last = inference.Translator(workdir, average_last=1)
   jax.tree.map(np.testing.assert_array_equal, last.params, _saved_params(workdir, 150))
+
+
+def test_preprocessing_applies_to_inputs_and_is_undone_on_outputs(workdir, tmp_path):
+  """The same model read with data.preprocessing='lowercase_moses': inputs are lowercased and
+  tokenized before the vocabulary, and translations Moses-detokenized."""
+  moses_workdir = str(tmp_path / 'moses')
+  shutil.copytree(workdir, moses_workdir)
+  config = checkpointing.load_config(moses_workdir)
+  config.data.preprocessing = 'lowercase_moses'
+  checkpointing.write_config(config, moses_workdir)
+  plain = inference.Translator(workdir, average_last=1)
+  moses = inference.Translator(moses_workdir, average_last=1)
+  texts = ['The man sees a dog.', 'A small cat sleeps.']
+  tokenized = ['the man sees a dog .', 'a small cat sleeps .']
+  for got, want in zip(moses.encode(texts), plain.encode(tokenized)):
+    np.testing.assert_array_equal(got, want)
+  assert moses.translate(texts) == [moses.preprocessing.restore(translation)
+                                    for translation in plain.translate(tokenized)]
 
 
 def test_saved_average_is_a_workdir_that_translates_like_the_average(workdir, tmp_path):

@@ -13,6 +13,26 @@ from transformer_jax.model_config import TransformerConfig
 glorot_uniform = nn.initializers.xavier_uniform()
 
 
+def fused_glorot_uniform(fused_width: int) -> nn.initializers.Initializer:
+  """Glorot-uniform for one block of a wider matrix: a (fan_in, fan_out) kernel drawn from
+  U(-a, a), a = sqrt(6 / (fan_in + fused_width)), as if it were `fused_width` columns of a
+  single (fan_in, fused_width) Glorot-uniform matrix.
+
+  tensor2tensor v1 (the paper's code) computed Q, K and V of a self-attention with one
+  (d_model, 2·h·d_k + h·d_v) projection, and K, V of the encoder-decoder attention with one
+  (d_model, h·d_k + h·d_v) projection; splitting that matrix gives these blocks. At
+  h·d_k = h·d_v = d_model the self-attention variance is 1/(2·d_model), half that of a
+  separate Glorot-uniform W^Q (fairseq draws the same variance with gain 1/sqrt(2)).
+  """
+
+  def init(key, shape, dtype=jnp.float32):
+    fan_in, fan_out = shape  # DenseGeneral flattens its kernel to two dimensions first
+    scale = (fan_in + fan_out) / (fan_in + fused_width)
+    return nn.initializers.variance_scaling(scale, 'fan_avg', 'uniform')(key, shape, dtype)
+
+  return init
+
+
 def padding_mask(valid: jax.Array) -> jax.Array:
   """Key mask from a (b, k) boolean array of real (non-pad) positions: (b, 1, 1, k)."""
   return valid[:, None, None, :]
@@ -50,8 +70,11 @@ class MultiHeadAttention(nn.Module):
 
   W^Q and W^K (d_model x h·d_k) and W^V (d_model x h·d_v) are stored as (d_model, h, d_k|d_v)
   and W^O (h·d_v x d_model) as (h, d_v, d_model), so that heads can be sharded; the
-  parameters are the same. The projections have no bias, as in tensor2tensor (the paper's
-  equations have none either).
+  parameters are the same. The projections have no bias by default, as the paper's equations
+  (`attention_bias` adds one to each, as tensor2tensor v1's convolutions and fairseq have).
+  Every kernel is Glorot-uniform on its own shape (`qkv_init='separate'`) or, with
+  `qkv_init='fused'`, W^Q, W^K and W^V are drawn as blocks of tensor2tensor v1's fused
+  projections (see `fused_glorot_uniform`).
 
   Options beyond the paper (default off): dropout on the attention weights
   (`attention_dropout_rate`, tensor2tensor's later versions) and DropHead
@@ -74,14 +97,22 @@ class MultiHeadAttention(nn.Module):
                decode: bool = False) -> jax.Array:
     """inputs_q: (b, q, d_model); inputs_kv: (b, k, d_model); mask as in dot_product_attention."""
     cfg = self.config
+    # The widths of tensor2tensor v1's fused projections that W^Q, W^K and W^V belong to.
+    if self.encoder_decoder:
+      fused = {'query': cfg.num_heads * cfg.d_k, 'key': cfg.num_heads * (cfg.d_k + cfg.d_v)}
+      fused['value'] = fused['key']
+    else:
+      fused = dict.fromkeys(('query', 'key', 'value'), cfg.num_heads * (2 * cfg.d_k + cfg.d_v))
 
     def projection(depth, name):
+      kernel_init = fused_glorot_uniform(fused[name]) if cfg.qkv_init == 'fused' else glorot_uniform
       return nn.DenseGeneral(
           features=(cfg.num_heads, depth),
-          use_bias=False,
+          use_bias=cfg.attention_bias,
           dtype=cfg.dtype,
           param_dtype=cfg.param_dtype,
-          kernel_init=nn.with_logical_partitioning(glorot_uniform, ('embed', 'heads', 'kv')),
+          kernel_init=nn.with_logical_partitioning(kernel_init, ('embed', 'heads', 'kv')),
+          bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ('heads', 'kv')),
           name=name,
       )
 
@@ -120,9 +151,10 @@ class MultiHeadAttention(nn.Module):
     return nn.DenseGeneral(
         features=cfg.d_model,
         axis=(-2, -1),
-        use_bias=False,
+        use_bias=cfg.attention_bias,
         dtype=cfg.dtype,
         param_dtype=cfg.param_dtype,
         kernel_init=nn.with_logical_partitioning(glorot_uniform, ('heads', 'kv', 'embed')),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)),
         name='out',
     )(heads)

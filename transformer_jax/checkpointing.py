@@ -22,6 +22,9 @@ from transformer_jax import config_lib, costs, partitioning, steps
 from transformer_jax.data import tokenizer
 
 CONFIG_FILENAME = 'config.json'
+# Config fields newer than some saved runs, with the behaviour those runs had.
+_ADDED_FIELDS = {'model.qkv_init': 'separate', 'model.attention_bias': False,
+                 'data.preprocessing': 'none'}
 
 
 class Checkpoints:
@@ -92,8 +95,7 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   path = os.path.join(workdir, CONFIG_FILENAME)
   if not os.path.exists(path):
     return
-  with open(path) as f:
-    saved = ml_collections.ConfigDict(json.load(f))
+  saved = _read_config(path)
   if _parameter_shapes(saved) == _parameter_shapes(config):
     return
   fields = [f'data.vocab_size {saved.data.vocab_size} -> {config.data.vocab_size}'
@@ -110,10 +112,20 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   if not os.path.isfile(path):
     raise FileNotFoundError(f'{path} not found: --workdir must be a directory written by '
                             'transformer_jax.train')
-  with open(path) as f:
-    config = ml_collections.ConfigDict(json.load(f))
+  config = _read_config(path)
   config_lib.validate(config)
   return config
+
+
+def _read_config(path: str) -> ml_collections.ConfigDict:
+  """A saved config.json. A field added after the run was written is absent there and gets
+  the default the run was trained with."""
+  with open(path) as f:
+    config = json.load(f)
+  for field, default in _ADDED_FIELDS.items():
+    section, name = field.split('.')
+    config[section].setdefault(name, default)
+  return ml_collections.ConfigDict(config)
 
 
 def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -10,6 +10,7 @@ from absl import app, flags, logging
 import jax.numpy as jnp
 import ml_collections
 
+from transformer_jax.data import preprocessing
 from transformer_jax.model_config import TransformerConfig
 
 _POSITIVE_INTS = (
@@ -32,8 +33,10 @@ _CHOICES = {
     'model.position_encoding': ('sinusoid', 'learned'),
     'model.norm_position': ('post', 'pre'),
     'model.norm_type': ('layer_norm', 'scale_norm'),
+    'model.qkv_init': ('separate', 'fused'),
     'data.dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'multi30k', 'builtin'),
     'data.spm_model_type': ('bpe', 'unigram'),
+    'data.preprocessing': preprocessing.CHOICES,
 }
 
 

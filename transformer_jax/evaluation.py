@@ -4,7 +4,8 @@
 corpus BLEU (sacreBLEU on detokenized text) of translations decoded as `config.decode` says
 (beam search, or greedy with beam_size 1). Its references are the target token ids decoded
 back to text, so BLEU there follows the vocabulary's round trip (exact for SentencePiece
-except for unknown characters).
+except for unknown characters) and is computed on preprocessed text when
+`config.data.preprocessing` is set.
 
 `evaluate`, after training (`python -m transformer_jax.evaluate`): a `Translator`'s averaged
 checkpoints translate every source sentence of a split as §6.1 did, scored against the raw
@@ -70,6 +71,7 @@ def perplexity(translator: inference.Translator, pairs: list[tuple[str, str]]) -
   """Per-token perplexity of the references given their sources (teacher forcing, no
   dropout), over the pairs that fit config.data.max_length."""
   trainer = translator.trainer
+  pairs = [translator.preprocessing.pair(source, target) for source, target in pairs]
   batcher = pipeline.batcher(translator.config, translator.tokenizer, pairs,
                              trainer.batch_shards)
   nll = tokens = 0.0

@@ -18,7 +18,7 @@ import numpy as np
 import tqdm
 
 from transformer_jax import checkpointing, config_lib, decoding, partitioning, steps
-from transformer_jax.data import batching, tokenizer
+from transformer_jax.data import batching, preprocessing, tokenizer
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.model_config import PAD_ID
 
@@ -40,6 +40,7 @@ class Translator:
     self.config = config
     self.trainer = steps.Trainer(config, partitioning.make_mesh(config))
     self.tokenizer = tokenizer.load(os.path.join(workdir, tokenizer.MODEL_FILENAME))
+    self.preprocessing = preprocessing.from_config(config.data)
     checkpoints = checkpointing.Checkpoints(workdir)
     available = checkpoints.all_steps()
     if not available:
@@ -63,7 +64,7 @@ class Translator:
     `config.data.max_length` tokens is truncated to it, with a warning naming `source` and its
     line number (1-based)."""
     max_length = self.config.data.max_length
-    ids = tokenizer.encode(self.tokenizer, texts)
+    ids = tokenizer.encode(self.tokenizer, [self.preprocessing.source(text) for text in texts])
     for line, (text, sentence) in enumerate(zip(texts, ids), start=1):
       if not text.strip():
         ids[line - 1] = np.zeros((0,), np.int32)
@@ -103,4 +104,5 @@ class Translator:
                 progress: bool = False) -> list[str]:
     """One translation per text, in order; an empty text gives an empty translation."""
     outputs = self.translate_ids(self.encode(texts, source), progress)
-    return [self.tokenizer.decode(ids) if ids else '' for ids in outputs]
+    return [self.preprocessing.restore(self.tokenizer.decode(ids)) if ids else ''
+            for ids in outputs]

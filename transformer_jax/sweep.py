@@ -8,8 +8,9 @@ A sweep file is a config file whose `get_config(row)` gives each row's config, w
     PAPER  optional: {row: (perplexity, BLEU)}, the published figures to print beside ours.
 Each row trains in `DIR/<row>` (`python -m transformer_jax.train --config=SWEEP:ROW`) and is
 then evaluated on the dev split as Table 3 was: beam 4, α 0.6, no checkpoint averaging,
-per-token perplexity (`python -m transformer_jax.evaluate --split=validation`). Its figures go
-to `<results>/<row>.json` (default `DIR/rows/`); a row whose JSON exists is skipped, so a
+per-token perplexity (`python -m transformer_jax.evaluate --split=validation`). Its figures,
+with the dev perplexities logged during training, go to `<results>/<row>.json` (default
+`DIR/rows/`); a row whose JSON exists is skipped, so a
 crashed or interrupted sweep resumes where it stopped (an unfinished row resumes from its last
 checkpoint), and committed JSON files let a fresh machine resume too. After every row the
 table is rewritten: `DIR/table3.md`, `table3.csv` and `table3.png`.
@@ -28,7 +29,7 @@ from typing import Any
 
 from absl import app, flags
 
-from transformer_jax import config_lib
+from transformer_jax import config_lib, metrics_log
 
 _SWEEP = flags.DEFINE_string('sweep', None, 'A sweep file (see the module docstring).',
                              required=True)
@@ -92,10 +93,13 @@ def run_row(sweep_path: str, row: str, workdir: str) -> dict:
   figures = json.loads(output.strip().splitlines()[-1])
   with open(os.path.join(workdir, 'config.json')) as f:
     config = json.load(f)
+  dev_curve = [{'step': r['step'], 'perplexity': r['perplexity']}
+               for r in metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
+               if r['split'] == 'validation']
   return {'row': row, 'train_seconds': train_seconds, 'eval_seconds': eval_seconds,
           'steps': config['train']['num_train_steps'], 'model': config['model'],
           'label_smoothing': config['train']['label_smoothing'], **figures,
-          'versions': _versions()}
+          'dev_curve': dev_curve, 'versions': _versions()}
 
 
 def _table_rows(sweep: Any, results: dict) -> list[dict]:

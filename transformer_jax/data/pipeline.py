@@ -16,7 +16,7 @@ from absl import logging
 import ml_collections
 import sentencepiece as spm
 
-from transformer_jax.data import batching, datasets, tokenizer
+from transformer_jax.data import batching, datasets, preprocessing, tokenizer
 
 SPLITS = ('train', 'validation', 'test')
 
@@ -53,11 +53,14 @@ def vocabulary(config: ml_collections.ConfigDict, workdir: str,
 
 
 def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1) -> Data:
-  """Reads, tokenizes and plans every split; all input errors surface here, before training."""
+  """Reads, preprocesses, tokenizes and plans every split; all input errors surface here,
+  before training."""
+  preprocess = preprocessing.from_config(config.data)
   pairs = {}
   for split in SPLITS:
     examples = datasets.load_split(config.data, split)
-    pairs[split] = [datasets.source_target(example, config.data) for example in examples]
+    pairs[split] = [preprocess.pair(*datasets.source_target(example, config.data))
+                    for example in examples]
   processor = vocabulary(config, workdir, pairs['train'])
   return Data(processor, {split: batcher(config, processor, pairs[split], rows_multiple, split)
                           for split in SPLITS})
