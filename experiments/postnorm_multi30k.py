@@ -16,6 +16,7 @@ does differently:
                     0.005·sqrt(2000/step), which is eq. 3 with warmup 2000 times 2.53;
   post_fairseq_batch twice the tokens per update (8192 + 8192 tokens with padding,
                     about 6200 real target tokens; fairseq's was about 7100);
+post_fairseq_all   the four together;
 and the _seed1 rows repeat a row with another seed (initialisation, dropout, batch order).
 `pre` is the pre-norm model of configs/multi30k.py at the same cadence, the target.
 Every row: 4000 steps, dev perplexity every 500 steps (greedy BLEU is not computed during
@@ -53,6 +54,8 @@ ROWS = {
     'post_bias': {'model.attention_bias': True},
     'post_fairseq_lr': {'train.warmup_steps': 2000, 'train.lr_scale': 2.53},
     'post_fairseq_batch': {'data.tokens_per_batch': 8192},
+    'post_fairseq_all': {**FUSED, 'model.attention_bias': True, 'train.warmup_steps': 2000,
+                         'train.lr_scale': 2.53, 'data.tokens_per_batch': 8192},
     'pre': {'model.norm_position': 'pre'},
 }
 

@@ -1,6 +1,7 @@
 """experiments/plot_curves.py draws what metrics.jsonl holds, a resumed run's repeated steps
 once (the last record), and writes a PNG from the command line."""
 
+import functools
 import importlib.util
 import os
 import subprocess
@@ -14,6 +15,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'experiments', 'plot_curves.py')
 
 
+@functools.cache
+def _plot_curves():
+  """The script as a module, loaded once (its absl flags can be defined only once)."""
+  spec = importlib.util.spec_from_file_location('plot_curves', SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def _log(workdir) -> None:
   log = metrics_log.MetricsLog(str(workdir))
   for step, loss in ((100, 6.0), (200, 5.0), (200, 4.5), (300, 4.0)):  # 200 again: resumed
@@ -25,10 +35,7 @@ def _log(workdir) -> None:
 
 def test_panels_hold_the_logged_values(tmp_path):
   _log(tmp_path)
-  spec = importlib.util.spec_from_file_location('plot_curves', SCRIPT)
-  plot_curves = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(plot_curves)
-  figure = plot_curves.plot(metrics_log.read(str(tmp_path / 'metrics.jsonl')), 'run')
+  figure = _plot_curves().plot({'run': metrics_log.read(str(tmp_path / 'metrics.jsonl'))})
   losses, bleu, rate = figure.axes
   train_loss, dev_nll = losses.lines
   np.testing.assert_array_equal(train_loss.get_xdata(), [100, 200, 300])
@@ -39,6 +46,25 @@ def test_panels_hold_the_logged_values(tmp_path):
   np.testing.assert_allclose(rate.lines[0].get_ydata(), [1e-3, 2e-3, 3e-3])
 
 
+def test_several_runs_are_overlaid_with_their_names(tmp_path):
+  first, second = tmp_path / 'first', tmp_path / 'second'
+  for workdir in (first, second):
+    workdir.mkdir()
+    _log(workdir)
+  log = metrics_log.MetricsLog(str(second))
+  log.write(400, 'train', {'loss': 3.0, 'learning_rate': 4e-3})
+  log.close()
+  figure = _plot_curves().plot({name: metrics_log.read(str(tmp_path / name / 'metrics.jsonl'))
+                             for name in ('first', 'second')})
+  losses, bleu, rate = figure.axes
+  assert [line.get_label() for line in losses.lines] == [
+      'first: train loss (label-smoothed)', 'first: dev NLL',
+      'second: train loss (label-smoothed)', 'second: dev NLL']
+  np.testing.assert_array_equal(losses.lines[2].get_ydata(), [6.0, 4.5, 4.0, 3.0])
+  assert [line.get_label() for line in bleu.lines] == ['first', 'second']
+  np.testing.assert_array_equal(rate.lines[1].get_xdata(), [100, 200, 300, 400])
+
+
 def test_command_writes_a_png_and_names_a_missing_log(tmp_path):
   _log(tmp_path)
   output = tmp_path / 'curves.png'
@@ -47,6 +73,10 @@ def test_command_writes_a_png_and_names_a_missing_log(tmp_path):
                         text=True)
   assert done.returncode == 0, done.stderr[-2000:]
   assert output.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  both = subprocess.run([sys.executable, SCRIPT, f'--workdir={tmp_path},{tmp_path}',
+                         f'--output={output}'], cwd=REPO, env={**os.environ, 'PYTHONPATH': REPO},
+                        capture_output=True, text=True)
+  assert both.returncode == 0, both.stderr[-2000:]
   missing = subprocess.run([sys.executable, SCRIPT, f'--workdir={tmp_path / "nothing"}',
                             f'--output={output}'], cwd=REPO,
                            env={**os.environ, 'PYTHONPATH': REPO}, capture_output=True, text=True)
