@@ -41,12 +41,13 @@ def get_config() -> ml_collections.ConfigDict:
   # Positions the model encodes: the rows of the learned table, and the longest sequence either
   # stack sees (at least data.max_length + decode.max_extra_length, the longest output).
   config.model.max_len = 512
-  # Initialisation of W^Q, W^K, W^V (the paper is silent): 'separate' draws each
-  # Glorot-uniform on its own (d_model, h·d_k) shape (variance 1/d_model at h·d_k = d_model);
-  # 'fused' draws them as blocks of tensor2tensor v1's single Q/K/V projection (variance
-  # 1/(2·d_model)). attention_bias adds biases to the four attention projections (the paper's
-  # equations have none; tensor2tensor v1's convolutions and fairseq do).
-  config.model.qkv_init = 'separate'
+  # Initialisation of W^Q, W^K, W^V (the paper is silent): 'fused' (tensor2tensor v1, the
+  # paper's code) draws them Glorot-uniform as blocks of one fused Q/K/V projection (variance
+  # 1/(2·d_model) in self-attention); 'separate' draws each on its own (d_model, h·d_k) shape
+  # (variance 1/d_model), with which the post-norm model stalled on Multi30k
+  # (experiments/results/postnorm.md). attention_bias adds biases to the four attention
+  # projections (the paper's equations have none; tensor2tensor v1's convolutions and fairseq do).
+  config.model.qkv_init = 'fused'
   config.model.attention_bias = False
   # One matrix for source embedding, target embedding and pre-softmax projection (§3.4).
   config.model.share_embeddings = True

@@ -92,11 +92,12 @@ def test_demo_configs_are_valid_and_keep_the_papers_optimizer(module):
   assert config.train.lr_scale == 1.0 and config.train.label_smoothing == 0.1
 
 
-def test_multi30k_config_is_the_published_baseline_with_pre_norm():
+def test_multi30k_config_is_the_published_baseline_with_the_papers_layout():
   m = multi30k.get_config().model
   assert (m.num_layers, m.d_model, m.d_ff, m.num_heads, m.d_k, m.d_v, m.dropout_rate) == (
       4, 128, 256, 4, 32, 32, 0.3)
-  assert m.norm_position == 'pre' and base.get_config().model.norm_position == 'post'
+  assert m.norm_position == base.get_config().model.norm_position == 'post'
+  assert m.qkv_init == base.get_config().model.qkv_init == 'fused'
 
 
 def test_unknown_row_is_an_error():

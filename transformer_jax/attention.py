@@ -105,7 +105,8 @@ class MultiHeadAttention(nn.Module):
       fused = dict.fromkeys(('query', 'key', 'value'), cfg.num_heads * (2 * cfg.d_k + cfg.d_v))
 
     def projection(depth, name):
-      kernel_init = fused_glorot_uniform(fused[name]) if cfg.qkv_init == 'fused' else glorot_uniform
+      kernel_init = (fused_glorot_uniform(fused[name]) if cfg.qkv_init == 'fused'
+                     else glorot_uniform)
       return nn.DenseGeneral(
           features=(cfg.num_heads, depth),
           use_bias=cfg.attention_bias,

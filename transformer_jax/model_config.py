@@ -34,7 +34,7 @@ class TransformerConfig:
   position_encoding: str = 'sinusoid'  # or 'learned' (Table 3 row E)
   max_len: int = 512  # rows of the learned position table
   share_embeddings: bool = True  # §3.4
-  qkv_init: str = 'separate'  # or 'fused' (tensor2tensor v1's fused Q/K/V projections)
+  qkv_init: str = 'fused'  # tensor2tensor v1's fused Q/K/V projections, or 'separate'
   attention_bias: bool = False  # biases on W^Q, W^K, W^V and W^O
   norm_position: str = 'post'  # 'post' (§3.1) or 'pre'
   norm_type: str = 'layer_norm'  # or 'scale_norm'
