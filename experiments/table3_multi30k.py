@@ -67,6 +67,9 @@ BASE = {
     'model.d_k': D_MODEL // 8,
     'model.d_v': D_MODEL // 8,
     'model.dropout_rate': 0.1,
+    # The initialisation these rows were trained with, before tensor2tensor v1's fused Q/K/V
+    # became the default (experiments/results/postnorm.md).
+    'model.qkv_init': 'separate',
     'train.label_smoothing': 0.1,
     'train.num_train_steps': STEPS,
     'train.warmup_steps': 400,
