@@ -10,7 +10,7 @@ draw, so real sentences would give the same statistics up to noise):
   cos(decoder out, embedding)  the same for the decoder's last hidden state and its input token;
   logit std                    the standard deviation of the scaled scores QK^T/sqrt(d_k) of the
                                first encoder self-attention.
-Results: experiments/results/postnorm.md. Runs in about 20 s on a 2-core CPU.
+Results: experiments/results/postnorm.md. Runs in about 8 s on a 2-core CPU.
 """
 
 import flax.linen as nn

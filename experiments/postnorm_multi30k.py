@@ -16,7 +16,7 @@ does differently:
   post_fairseq_lr   fairseq's schedule: linear warmup to 0.005 at step 2000, then
                     0.005·sqrt(2000/step), which is eq. 3 with warmup 2000 times 2.53;
   post_fairseq_batch twice the tokens per update (8192 + 8192 tokens with padding,
-                    about 6200 real target tokens; fairseq's was about 7100);
+                    by arithmetic about 6300 real target tokens; fairseq's about 7100);
 post_fairseq_all   the four together;
 and the _seed1 rows repeat a row with another seed (initialisation, dropout, batch order).
 `pre` is the pre-norm model of the earlier configs/multi30k.py at the same cadence, the target.
