@@ -8,7 +8,9 @@ For EN-FR the big model used P_drop = 0.1 instead of 0.3 (§6.1):
 
 import ml_collections
 
-from configs import base
+from transformer_jax import config_lib
+
+base = config_lib.import_sibling(__file__, 'base')
 
 # The big model's changes to the base config (Table 3 last row, §6.1).
 DELTA = {

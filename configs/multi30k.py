@@ -21,7 +21,9 @@ test2016 figures: 39.03 lowercased tokenized BLEU, published 41.0).
 
 import ml_collections
 
-from configs import base
+from transformer_jax import config_lib
+
+base = config_lib.import_sibling(__file__, 'base')
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -1,7 +1,7 @@
 r"""Every row of Table 3 ("Variations on the Transformer architecture") as a delta over base.
 
   python -m transformer_jax.summary --config=configs/table3.py:C2
-  python -m transformer_jax.summary --table3          # all rows beside the paper's counts
+  python -m transformer_jax.summary --config=configs/table3.py --all_rows   # every row
 
 Row ids follow the table's order: base, A1-A4 (heads, with d_k = d_v = d_model / h), B1-B2
 (d_k only; d_v stays 64), C1-C7 (N, d_model, d_ff), D1-D4 (dropout, label smoothing),
@@ -13,7 +13,10 @@ import dataclasses
 
 import ml_collections
 
-from configs import base, big
+from transformer_jax import config_lib
+
+base = config_lib.import_sibling(__file__, 'base')
+big = config_lib.import_sibling(__file__, 'big')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +58,8 @@ ROWS = {
 
 # (dev perplexity, dev BLEU) of each row, as the sweep runner reads them (transformer_jax.sweep).
 PAPER = {row: (figures.ppl, figures.bleu) for row, figures in ROWS.items()}
+# The params column, as `transformer_jax.summary --all_rows` prints it beside ours.
+PAPER_PARAMS = {row: figures.params_millions for row, figures in ROWS.items()}
 
 
 def get_config(row: str = 'base') -> ml_collections.ConfigDict:

@@ -10,7 +10,9 @@ r"""The two shapes at which training throughput is compared with PyTorch (see
 
 import ml_collections
 
-from configs import base
+from transformer_jax import config_lib
+
+base = config_lib.import_sibling(__file__, '../configs/base')
 
 SHAPES = {
     'tiny': dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024, batch_size=64),

@@ -20,8 +20,8 @@ from absl import app, flags, logging
 import jax
 import numpy as np
 
-from transformer_jax import inference
 from transformer_jax.data import batching, datasets
+from transformer_jax.translator import Translator
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A trained workdir.', required=True)
 _SPLIT = flags.DEFINE_string('split', 'test', 'Which split to translate.')
@@ -31,7 +31,7 @@ _BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Sentences per batch.')
 _JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
 
 
-def _time_split(translator: inference.Translator, sources: list[np.ndarray]) -> tuple:
+def _time_split(translator: Translator, sources: list[np.ndarray]) -> tuple:
   lengths = batching.bucket_lengths(translator.config.data.max_length)
   buckets = np.searchsorted(lengths, [len(s) for s in sources])
   warm_up = [sources[np.flatnonzero(buckets == b)[0]] for b in sorted(set(buckets.tolist()))]
@@ -50,11 +50,10 @@ def main(argv):
              'cpu_count': os.cpu_count()}
   results = {}
   for cached in (True, False):
-    translator = inference.Translator(_WORKDIR.value, beam_size=_BEAM_SIZE.value,
+    translator = Translator(_WORKDIR.value, beam_size=_BEAM_SIZE.value,
                                       alpha=_ALPHA.value, average_last=1,
                                       batch_size=_BATCH_SIZE.value, cached=cached)
-    pairs = [datasets.source_target(e, translator.config.data)
-             for e in datasets.load_split(translator.config.data, _SPLIT.value)]
+    pairs = datasets.load_pairs(translator.config.data, _SPLIT.value)
     sources = translator.encode([source for source, _ in pairs])
     seconds, outputs = _time_split(translator, sources)
     tokens = sum(len(ids) + 1 for ids in outputs)

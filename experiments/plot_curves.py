@@ -1,7 +1,7 @@
 r"""Training curves of one or more workdirs: training and dev loss, dev BLEU, and the learning
 rate, several runs overlaid for comparison.
 
-  PYTHONPATH=. python experiments/plot_curves.py --workdir=DIR[,DIR2,...] --output=curves.png
+  python experiments/plot_curves.py --workdir=DIR[,DIR2,...] --output=curves.png
 
 Reads `DIR/metrics.jsonl` (written by transformer_jax.train; a resumed run's repeated steps
 count once). Losses are per target token: the label-smoothed training loss, and the dev

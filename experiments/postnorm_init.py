@@ -1,6 +1,6 @@
 r"""What the Q/K/V initialisation changes at step 0, for post-norm and pre-norm.
 
-  PYTHONPATH=. python experiments/postnorm_init.py
+  python experiments/postnorm_init.py
 
 For configs/multi30k.py's model with each norm position and Q/K/V initialisation, over three
 initialisation seeds, on random token ids (at initialisation every embedding row is an iid
@@ -18,9 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs import multi30k
 from transformer_jax import config_lib
 from transformer_jax.model import Transformer
+
+multi30k = config_lib.import_sibling(__file__, '../configs/multi30k')
 
 
 def cosine(a: jax.Array, b: jax.Array) -> float:

@@ -33,7 +33,9 @@ import os
 
 import ml_collections
 
-from configs import multi30k
+from transformer_jax import config_lib
+
+multi30k = config_lib.import_sibling(__file__, '../configs/multi30k')
 
 MULTI30K = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared', 'data',
                         'multi30k')

@@ -19,11 +19,14 @@ scaled). This project has not measured an accelerator step time to replace these
 
 import ml_collections
 
-from configs import table3
+from transformer_jax import config_lib
+
+table3 = config_lib.import_sibling(__file__, '../configs/table3')
 
 ROWS = tuple(table3.ROWS)
 
 PAPER = table3.PAPER
+PAPER_PARAMS = table3.PAPER_PARAMS
 
 
 def get_config(row: str = 'base') -> ml_collections.ConfigDict:

@@ -17,9 +17,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from configs import base
+from transformer_jax import config_lib
 from transformer_jax.model import Transformer
 from transformer_jax.model_config import TransformerConfig
+
+base = config_lib.import_sibling(__file__, '../configs/base')
 
 
 def tiny_config(**changes) -> TransformerConfig:

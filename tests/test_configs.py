@@ -4,8 +4,13 @@ import json
 
 import pytest
 
-from configs import base, big, multi30k, table3, tiny
 from transformer_jax import checkpointing, config_lib, costs
+
+base = config_lib.import_sibling(__file__, '../configs/base')
+big = config_lib.import_sibling(__file__, '../configs/big')
+multi30k = config_lib.import_sibling(__file__, '../configs/multi30k')
+table3 = config_lib.import_sibling(__file__, '../configs/table3')
+tiny = config_lib.import_sibling(__file__, '../configs/tiny')
 
 TABLE3_ORDER = ['base', 'A1', 'A2', 'A3', 'A4', 'B1', 'B2', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6',
                 'C7', 'D1', 'D2', 'D3', 'D4', 'E', 'big']

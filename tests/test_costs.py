@@ -70,8 +70,10 @@ def test_summary_json_for_a_table3_row():
   assert summary['flops_per_token'] > 2 * summary['params_non_embedding']
 
 
-def test_summary_table3_applies_overrides_to_every_row():
-  result = _summary('--table3', '--json', '--config.data.vocab_size=32000')
+@pytest.mark.slow
+def test_summary_of_every_table3_row_applies_the_overrides_to_each():
+  result = _summary('--config=configs/table3.py', '--all_rows', '--json',
+                    '--config.data.vocab_size=32000')
   assert result.returncode == 0, result.stderr
   rows = json.loads(result.stdout)['rows']
   assert [r['row'] for r in rows][:3] == ['base', 'A1', 'A2'] and len(rows) == 20

@@ -11,8 +11,10 @@ import pytest
 import requests
 import tensorflow_datasets as tfds
 
-from configs import base
+from transformer_jax import config_lib
 from transformer_jax.data import builtin_grammar, datasets
+
+base = config_lib.import_sibling(__file__, '../configs/base')
 
 # The raw Multi30k task 1 files, next to the repository (shared/data/multi30k/).
 MULTI30K_DIR = Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'multi30k'

@@ -57,7 +57,9 @@ def test_cache_holds_the_encoder_keys_once_and_appends_self_attention():
   assert layer['encoder_attention']['key'].shape == (2, 5, cfg.num_heads, cfg.d_k)
   assert layer['self_attention']['value'].shape == (2, 11, cfg.num_heads, cfg.d_v)
   assert not np.any(layer['self_attention']['key'])
-  assert int(layer['self_attention']['index']) == 0
+  # The position is counted once, by the decoder.
+  assert int(variables['cache']['decoder']['index']) == 0
+  assert 'index' not in layer['self_attention']
 
 
 def _greedy_by_full_forward(model, params, inputs, length):
@@ -90,7 +92,7 @@ def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng):
   cfg = tiny_config(share_embeddings=False, max_len=32)
   model, params = Transformer(cfg), _lively_params(cfg)
   inputs = jnp.asarray(random_tokens(rng, (4, 6), cfg.vocab_size, lengths=[6, 4, 2, 0]))
-  outputs = jax.jit(lambda p, x: decoding.translate(
+  outputs = jax.jit(lambda p, x: decoding.decode(
       model, p, x, beam_size=1, alpha=0.6, max_extra_length=10))(params, inputs)
   expected = _greedy_by_full_forward(model, params, inputs, 16)
   np.testing.assert_array_equal(outputs, expected)
@@ -103,7 +105,7 @@ def test_cached_and_uncached_translations_agree(rng, beam_size):
   cfg = tiny_config(share_embeddings=False, max_len=32)
   model, params = Transformer(cfg), _lively_params(cfg, seed=3)
   inputs = jnp.asarray(random_tokens(rng, (3, 5), cfg.vocab_size, lengths=[5, 2, 4]))
-  run = {cached: jax.jit(lambda p, x, cached=cached: decoding.translate(
+  run = {cached: jax.jit(lambda p, x, cached=cached: decoding.decode(
       model, p, x, beam_size=beam_size, alpha=0.6, max_extra_length=8, cached=cached))
          for cached in (True, False)}
   np.testing.assert_array_equal(run[True](params, inputs), run[False](params, inputs))

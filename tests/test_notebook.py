@@ -8,8 +8,12 @@ import os
 
 import nbclient
 import nbformat
+import pytest
 
 from conftest import SMALL
+
+# End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, 'experiments', 'colab_tpu.ipynb')
@@ -18,7 +22,7 @@ NOTEBOOK = os.path.join(ROOT, 'experiments', 'colab_tpu.ipynb')
 def _parameters(storage: str, steps: int) -> dict:
   return {
       'REPO_DIR': ROOT, 'CLONE': False, 'INSTALL': False, 'MOUNT_DRIVE': False,
-      'STORAGE': storage, 'CONFIG': 'configs.base', 'RUN_NAME': 'tiny',
+      'STORAGE': storage, 'CONFIG': 'configs/base.py', 'RUN_NAME': 'tiny',
       'EXPECTED_PLATFORM': 'cpu', 'EXPECTED_DEVICES': 8, 'EVAL_SPLIT': 'test',
       'OVERRIDES': {**SMALL, 'train.num_train_steps': steps,
                     'train.log_every_steps': 10, 'train.eval_every_steps': 10,
@@ -35,14 +39,15 @@ def _parameters_cell(notebook) -> int:
   return tagged[0]
 
 
-def _run(parameters: dict) -> str:
-  """Executes the notebook with its parameters cell replaced; returns all text output."""
+def _run(parameters: dict, cwd: str) -> str:
+  """Executes the notebook in `cwd` with its parameters cell replaced; returns all text
+  output."""
   notebook = nbformat.read(NOTEBOOK, as_version=4)
   index = _parameters_cell(notebook)
   notebook.cells[index].source = '\n'.join(f'{name} = {value!r}'
                                            for name, value in parameters.items())
   nbclient.NotebookClient(notebook, timeout=600, kernel_name='python3',
-                          resources={'metadata': {'path': ROOT}}).execute()
+                          resources={'metadata': {'path': cwd}}).execute()
   texts = []
   for cell in notebook.cells:
     for output in cell.get('outputs', []):
@@ -64,7 +69,8 @@ def test_notebook_trains_evaluates_and_resumes(tmp_path, monkeypatch):
   monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
   workdir = tmp_path / 'tiny'
 
-  first = _run(_parameters(str(tmp_path), steps=20))
+  # Run outside the repository: the notebook needs only the installed package.
+  first = _run(_parameters(str(tmp_path), steps=20), str(tmp_path))
   assert '8 devices' in first
   assert sorted(os.listdir(workdir / 'checkpoints')) == ['10', '20']
   [result_path] = (workdir / 'eval').glob('test-step20-avg2-beam2-*.json')
@@ -76,7 +82,7 @@ def test_notebook_trains_evaluates_and_resumes(tmp_path, monkeypatch):
   assert f'{result["bleu_tokenized"]:.2f}' in first  # the report was printed
 
   # Colab disconnected; "Run all" again with a longer budget continues from step 20.
-  second = _run(_parameters(str(tmp_path), steps=30))
+  second = _run(_parameters(str(tmp_path), steps=30), str(tmp_path))
   assert 'Resumed from step 20' in second
   assert sorted(os.listdir(workdir / 'checkpoints'), key=int)[-1] == '30'
   assert list((workdir / 'eval').glob('test-step30-avg2-beam2-*.json'))

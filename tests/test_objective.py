@@ -4,8 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import base
-from transformer_jax import loss, optimizer
+from transformer_jax import config_lib, loss, optimizer
+
+base = config_lib.import_sibling(__file__, '../configs/base')
 
 
 @pytest.mark.parametrize('step', [1, 2, 100, 3999, 4000, 4001, 10_000, 100_000])

@@ -8,8 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from configs import tiny
+from transformer_jax import config_lib
 from transformer_jax.data import builtin_grammar, pipeline, tokenizer
+
+tiny = config_lib.import_sibling(__file__, '../configs/tiny')
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -69,16 +69,13 @@ def test_command_writes_a_png_and_names_a_missing_log(tmp_path):
   _log(tmp_path)
   output = tmp_path / 'curves.png'
   done = subprocess.run([sys.executable, SCRIPT, f'--workdir={tmp_path}', f'--output={output}'],
-                        cwd=REPO, env={**os.environ, 'PYTHONPATH': REPO}, capture_output=True,
-                        text=True)
+                        cwd=REPO, capture_output=True, text=True)
   assert done.returncode == 0, done.stderr[-2000:]
   assert output.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   both = subprocess.run([sys.executable, SCRIPT, f'--workdir={tmp_path},{tmp_path}',
-                         f'--output={output}'], cwd=REPO, env={**os.environ, 'PYTHONPATH': REPO},
-                        capture_output=True, text=True)
+                         f'--output={output}'], cwd=REPO, capture_output=True, text=True)
   assert both.returncode == 0, both.stderr[-2000:]
   missing = subprocess.run([sys.executable, SCRIPT, f'--workdir={tmp_path / "nothing"}',
-                            f'--output={output}'], cwd=REPO,
-                           env={**os.environ, 'PYTHONPATH': REPO}, capture_output=True, text=True)
+                            f'--output={output}'], cwd=REPO, capture_output=True, text=True)
   assert missing.returncode != 0
   assert 'nothing/metrics.jsonl not found' in missing.stderr

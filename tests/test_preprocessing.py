@@ -5,9 +5,11 @@ import gzip
 
 import pytest
 
-from configs import tiny
 from test_datasets import MULTI30K_DIR
+from transformer_jax import config_lib
 from transformer_jax.data import builtin_grammar, pipeline, preprocessing, tokenizer
+
+tiny = config_lib.import_sibling(__file__, '../configs/tiny')
 
 
 @pytest.fixture(scope='module')

@@ -15,7 +15,11 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import SMALL, train_config
-from transformer_jax import metrics_log, steps, training
+from transformer_jax import metrics_log, train
+from transformer_jax.trainer import Trainer
+
+# End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
+pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 12
@@ -46,7 +50,7 @@ def _losses(workdir: str, split: str = 'train') -> dict[int, float]:
 @pytest.fixture(scope='module')
 def uninterrupted(overrides, tmp_path_factory) -> str:
   workdir = str(tmp_path_factory.mktemp('uninterrupted'))
-  training.train_and_evaluate(train_config(**overrides), workdir)
+  train.train_and_evaluate(train_config(**overrides), workdir)
   return workdir
 
 
@@ -83,7 +87,7 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupt
   killed_at = max(_losses(workdir))
   assert killed_at < STEPS
 
-  training.train_and_evaluate(train_config(**overrides), workdir)
+  train.train_and_evaluate(train_config(**overrides), workdir)
   resumed, expected = _losses(workdir), _losses(uninterrupted)
   assert sorted(resumed) == sorted(expected)
   np.testing.assert_allclose([resumed[s] for s in sorted(resumed)],
@@ -93,16 +97,16 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupt
 
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, tmp_path,
                                                                     monkeypatch):
-  original = steps.Trainer._train_step
+  original = Trainer._train_step
 
   def poisoned(self, state, batch):  # the loss becomes NaN from the 6th step on
     new_state, metrics = original(self, state, batch)
     metrics['loss'] = jax.numpy.where(state.step >= 5, jax.numpy.nan, metrics['loss'])
     return new_state, metrics
 
-  monkeypatch.setattr(steps.Trainer, '_train_step', poisoned)
+  monkeypatch.setattr(Trainer, '_train_step', poisoned)
   with pytest.raises(FloatingPointError, match='at step 6'):
-    training.train_and_evaluate(train_config(**overrides), str(tmp_path))
+    train.train_and_evaluate(train_config(**overrides), str(tmp_path))
   assert os.listdir(tmp_path / 'checkpoints') == ['4']
   params = ocp.StandardCheckpointer().restore(tmp_path / 'checkpoints' / '4' / 'state')['params']
   assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(params))
@@ -111,14 +115,14 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, t
 def test_a_model_of_other_shapes_cannot_resume(overrides, uninterrupted):
   config = train_config(**{**overrides, 'model.d_ff': 128, 'train.num_train_steps': 20})
   with pytest.raises(ValueError, match='model.d_ff 64 -> 128'):
-    training.train_and_evaluate(config, uninterrupted)
+    train.train_and_evaluate(config, uninterrupted)
 
 
 def test_unwritable_workdir_is_reported_first(overrides, tmp_path):
   blocker = tmp_path / 'file'
   blocker.write_text('')
   with pytest.raises(OSError, match='is not a writable directory'):
-    training.train_and_evaluate(train_config(**overrides), str(blocker / 'workdir'))
+    train.train_and_evaluate(train_config(**overrides), str(blocker / 'workdir'))
 
 
 def test_command_line_errors_name_the_field(tmp_path):

@@ -14,8 +14,12 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import train_config
-from transformer_jax import bleu, checkpointing, decoding, inference, training
+from transformer_jax import bleu, checkpointing, decoding, train
 from transformer_jax.data import batching, datasets
+from transformer_jax.translator import Translator
+
+# End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
+pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENCES = ['the man sees a dog .', '', 'a small cat sleeps .', 'the dogs run .']
@@ -25,7 +29,7 @@ SENTENCES = ['the man sees a dog .', '', 'a small cat sleeps .', 'the dogs run .
 def workdir(tmp_path_factory) -> str:
   """150 steps on the builtin corpus, checkpoints at 50, 100 and 150."""
   workdir = str(tmp_path_factory.mktemp('run'))
-  training.train_and_evaluate(train_config(**{
+  train.train_and_evaluate(train_config(**{
       'data.tfds_data_dir': str(tmp_path_factory.mktemp('tfds')),
       'train.num_train_steps': 150, 'train.checkpoint_every_steps': 50,
       'train.keep_checkpoints': 3, 'train.eval_every_steps': 1000, 'train.num_eval_steps': 1,
@@ -39,14 +43,14 @@ def _saved_params(workdir: str, step: int) -> dict:
 
 
 def test_averaging_equals_the_numpy_mean(workdir):
-  translator = inference.Translator(workdir, average_last=3)
+  translator = Translator(workdir, average_last=3)
   assert translator.steps == [50, 100, 150]
   expected = jax.tree.map(lambda *leaves: np.mean(np.stack(leaves).astype(np.float64), 0),
                           *[_saved_params(workdir, step) for step in (50, 100, 150)])
   jax.tree.map(lambda got, want: np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7),
                translator.params, expected)
   # Only the last checkpoint: its parameters exactly.
-  last = inference.Translator(workdir, average_last=1)
+  last = Translator(workdir, average_last=1)
   jax.tree.map(np.testing.assert_array_equal, last.params, _saved_params(workdir, 150))
 
 
@@ -58,8 +62,8 @@ def test_preprocessing_applies_to_inputs_and_is_undone_on_outputs(workdir, tmp_p
   config = checkpointing.load_config(moses_workdir)
   config.data.preprocessing = 'lowercase_moses'
   checkpointing.write_config(config, moses_workdir)
-  plain = inference.Translator(workdir, average_last=1)
-  moses = inference.Translator(moses_workdir, average_last=1)
+  plain = Translator(workdir, average_last=1)
+  moses = Translator(moses_workdir, average_last=1)
   texts = ['The man sees a dog.', 'A small cat sleeps.']
   tokenized = ['the man sees a dog .', 'a small cat sleeps .']
   for got, want in zip(moses.encode(texts), plain.encode(tokenized)):
@@ -71,8 +75,8 @@ def test_preprocessing_applies_to_inputs_and_is_undone_on_outputs(workdir, tmp_p
 def test_saved_average_is_a_workdir_that_translates_like_the_average(workdir, tmp_path):
   output = str(tmp_path / 'averaged')
   assert checkpointing.save_average(workdir, 2, output) == [100, 150]
-  in_memory = inference.Translator(workdir, average_last=2)
-  saved = inference.Translator(output, average_last=1)
+  in_memory = Translator(workdir, average_last=2)
+  saved = Translator(output, average_last=1)
   assert saved.steps == [150]
   jax.tree.map(np.testing.assert_array_equal, saved.params, in_memory.params)
   assert saved.translate(SENTENCES) == in_memory.translate(SENTENCES)
@@ -83,16 +87,16 @@ def test_saved_average_is_a_workdir_that_translates_like_the_average(workdir, tm
 def test_translations_on_the_mesh_equal_one_device_and_the_uncached_decoder(workdir):
   """The Translator shards over the 8 test devices; one device decoding the same ids, with or
   without the cache, gives the same tokens."""
-  translator = inference.Translator(workdir, beam_size=4, alpha=0.6, average_last=1)
-  assert translator.trainer.batch_shards == 8
+  translator = Translator(workdir, beam_size=4, alpha=0.6, average_last=1)
+  assert translator.model.batch_shards == 8
   sources = translator.encode(SENTENCES)
   outputs = translator.translate_ids(sources)
   assert outputs[1] == []
   params = jax.device_put(translator.params, jax.devices()[0])
   lengths = batching.bucket_lengths(translator.config.data.max_length)
   for cached in (True, False):
-    run = jax.jit(lambda p, x, cached=cached: decoding.translate(
-        translator.trainer.eval_model, p, x, beam_size=4, alpha=0.6, max_extra_length=50,
+    run = jax.jit(lambda p, x, cached=cached: decoding.decode(
+        translator.model.eval_model, p, x, beam_size=4, alpha=0.6, max_extra_length=50,
         cached=cached))
     for ids, output in zip(sources, outputs):
       if len(ids):  # one sentence alone, padded to its bucket as the Translator does
@@ -102,7 +106,7 @@ def test_translations_on_the_mesh_equal_one_device_and_the_uncached_decoder(work
 
 
 def test_long_lines_are_truncated_with_a_warning_naming_the_line(workdir, caplog):
-  translator = inference.Translator(workdir, average_last=1)
+  translator = Translator(workdir, average_last=1)
   long_line = ' '.join(['the man sees a dog'] * 20)
   with caplog.at_level('WARNING'):
     ids = translator.encode(['a dog .', long_line], source='input.txt')
@@ -161,7 +165,7 @@ def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
   assert result.returncode == 0, result.stderr.decode()[-2000:]
   figures = json.loads(result.stdout.decode().strip().splitlines()[-1])
   config = checkpointing.load_config(workdir)
-  pairs = [datasets.source_target(e, config.data) for e in datasets.load_split(config.data, 'test')]
+  pairs = datasets.load_pairs(config.data, 'test')
   assert figures['sentences'] == len(pairs) == 1000
   assert figures['checkpoint_steps'] == [50, 100, 150] and figures['beam_size'] == 2
   with open(figures['hypotheses'], encoding='utf-8') as f:

@@ -84,9 +84,10 @@ class MultiHeadAttention(nn.Module):
   Incremental decoding (`decode=True`) keeps keys and values in the 'cache' collection. The
   first such call creates the cache: an encoder-decoder attention (§3.2.3) stores the keys and
   values of the encoder output, which every later step reuses; a self-attention stores zeros
-  for as many positions as its input has. Each later call takes one new position (q = 1):
-  self-attention writes its key and value at the cache index, and the query attends to
-  positions 0..index, which is the causal mask of §3.2.3 (the `mask` argument is unused).
+  for as many positions as its input has. Each later call takes one new position (q = 1), at
+  `position` (counted once, by the decoder): self-attention writes its key and value there, and
+  the query attends to positions 0..position, which is the causal mask of §3.2.3 (the `mask`
+  argument is unused).
   """
 
   config: TransformerConfig
@@ -94,7 +95,7 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array, mask: jax.Array,
-               decode: bool = False) -> jax.Array:
+               decode: bool = False, position: jax.Array | int = 0) -> jax.Array:
     """inputs_q: (b, q, d_model); inputs_kv: (b, k, d_model); mask as in dot_product_attention."""
     cfg = self.config
     # The widths of tensor2tensor v1's fused projections that W^Q, W^K and W^V belong to.
@@ -131,20 +132,17 @@ class MultiHeadAttention(nn.Module):
       else:
         self.put_variable('cache', 'key', jnp.zeros_like(key))
         self.put_variable('cache', 'value', jnp.zeros_like(value))
-        self.put_variable('cache', 'index', jnp.zeros((), jnp.int32))
     elif self.encoder_decoder:
       key, value = self.get_variable('cache', 'key'), self.get_variable('cache', 'value')
     else:
-      index = self.get_variable('cache', 'index')
       new_key, new_value = keys_values()
       key = jax.lax.dynamic_update_slice_in_dim(self.get_variable('cache', 'key'), new_key,
-                                                index, axis=1)
+                                                position, axis=1)
       value = jax.lax.dynamic_update_slice_in_dim(self.get_variable('cache', 'value'), new_value,
-                                                  index, axis=1)
+                                                  position, axis=1)
       self.put_variable('cache', 'key', key)
       self.put_variable('cache', 'value', value)
-      self.put_variable('cache', 'index', index + 1)
-      mask = (jnp.arange(key.shape[1]) <= index)[None, None, None, :]
+      mask = (jnp.arange(key.shape[1]) <= position)[None, None, None, :]
     attention_dropout = nn.Dropout(cfg.attention_dropout_rate, deterministic=cfg.deterministic)
     heads = dot_product_attention(query, key, value, mask, attention_dropout)
     heads = nn.Dropout(cfg.drophead_rate, broadcast_dims=(1, 3))(

@@ -9,11 +9,9 @@ like any workdir (with --average_last=1); the original workdir is only read. (`t
 `evaluate` can also average in memory with --average_last=K, saving nothing.)
 """
 
-import sys
+from absl import flags
 
-from absl import app, flags
-
-from transformer_jax import checkpointing, config_lib
+from transformer_jax import checkpointing, cli
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
 _LAST = flags.DEFINE_integer('last', None, 'How many of the latest checkpoints to average '
@@ -21,14 +19,10 @@ _LAST = flags.DEFINE_integer('last', None, 'How many of the latest checkpoints t
 _OUTPUT = flags.DEFINE_string('output', None, 'The new workdir.', required=True)
 
 
-def main(argv):
-  config_lib.start_command(argv)
-  try:
-    averaged = checkpointing.save_average(_WORKDIR.value, _LAST.value, _OUTPUT.value)
-  except (OSError, ValueError) as e:
-    sys.exit(f'error: {e}')
+def main():
+  averaged = checkpointing.save_average(_WORKDIR.value, _LAST.value, _OUTPUT.value)
   print(f'{_OUTPUT.value}: the average of checkpoints {averaged} of {_WORKDIR.value}')
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

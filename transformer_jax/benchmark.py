@@ -15,13 +15,15 @@ import json
 import statistics
 import time
 
-from absl import app, flags
+from absl import flags
 import jax
 import jax.numpy as jnp
 from ml_collections import config_flags
 import numpy as np
 
-from transformer_jax import config_lib, costs, partitioning, steps
+from transformer_jax import cli, config_lib, costs
+from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.trainer import Trainer
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
 _BATCH_SIZE = flags.DEFINE_integer(
@@ -57,14 +59,14 @@ def matmul_peak(dtype, sizes=None) -> float:
 
 def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int) -> dict:
   config_lib.validate(config)
-  mesh = partitioning.make_mesh(config)
-  trainer = steps.Trainer(config, mesh)
+  model = ShardedModel(config)
+  trainer = Trainer(model)
   rows = batch_size or config.data.tokens_per_batch // length
   rows -= rows % trainer.rows_multiple
   rng = np.random.default_rng(0)
   tokens = lambda: rng.integers(1, config.data.vocab_size, (rows, length), dtype=np.int32)
   targets = tokens()
-  batch = trainer.put_batch({'inputs': tokens(), 'targets': targets,
+  batch = model.put_batch({'inputs': tokens(), 'targets': targets,
                              'decoder_inputs': np.pad(targets[:, :-1], ((0, 0), (1, 0)))})
   state = trainer.init_state()
 
@@ -75,7 +77,7 @@ def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int
 
   _median_seconds(step, warmup)  # compilation included
   step_time = _median_seconds(step, num_steps)
-  flops = 3 * rows * costs.forward_flops(trainer.model_config, length, length)
+  flops = 3 * rows * costs.forward_flops(model.model_config, length, length)
   devices = jax.device_count()
   peak = matmul_peak(jnp.dtype(config.dtype)) * devices
   return {
@@ -94,9 +96,7 @@ def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int
   }
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+def main():
   result = run(_CONFIG.value, _BATCH_SIZE.value, _LENGTH.value, _STEPS.value, _WARMUP.value)
   if _JSON.value:
     print(json.dumps(result))
@@ -112,4 +112,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=config_lib.parse_flags)
+  flags.mark_flag_as_required('config')
+  cli.run(main)

@@ -10,7 +10,6 @@ checkpoints intact. `workdir/config.json` is the resolved config of the latest r
 import json
 import os
 import shutil
-import tempfile
 from typing import Any, Sequence
 
 import jax
@@ -18,8 +17,9 @@ import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
 
-from transformer_jax import config_lib, costs, partitioning, steps
+from transformer_jax import atomic, config_lib, costs
 from transformer_jax.data import tokenizer
+from transformer_jax.sharded_model import ShardedModel
 
 CONFIG_FILENAME = 'config.json'
 # Config fields newer than some saved runs, with the behaviour those runs had.
@@ -46,8 +46,9 @@ class Checkpoints:
     self._manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)))
 
-  def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
-    """The state of `step`, placed with `abstract_state`'s shardings, and the iterator state."""
+  def restore(self, step: int, abstract_state: Any | None = None) -> tuple[Any, dict]:
+    """The state of `step`, placed with `abstract_state`'s shardings (None: as a tree of
+    arrays laid out as they were saved), and the iterator state."""
     restored = self._manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
     return restored['state'], restored['data']
@@ -131,18 +132,10 @@ def _read_config(path: str) -> ml_collections.ConfigDict:
 def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Writes `workdir/config.json` atomically; copies a given `data.spm_model` into the workdir
   so the run's directory holds everything needed to use its checkpoints."""
-  atomic_write(os.path.join(workdir, CONFIG_FILENAME), config.to_json_best_effort(indent=2))
+  atomic.write(os.path.join(workdir, CONFIG_FILENAME), config.to_json_best_effort(indent=2))
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
   if config.data.spm_model and os.path.abspath(config.data.spm_model) != vocabulary:
     shutil.copyfile(config.data.spm_model, vocabulary)
-
-
-def atomic_write(path: str, text: str) -> None:
-  """Writes `text` to a temporary file beside `path`, then renames it to `path`."""
-  directory = os.path.dirname(os.path.abspath(path))
-  with tempfile.NamedTemporaryFile('w', encoding='utf-8', dir=directory, delete=False) as f:
-    f.write(text)
-  os.replace(f.name, path)
 
 
 def save_average(workdir: str, last: int | None, output: str) -> list[int]:
@@ -159,10 +152,9 @@ def save_average(workdir: str, last: int | None, output: str) -> list[int]:
   if os.path.isdir(os.path.join(output, 'checkpoints')) and os.listdir(
       os.path.join(output, 'checkpoints')):
     raise FileExistsError(f'{output} already holds checkpoints; choose a new --output')
-  trainer = steps.Trainer(config, partitioning.make_mesh(config))
-  state, data_state = source.restore(averaged[-1], trainer.abstract_unboxed_state)
-  state = state.replace(
-      params=source.average_params(averaged, trainer.abstract_unboxed_state.params))
+  # The optimizer state is kept as it was saved; only the parameters are averaged.
+  state, data_state = source.restore(averaged[-1])
+  state['params'] = source.average_params(averaged, ShardedModel(config).abstract_params)
   source.close()
   os.makedirs(output, exist_ok=True)
   write_config(config, output)

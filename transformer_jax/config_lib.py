@@ -1,12 +1,16 @@
-"""Checks an ml_collections config and turns its model section into a `TransformerConfig`.
+"""Config files: loading them from any directory, checking them, and the model's config.
 
-Configs live in `configs/` (documented field by field in `configs/base.py`). `validate` runs
-before any long work starts and names the offending field in its error.
+Configs live in `configs/` (documented field by field in `configs/base.py`). A config file is
+a Python file with `get_config()` (or `get_config(arg)`, loaded as `file.py:arg`); it imports
+the config files it builds on with `import_sibling`, by path, so that it works from any
+working directory and from an installed package. `validate` runs before any long work starts
+and names the offending field in its error.
 """
 
-import sys
+import importlib.util
+import os
+import types
 
-from absl import app, flags, logging
 import jax.numpy as jnp
 import ml_collections
 
@@ -98,44 +102,25 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
       vocab_size=config.data.vocab_size, dtype=jnp.dtype(config.dtype), **config.model.to_dict())
 
 
-def _unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str | None:
-  """The first `--config.<field>=...` argument whose field is not in `config`, if any."""
-  for arg in argv[1:]:
-    if not arg.startswith('--config.'):
-      continue
-    field = arg[len('--config.'):].split('=', 1)[0]
-    node = config
-    for part in field.split('.'):
-      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-        return f'{arg}: config.{field} does not exist'
-      node = node[part]
-  return None
+def load_module(path: str) -> types.ModuleType:
+  """The Python file at `path` as a new module object (nothing is added to sys.modules)."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'{path}: no such file')
+  name = os.path.splitext(os.path.basename(path))[0]
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-  """absl flags parser for the project's commands (`app.run(main, flags_parser=parse_flags)`).
-
-  Parses the flags, then validates `--config` with its overrides, so that a misspelt field or
-  an invalid value stops the command with a one-line error naming the field, before any work.
-  """
-  try:
-    remaining = flags.FLAGS(argv)
-    validate(flags.FLAGS.config)
-  except flags.Error as e:  # a config file that raised keeps only its first and last lines
-    lines = str(e).strip().splitlines()
-    sys.exit(f'error: {lines[0]} {lines[-1]}' if len(lines) > 1 else f'error: {e}')
-  except OSError as e:  # a missing config file
-    sys.exit(f'error: {e}')
-  except (AttributeError, KeyError, TypeError, ValueError) as e:
-    unknown = _unknown_override(argv, flags.FLAGS['config'].value)
-    sys.exit(f'error: {unknown or e}')
-  return remaining
+def import_sibling(file: str, name: str) -> types.ModuleType:
+  """The config file `name`.py beside `file` (a config file's `__file__`); `name` may be a
+  path relative to that directory, e.g. '../configs/multi30k'."""
+  return load_module(os.path.join(os.path.dirname(os.path.abspath(file)), f'{name}.py'))
 
 
-def start_command(argv: list[str]) -> None:
-  """What every command's `main` does first: rejects positional arguments and, unless
-  --verbosity is given, logs warnings only (orbax logs every file operation at INFO)."""
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  if not flags.FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)
+def from_file(spec: str) -> ml_collections.ConfigDict:
+  """The config of a config file, 'path.py' or 'path.py:arg' (as `--config=` takes it)."""
+  path, _, arg = spec.partition(':')
+  module = load_module(path)
+  return module.get_config(arg) if arg else module.get_config()

@@ -1,7 +1,6 @@
-"""Translating a batch of token ids with a Transformer: greedy or beam search (§6.1).
+"""Decoding a batch of source token ids with a Transformer: greedy or beam search (§6.1).
 
-  outputs = decoding.translate(model, params, inputs, beam_size=4, alpha=0.6,
-                               max_extra_length=50)
+  outputs = decoding.decode(model, params, inputs, beam_size=4, alpha=0.6, max_extra_length=50)
 
 `model` must be deterministic (dropout off). The source is encoded once. The incremental
 decoder (the default) then keeps a key/value cache: the encoder-decoder attention keys and
@@ -23,6 +22,7 @@ from transformer_jax import search
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.model import Transformer
 from transformer_jax.model_config import PAD_ID
+from transformer_jax.sharded_model import ShardedModel
 
 
 def _repeat_rows(tree: Any, copies: int) -> Any:
@@ -80,8 +80,8 @@ def uncached_scorer(model: Transformer, params, encoded: jax.Array, source_mask:
   return search.Scorer(decoder_inputs, step, _take_rows)
 
 
-def translate(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alpha: float,
-              max_extra_length: int, cached: bool = True) -> jax.Array:
+def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alpha: float,
+           max_extra_length: int, cached: bool = True) -> jax.Array:
   """inputs: (b, s) source ids -> (b, s + max_extra_length) output ids, PAD_ID after EOS.
 
   beam_size 1 is greedy decoding (α unused), larger sizes beam search, as in tensor2tensor.
@@ -110,12 +110,12 @@ def strip(tokens: np.ndarray) -> list[int]:
   return ids
 
 
-def jit_translate(trainer, beam_size: int, alpha: float, max_extra_length: int,
-                  cached: bool = True):
-  """`translate` with `trainer`'s deterministic model, jitted on its mesh with parameters and
+def jit_decode(model: ShardedModel, beam_size: int, alpha: float, max_extra_length: int,
+               cached: bool = True):
+  """`decode` with `model`'s deterministic Transformer, jitted on its mesh with parameters and
   batches sharded as in training: (params, inputs) -> outputs."""
   return jax.jit(
-      functools.partial(translate, trainer.eval_model, beam_size=beam_size, alpha=alpha,
+      functools.partial(decode, model.eval_model, beam_size=beam_size, alpha=alpha,
                         max_extra_length=max_extra_length, cached=cached),
-      in_shardings=(trainer.state_sharding.params, trainer.batch_sharding),
-      out_shardings=trainer.batch_sharding)
+      in_shardings=(model.param_sharding, model.batch_sharding),
+      out_shardings=model.batch_sharding)

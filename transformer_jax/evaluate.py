@@ -1,40 +1,161 @@
-r"""Scores a trained workdir on a whole split as the paper did (§6.1): beam search, averaged
-checkpoints, BLEU; and the per-token perplexity of Table 3.
+r"""Scoring a model on a split, during training (`Evaluator`) and after it (`evaluate`, and
+the command below, which scores a trained workdir as the paper did, §6.1).
 
   python -m transformer_jax.evaluate --workdir=DIR --split=test [--json] \
       [--beam_size=4] [--alpha=0.6] [--average_last=5] [--batch_size=64]
 
-Every source sentence of the split is translated (one too long for the model is truncated,
-with a warning). Reported, each labelled: sacreBLEU on detokenized text with its signature;
-the paper's tokenized, compound-split, cased BLEU; the same lowercased (Multi30k papers' usual
-figure); per-token perplexity of the references (pairs longer than config.data.max_length are
-left out of it and counted); the number of sentences; decoding time. The translations go to
-`DIR/eval/<name>.txt` and the figures to `DIR/eval/<name>.json`, where the name records the
-split, checkpoints and decoding settings.
+`Evaluator`, during training: loss, per-token perplexity (Table 3's PPL), token accuracy, and
+corpus BLEU (sacreBLEU on detokenized text) of translations decoded as `config.decode` says
+(beam search, or greedy with beam_size 1). Its references are the target token ids decoded
+back to text, so BLEU there follows the vocabulary's round trip (exact for SentencePiece
+except for unknown characters) and is computed on preprocessed text when
+`config.data.preprocessing` is set.
+
+`evaluate`, after training: a `Translator`'s averaged checkpoints translate every source
+sentence of the split (one too long for the model is truncated, with a warning), scored
+against the raw reference text. Reported, each labelled: sacreBLEU on detokenized text with its
+signature; the paper's tokenized, compound-split, cased BLEU; the same lowercased (Multi30k
+papers' usual figure); per-token perplexity of the references (pairs longer than
+config.data.max_length are left out of it and counted); the number of sentences; decoding time.
+The translations go to `DIR/eval/<name>.txt` and the figures to `DIR/eval/<name>.json`, where
+the name records the split, checkpoints and decoding settings.
 """
 
+import itertools
 import json
-import sys
+import math
+import os
+import time
 
-from absl import app, flags
+from absl import flags
 import jax
+import sacrebleu
 
-from transformer_jax import config_lib, evaluation, translate
+from transformer_jax import atomic, bleu, cli, decoding, loss, partitioning
+from transformer_jax.data import batching, datasets, pipeline, tokenizer
+from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.translator import Translator
 
-_SPLIT = flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Which split.')
-_JSON = flags.DEFINE_boolean('json', False, 'Print the figures as one JSON object.')
+
+def _add_sums(totals: dict, sums: dict) -> dict:
+  return {name: totals.get(name, 0.0) + float(sums[name]) for name in loss.SUM_NAMES}
 
 
-def main(argv):
-  config_lib.start_command(argv)
-  try:
-    result = evaluation.evaluate(translate.translator_from_flags(), translate.WORKDIR.value,
-                                 _SPLIT.value)
-  except (OSError, ValueError, RuntimeError) as e:
-    sys.exit(f'error: {e}')
-  if jax.process_index() == 0:
-    print(json.dumps(result) if _JSON.value else evaluation.report(result), flush=True)
+def _per_token(totals: dict) -> dict:
+  return {name: float(value) for name, value in loss.per_token(totals).items()}
+
+
+class Evaluator:
+  """Evaluates a split of `data`; decoding compiles once per bucket shape."""
+
+  def __init__(self, model: ShardedModel, data: pipeline.Data):
+    self._model = model
+    self._data = data
+    decode = model.config.decode
+    self._decode = decoding.jit_decode(model, decode.beam_size, decode.alpha,
+                                       decode.max_extra_length)
+
+  def __call__(self, params, split: str, num_batches: int = -1, bleu: bool = True) -> dict:
+    """Metrics over the first `num_batches` batches of `split` (-1: all of it)."""
+    batches = self._data.eval_batches(split, jax.process_index(), jax.process_count())
+    if num_batches > 0:
+      batches = itertools.islice(batches, num_batches)
+    totals = {}
+    hypotheses, references = [], []
+    for local_batch in batches:
+      batch = self._model.put_batch(local_batch)
+      totals = _add_sums(totals, self._model.loss_sums(params, batch))
+      if bleu:
+        outputs = partitioning.gather_rows(self._decode(params, batch['inputs']))
+        targets = partitioning.gather_rows(batch['targets'])
+        for output, target in zip(outputs, targets):
+          if target[0] != 0:  # skip the empty rows that fill a bucket's last batch
+            hypotheses.append(tokenizer.decode(self._data.tokenizer, decoding.strip(output)))
+            references.append(tokenizer.decode(self._data.tokenizer, decoding.strip(target)))
+    metrics = _per_token(totals)
+    if bleu:
+      metrics['bleu'] = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    return metrics
+
+
+def perplexity(translator: Translator, pairs: list[tuple[str, str]]) -> dict:
+  """Per-token perplexity of the references given their sources (teacher forcing, no
+  dropout), over the pairs that fit config.data.max_length."""
+  model = translator.model
+  pairs = [translator.preprocessing.pair(source, target) for source, target in pairs]
+  batcher = pipeline.batcher(translator.config, translator.tokenizer, pairs, model.batch_shards)
+  totals = {}
+  for batch in batching.eval_batches(batcher, jax.process_index(), jax.process_count()):
+    totals = _add_sums(totals, model.loss_sums(translator.params, model.put_batch(batch)))
+  return {'perplexity': _per_token(totals)['perplexity'], 'perplexity_pairs': len(batcher.split),
+          'perplexity_pairs_too_long': batcher.split.num_dropped}
+
+
+def evaluate(translator: Translator, split: str) -> dict:
+  """Translates and scores `split`; writes the translations and the figures under
+  `<the translator's workdir>/eval/` and returns the figures."""
+  config = translator.config
+  pairs = datasets.load_pairs(config.data, split)
+  sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+  start = time.perf_counter()
+  hypotheses = translator.translate(sources, f'{split} source', progress=True)
+  seconds = time.perf_counter() - start
+  decode = config.decode
+  name = (f'{split}-step{translator.steps[-1]}-avg{len(translator.steps)}'
+          f'-beam{decode.beam_size}-alpha{decode.alpha:g}')
+  directory = os.path.join(translator.workdir, 'eval')
+  hypothesis_path = os.path.join(directory, f'{name}.txt')
+  lead = jax.process_index() == 0
+  if lead:
+    os.makedirs(directory, exist_ok=True)
+    atomic.write(hypothesis_path, ''.join(line + '\n' for line in hypotheses))
+  scores = bleu.scores(hypotheses, references, config.data.target_lang)
+  result = {
+      'split': split,
+      'sentences': len(sources),
+      'checkpoint_steps': translator.steps,
+      'beam_size': decode.beam_size,
+      'alpha': decode.alpha,
+      'bleu_detokenized': scores['detokenized'],
+      'sacrebleu_signature': scores['signature'],
+      'bleu_tokenized': scores['tokenized'],
+      'bleu_tokenized_lowercase': scores['tokenized_lowercase'],
+      **perplexity(translator, pairs),
+      'decode_seconds': seconds,
+      'sentences_per_second': len(sources) / seconds,
+      'hypotheses': hypothesis_path,
+  }
+  if lead:
+    atomic.write(os.path.join(directory, f'{name}.json'), json.dumps(result, indent=2))
+  return result
+
+
+def report(result: dict) -> str:
+  """`evaluate`'s figures as labelled lines."""
+  return '\n'.join([
+      f'{result["split"]}: {result["sentences"]} sentences, checkpoints '
+      f'{result["checkpoint_steps"]} averaged, beam {result["beam_size"]}, '
+      f'alpha {result["alpha"]}',
+      f'BLEU (sacreBLEU, detokenized)          {result["bleu_detokenized"]:.2f}  '
+      f'{result["sacrebleu_signature"]}',
+      f'BLEU (tokenized, compound-split, cased) {result["bleu_tokenized"]:.2f}  (the paper\'s)',
+      f'BLEU (tokenized, lowercased)            {result["bleu_tokenized_lowercase"]:.2f}',
+      f'perplexity per token                   {result["perplexity"]:.3f}  '
+      f'({result["perplexity_pairs"]} pairs; {result["perplexity_pairs_too_long"]} too long)',
+      f'decoding                               {result["decode_seconds"]:.1f} s, '
+      f'{result["sentences_per_second"]:.1f} sentences/s (compilation included)',
+      f'translations                           {result["hypotheses"]}',
+  ])
 
 
 if __name__ == '__main__':
-  app.run(main)
+  _TRANSLATOR = cli.define_translator_flags()
+  _SPLIT = flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Which split.')
+  _JSON = flags.DEFINE_boolean('json', False, 'Print the figures as one JSON object.')
+
+  def main():
+    result = evaluate(_TRANSLATOR(), _SPLIT.value)
+    if jax.process_index() == 0:
+      print(json.dumps(result) if _JSON.value else report(result), flush=True)
+
+  cli.run(main)

@@ -109,14 +109,14 @@ class DecoderLayer(nn.Module):
   @nn.compact
   def __call__(
       self, y: jax.Array, encoded: jax.Array, self_mask: jax.Array, memory_mask: jax.Array,
-      decode: bool = False,
+      decode: bool = False, position: jax.Array | int = 0,
   ) -> jax.Array:
     """y: (b, t, d_model); encoded: (b, s, d_model); self_mask: (1, 1, t, t) causal;
     memory_mask: (b, 1, 1, s) source padding mask; decode: incremental decoding with the
-    attentions' caches (see MultiHeadAttention)."""
+    attentions' caches, `y` being the one input at `position` (see MultiHeadAttention)."""
     cfg = self.config
     self_attention = MultiHeadAttention(cfg, name='self_attention')
-    y = sublayer_connection(cfg, y, lambda z: self_attention(z, z, self_mask, decode),
+    y = sublayer_connection(cfg, y, lambda z: self_attention(z, z, self_mask, decode, position),
                             'self_attention')
     cross_attention = MultiHeadAttention(cfg, encoder_decoder=True, name='encoder_attention')
     y = sublayer_connection(

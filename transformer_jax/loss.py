@@ -3,7 +3,8 @@
 Smoothing follows tensor2tensor (`smoothing_cross_entropy`): the target distribution puts
 1 - ε_ls on the reference token and ε_ls / (vocab - 1) on every other token, and the entropy of
 that distribution is subtracted so that a perfect prediction has loss 0. Padding positions
-(target id 0) are excluded; callers divide the sums by the number of non-padding tokens.
+(target id 0) are excluded; `per_token` divides the sums by the number of non-padding
+tokens.
 """
 
 import jax
@@ -48,3 +49,15 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> 
       'correct': jnp.sum((target_logit >= peak) * weights),
       'tokens': jnp.sum(weights),
   }
+
+
+SUM_NAMES = ('loss', 'nll', 'correct', 'tokens')
+
+
+def per_token(sums: dict) -> dict:
+  """`loss_sums` (of one batch or added over many) -> loss, nll and accuracy per non-padding
+  target token, and the per-token perplexity exp(nll) of Table 3."""
+  tokens = jnp.maximum(sums['tokens'], 1.0)
+  nll = sums['nll'] / tokens
+  return {'loss': sums['loss'] / tokens, 'nll': nll, 'perplexity': jnp.exp(nll),
+          'accuracy': sums['correct'] / tokens}

@@ -75,7 +75,8 @@ class Decoder(nn.Module):
 
     decode: incremental decoding with a 'cache' collection. The first call creates the cache
     for t positions (see `Transformer.init_cache`); each later call takes the one next input
-    token per row (t = 1) and returns the logits of the next position.
+    token per row (t = 1) and returns the logits of the next position. The decoder's cache
+    counts the position; its layers write their keys and values there.
     """
     cfg = self.config
     offset = 0
@@ -90,7 +91,7 @@ class Decoder(nn.Module):
     memory_mask = padding_mask(source_mask)
     for i in range(cfg.num_layers):
       y = _layer_drop(DecoderLayer(cfg, name=f'layer_{i}'), cfg, y, encoded, self_mask,
-                      memory_mask, decode)
+                      memory_mask, decode, offset)
     if cfg.norm_position == 'pre':
       y = normalize(cfg, y, 'final_norm')
     return self.embeddings.logits(y)

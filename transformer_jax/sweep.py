@@ -18,7 +18,6 @@ table is rewritten: `DIR/table3.md`, `table3.csv` and `table3.png`.
 
 import csv
 from importlib import metadata
-import importlib.util
 import json
 import os
 import platform
@@ -27,9 +26,9 @@ import sys
 import time
 from typing import Any
 
-from absl import app, flags
+from absl import flags
 
-from transformer_jax import config_lib, metrics_log
+from transformer_jax import atomic, cli, config_lib, metrics_log
 
 _SWEEP = flags.DEFINE_string('sweep', None, 'A sweep file (see the module docstring).',
                              required=True)
@@ -45,11 +44,7 @@ EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_l
 
 def load_sweep(path: str) -> Any:
   """The sweep file as a module, with its rows checked."""
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f'--sweep={path}: no such file')
-  spec = importlib.util.spec_from_file_location('sweep_file', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = config_lib.load_module(path)
   for name in ('ROWS', 'get_config'):
     if not hasattr(module, name):
       raise ValueError(f'{path} defines no {name}')
@@ -86,8 +81,7 @@ def run_row(sweep_path: str, row: str, workdir: str) -> dict:
   seconds, _ = _run([sys.executable, '-m', 'transformer_jax.train',
                      f'--config={sweep_path}:{row}', f'--workdir={workdir}'], log_path)
   train_seconds = previous + seconds
-  with open(timing_path, 'w') as f:
-    json.dump(train_seconds, f)
+  atomic.write(timing_path, json.dumps(train_seconds))
   eval_seconds, output = _run([sys.executable, '-m', 'transformer_jax.evaluate',
                                f'--workdir={workdir}', *EVAL_FLAGS, '--json'], log_path)
   figures = json.loads(output.strip().splitlines()[-1])
@@ -185,10 +179,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
       continue
     print(f'{row}: training in {os.path.join(workdir, row)}', flush=True)
     results[row] = run_row(sweep_path, row, os.path.join(workdir, row))
-    tmp = os.path.join(results_dir, f'.{row}.json.tmp')
-    with open(tmp, 'w') as f:
-      json.dump(results[row], f, indent=2)
-    os.replace(tmp, os.path.join(results_dir, f'{row}.json'))
+    atomic.write(os.path.join(results_dir, f'{row}.json'), json.dumps(results[row], indent=2))
     print(f'{row}: dev PPL {results[row]["perplexity"]:.2f}, BLEU '
           f'{results[row]["bleu_tokenized"]:.2f}, {results[row]["train_seconds"] / 60:.1f} min',
           flush=True)
@@ -197,13 +188,9 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
   return results
 
 
-def main(argv):
-  config_lib.start_command(argv)
-  try:
-    run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value)
-  except (OSError, ValueError, RuntimeError) as e:
-    sys.exit(f'error: {e}')
+def main():
+  run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

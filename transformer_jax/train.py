@@ -1,27 +1,161 @@
-r"""Trains a Transformer with the paper's recipe (§5) on every available device.
+r"""Training with the paper's recipe (§5) on every available device: `train_and_evaluate`,
+and its command line:
 
   python -m transformer_jax.train --config=configs/base.py --workdir=DIR \
       [--config.train.num_train_steps=...]
 
-Restarting with the same workdir resumes from its latest checkpoint (see
-`transformer_jax.training`, which holds the training loop).
+A notebook or script calls `train_and_evaluate` directly with a config
+(`config_lib.from_file('configs/base.py')`, fields overridden as needed) and a workdir.
+Restarting with the same workdir resumes from its latest checkpoint: parameters, optimizer
+state, step, dropout key and the data iterator's position are restored, so the resumed run
+continues exactly as the uninterrupted one would have. Everything that can be wrong with the
+input (config, workdir, mesh, dataset) is reported before anything is compiled.
 """
 
-from absl import app, flags
+import os
+import tempfile
+import time
+
+from absl import flags
+import jax
+from jax.experimental import multihost_utils
+import ml_collections
 from ml_collections import config_flags
+import numpy as np
+import tqdm
 
-from transformer_jax import config_lib, training
+from transformer_jax import checkpointing, cli, config_lib, evaluate, metrics_log, partitioning
+from transformer_jax.data import pipeline
+from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.trainer import Trainer
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, logs, vocabulary.')
+
+def _initialize_distributed(config: ml_collections.ConfigDict) -> None:
+  parallel = config.parallel
+  # CPU processes exchange data through gloo; accelerators use their own collectives.
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  jax.distributed.initialize(coordinator_address=parallel.coordinator_address,
+                             num_processes=parallel.num_processes,
+                             process_id=parallel.process_id)
 
 
-def main(argv):
-  config_lib.start_command(argv)
-  if _WORKDIR.value is None:
-    raise app.UsageError('--workdir is required')
-  training.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+def _check_workdir(workdir: str) -> None:
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    # A uniquely named probe: several processes of one run check the same workdir at once.
+    with tempfile.NamedTemporaryFile(dir=workdir, prefix='.writable-'):
+      pass
+  except OSError as e:
+    raise OSError(f'--workdir={workdir} is not a writable directory: {e}') from e
+
+
+class _TrainMetrics:
+  """Collects per-step metrics on the devices and fetches them in one go when logging, so
+  the host never waits for a step in between. Fetching checks the loss: a NaN or an infinity
+  raises FloatingPointError naming the first bad step."""
+
+  def __init__(self):
+    self._pending = []
+    self._start = time.perf_counter()
+
+  def add(self, step: int, metrics: dict) -> None:
+    self._pending.append((step, metrics))
+
+  def restart_clock(self) -> None:
+    self._start = time.perf_counter()
+
+  def summary(self) -> dict | None:
+    """Means over the steps since the last call, with tokens/s and step time; None if empty."""
+    if not self._pending:
+      return None
+    fetched = jax.device_get(self._pending)
+    elapsed = time.perf_counter() - self._start
+    for step, metrics in fetched:
+      if not np.isfinite(metrics['loss']):
+        raise FloatingPointError(f'the training loss is {metrics["loss"]} at step {step}; '
+                                 'stopping, the last checkpoint before it is kept')
+    steps_done = len(fetched)
+    names = ('loss', 'nll', 'accuracy', 'grad_norm')
+    summary = {name: float(np.mean([m[name] for _, m in fetched])) for name in names}
+    summary['perplexity'] = float(np.exp(summary['nll']))
+    summary['learning_rate'] = float(fetched[-1][1]['learning_rate'])
+    summary['target_tokens_per_second'] = sum(float(m['tokens']) for _, m in fetched) / elapsed
+    summary['step_time'] = elapsed / steps_done
+    self._pending = []
+    self.restart_clock()
+    return summary
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains for `config.train.num_train_steps` steps (resuming from `workdir`) and returns
+  the last dev-split metrics."""
+  config_lib.validate(config)
+  if config.parallel.distributed:
+    _initialize_distributed(config)
+  _check_workdir(workdir)
+  model = ShardedModel(config, partitioning.make_mesh(config))
+  trainer = Trainer(model)
+  checkpointing.check_compatible(config, workdir)
+  # Process 0 learns the vocabulary; the others then read it from the workdir.
+  lead = jax.process_index() == 0
+  if lead:
+    data = pipeline.load(config, workdir, trainer.rows_multiple)
+    checkpointing.write_config(config, workdir)
+  multihost_utils.sync_global_devices('vocabulary')
+  if not lead:
+    data = pipeline.load(config, workdir, trainer.rows_multiple)
+
+  train = config.train
+  checkpoints = checkpointing.Checkpoints(workdir, train.keep_checkpoints)
+  iterator = data.train_iterator(config.seed, jax.process_index(), jax.process_count())
+  start = checkpoints.latest_step()
+  if start is None:
+    start, state = 0, trainer.init_state()
+  else:
+    state, data_state = checkpoints.restore(start, trainer.abstract_state)
+    iterator.set_state(data_state)
+    if lead:
+      print(f'Resumed from step {start} of {workdir}', flush=True)
+  evaluator = evaluate.Evaluator(model, data)
+  log = metrics_log.MetricsLog(workdir)
+  pending = _TrainMetrics()
+  progress = tqdm.tqdm(total=train.num_train_steps, initial=start, disable=not lead,
+                       unit='step', dynamic_ncols=True)
+  eval_metrics = {}
+  try:
+    for step in range(start + 1, train.num_train_steps + 1):
+      state, metrics = trainer.train_step(state, model.put_batch(next(iterator)))
+      pending.add(step, metrics)
+      progress.update()
+      last = step == train.num_train_steps
+      if step % train.log_every_steps == 0 or last:
+        summary = pending.summary()
+        log.write(step, 'train', summary)
+        progress.set_postfix(loss=f'{summary["loss"]:.3f}', lr=f'{summary["learning_rate"]:.2e}',
+                             tok_s=f'{summary["target_tokens_per_second"]:.0f}')
+      if step % train.eval_every_steps == 0 or last:
+        eval_metrics = evaluator(state.params, 'validation', train.num_eval_steps,
+                                 train.eval_bleu)
+        log.write(step, 'validation', eval_metrics)
+        if lead:
+          progress.write(f'step {step} validation ' + ' '.join(
+              f'{name}={value:.4g}' for name, value in eval_metrics.items()))
+        pending.restart_clock()
+      if step % train.checkpoint_every_steps == 0 or last:
+        if (summary := pending.summary()) is not None:  # also checks the loss before saving
+          log.write(step, 'train', summary)
+        checkpoints.save(step, state, iterator.get_state())
+  finally:
+    progress.close()
+    checkpoints.wait()
+    checkpoints.close()
+    log.close()
+  return eval_metrics
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=config_lib.parse_flags)
+  _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
+  _WORKDIR = flags.DEFINE_string('workdir', None,
+                                 'Directory for checkpoints, logs, vocabulary.', required=True)
+  flags.mark_flag_as_required('config')
+  cli.run(lambda: train_and_evaluate(_CONFIG.value, _WORKDIR.value))

@@ -14,19 +14,13 @@ with an error naming the line.
 import sys
 from typing import BinaryIO
 
-from absl import app, flags
+from absl import flags
 
-from transformer_jax import checkpointing, config_lib, inference
+from transformer_jax import atomic, cli
 
-WORKDIR = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
+_TRANSLATOR = cli.define_translator_flags()
 _INPUT = flags.DEFINE_string('input', None, 'Source sentences, one per line (default: stdin).')
 _OUTPUT = flags.DEFINE_string('output', None, 'Where to write translations (default: stdout).')
-_BEAM_SIZE = flags.DEFINE_integer('beam_size', None, 'Beam size; 1 = greedy '
-                                  '(default: config.decode.beam_size).')
-_ALPHA = flags.DEFINE_float('alpha', None, 'Length penalty α (default: config.decode.alpha).')
-_AVERAGE_LAST = flags.DEFINE_integer('average_last', None, 'Average the parameters of the last '
-                                     'K checkpoints (default: config.decode.average_last).')
-_BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Sentences decoded at once.')
 
 
 def read_lines(stream: BinaryIO, name: str) -> list[str]:
@@ -48,28 +42,18 @@ def write_lines(lines: list[str], path: str | None) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
   else:
-    checkpointing.atomic_write(path, text)
+    atomic.write(path, text)
 
 
-def translator_from_flags() -> inference.Translator:
-  return inference.Translator(WORKDIR.value, beam_size=_BEAM_SIZE.value, alpha=_ALPHA.value,
-                              average_last=_AVERAGE_LAST.value, batch_size=_BATCH_SIZE.value)
-
-
-def main(argv):
-  config_lib.start_command(argv)
-  try:
-    if _INPUT.value is None:
-      name, lines = '<stdin>', read_lines(sys.stdin.buffer, '<stdin>')
-    else:
-      with open(_INPUT.value, 'rb') as f:
-        name, lines = _INPUT.value, read_lines(f, _INPUT.value)
-    translator = translator_from_flags()
-    translations = translator.translate(lines, name, progress=_INPUT.value is not None)
-    write_lines(translations, _OUTPUT.value)
-  except (OSError, ValueError) as e:
-    sys.exit(f'error: {e}')
+def main():
+  if _INPUT.value is None:
+    name, lines = '<stdin>', read_lines(sys.stdin.buffer, '<stdin>')
+  else:
+    with open(_INPUT.value, 'rb') as f:
+      name, lines = _INPUT.value, read_lines(f, _INPUT.value)
+  translations = _TRANSLATOR().translate(lines, name, progress=_INPUT.value is not None)
+  write_lines(translations, _OUTPUT.value)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -15,7 +15,7 @@ import time
 from absl import app, flags
 from ml_collections import config_flags
 
-from transformer_jax import config_lib
+from transformer_jax import cli
 from transformer_jax.data import batching, pipeline
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.')
@@ -49,9 +49,7 @@ def inspect(data: pipeline.Data, seed: int) -> dict:
   }
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+def main():
   if not _INSPECT.value:
     raise app.UsageError('nothing to do: pass --inspect')
   config = _CONFIG.value
@@ -72,4 +70,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('config')
-  app.run(main, flags_parser=config_lib.parse_flags)
+  cli.run(main)

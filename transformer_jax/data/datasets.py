@@ -2,6 +2,7 @@
 
   examples = load_split(config.data, 'train')  # len(examples); examples[i] == {'en': .., 'de': ..}
   source, target = source_target(examples[0], config.data)
+  pairs = load_pairs(config.data, 'test')       # [(source, target), ...] of a whole split
 
 `config.data.dataset` picks one of:
 
@@ -274,3 +275,8 @@ def source_target(example: dict[str, str],
                   data_config: ml_collections.ConfigDict) -> tuple[str, str]:
   """(source sentence, target sentence) of one example for the configured direction."""
   return example[data_config.source_lang], example[data_config.target_lang]
+
+
+def load_pairs(data_config: ml_collections.ConfigDict, split: str) -> list[tuple[str, str]]:
+  """Every (source sentence, target sentence) of `split`, in order."""
+  return [source_target(example, data_config) for example in load_split(data_config, split)]

@@ -56,11 +56,9 @@ def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1
   """Reads, preprocesses, tokenizes and plans every split; all input errors surface here,
   before training."""
   preprocess = preprocessing.from_config(config.data)
-  pairs = {}
-  for split in SPLITS:
-    examples = datasets.load_split(config.data, split)
-    pairs[split] = [preprocess.pair(*datasets.source_target(example, config.data))
-                    for example in examples]
+  pairs = {split: [preprocess.pair(source, target)
+                   for source, target in datasets.load_pairs(config.data, split)]
+           for split in SPLITS}
   processor = vocabulary(config, workdir, pairs['train'])
   return Data(processor, {split: batcher(config, processor, pairs[split], rows_multiple, split)
                           for split in SPLITS})

@@ -6,13 +6,13 @@ sentence, 2 = unknown. There is no beginning-of-sentence token.
 """
 
 import os
-import tempfile
 from typing import Sequence
 
 from absl import logging
 import numpy as np
 import sentencepiece as spm
 
+from transformer_jax import atomic
 from transformer_jax.model_config import PAD_ID
 
 EOS_ID = 1
@@ -36,7 +36,7 @@ def train(texts: Sequence[str], model_path: str, vocab_size: int, model_type: st
                model_type, len(sample), chars)
   directory = os.path.dirname(os.path.abspath(model_path))
   os.makedirs(directory, exist_ok=True)
-  with tempfile.NamedTemporaryFile(dir=directory, suffix='.tmp', delete=False) as f:
+  with atomic.replacing(model_path) as temporary, open(temporary, 'wb') as f:
     try:
       spm.SentencePieceTrainer.train(
           sentence_iterator=iter(sample), model_writer=f, vocab_size=vocab_size,
@@ -44,10 +44,8 @@ def train(texts: Sequence[str], model_path: str, vocab_size: int, model_type: st
           character_coverage=1.0, input_sentence_size=0,
           minloglevel=2, num_threads=os.cpu_count() or 1)
     except RuntimeError as e:
-      os.unlink(f.name)
       raise ValueError(f'cannot learn config.data.vocab_size={vocab_size} tokens from '
                        f'{len(sample)} sentences: {e}') from e
-  os.replace(f.name, model_path)
 
 
 def load(model_path: str) -> spm.SentencePieceProcessor:

@@ -1,11 +1,14 @@
-"""The sharded train step: same update on any mesh, gradient accumulation, clear errors."""
+"""The sharded model and its train step: same update on any mesh, gradient accumulation,
+clear errors."""
 
 import jax
 import numpy as np
 import pytest
 
 from conftest import random_tokens, train_config
-from transformer_jax import partitioning, steps
+from transformer_jax import partitioning
+from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.trainer import Trainer
 
 
 def _batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict:
@@ -20,18 +23,20 @@ def _batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict:
 
 
 def _train(config, devices, batches):
-  mesh = partitioning.make_mesh(config, devices)
-  trainer = steps.Trainer(config, mesh)
+  model = ShardedModel(config, partitioning.make_mesh(config, devices))
+  trainer = Trainer(model)
   state = trainer.init_state()
   losses = []
   for batch in batches:
-    state, metrics = trainer.train_step(state, trainer.put_batch(batch))
+    state, metrics = trainer.train_step(state, model.put_batch(batch))
     losses.append(float(metrics['loss']))
   return losses, jax.tree.map(np.asarray, state.params), state
 
 
-@pytest.mark.parametrize('data,fsdp,model', [(8, 1, 1), (4, 1, 2), (2, 1, 4), (1, 8, 1),
-                                             (2, 2, 2)])
+# (2, 2, 2) uses every mesh axis at once; the fast tier runs only it.
+@pytest.mark.parametrize('data,fsdp,model', [
+    pytest.param(*shape, marks=pytest.mark.slow)
+    for shape in ((8, 1, 1), (4, 1, 2), (2, 1, 4), (1, 8, 1))] + [(2, 2, 2)])
 def test_any_mesh_gives_the_single_device_update(data, fsdp, model):
   overrides = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1}
   batches = [_batch(16, 12, 64, seed) for seed in range(2)]
@@ -65,9 +70,10 @@ def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
 def test_learning_rate_and_token_count_are_reported():
   batch = _batch(16, 12, 64)
   config = train_config()
-  trainer = steps.Trainer(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  trainer = Trainer(model)
   state = trainer.init_state()
-  _, metrics = trainer.train_step(state, trainer.put_batch(batch))
+  _, metrics = trainer.train_step(state, model.put_batch(batch))
   assert float(metrics['tokens']) == np.count_nonzero(batch['targets'])
   np.testing.assert_allclose(float(metrics['learning_rate']), 32**-0.5 * 1 * 10**-1.5, rtol=1e-6)
 
@@ -87,20 +93,21 @@ def test_a_parameter_that_does_not_split_is_named():
   config = train_config(**{'parallel.data': 1, 'parallel.model': 8, 'model.d_ff': 60})
   message = r"\['ffn'\]\['inner'\]\['bias'\] has shape \(60,\).*60 cannot be split 8"
   with pytest.raises(ValueError, match=message):
-    steps.Trainer(config, partitioning.make_mesh(config))
+    ShardedModel(config, partitioning.make_mesh(config))
 
 
 def test_bfloat16_computes_in_bfloat16_and_keeps_float32_state():
   config = train_config(**{'dtype': 'bfloat16', 'parallel.data': 1})
-  trainer = steps.Trainer(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  trainer = Trainer(model)
   state = trainer.init_state()
-  state, metrics = trainer.train_step(state, trainer.put_batch(_batch(16, 12, 64)))
+  state, metrics = trainer.train_step(state, model.put_batch(_batch(16, 12, 64)))
   assert np.isfinite(float(metrics['loss']))
   dtypes = {leaf.dtype for leaf in jax.tree.leaves((state.params, state.opt_state))
             if leaf.dtype.kind == 'f'}
   assert dtypes == {np.dtype('float32')}
   hidden = jax.eval_shape(
-      lambda p, b: trainer.model.apply({'params': p}, b['inputs'], b['inputs'] != 0,
+      lambda p, b: model.model.apply({'params': p}, b['inputs'], b['inputs'] != 0,
                                        method='encode', rngs={'dropout': jax.random.key(0)}),
       state.params, _batch(16, 12, 64))
   assert hidden.dtype == jax.numpy.bfloat16

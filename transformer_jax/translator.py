@@ -1,7 +1,7 @@
 """A trained model loaded from its workdir, translating text; what `translate` and `evaluate`
 share.
 
-  translator = inference.Translator('/tmp/run', beam_size=4, alpha=0.6, average_last=5)
+  translator = translator.Translator('/tmp/run', beam_size=4, alpha=0.6, average_last=5)
   german = translator.translate(['A man is sleeping.'])
 
 Sentences are grouped by length into the training buckets and decoded `batch_size` at a time
@@ -17,10 +17,11 @@ import jax
 import numpy as np
 import tqdm
 
-from transformer_jax import checkpointing, config_lib, decoding, partitioning, steps
+from transformer_jax import checkpointing, config_lib, decoding, partitioning
 from transformer_jax.data import batching, preprocessing, tokenizer
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.model_config import PAD_ID
+from transformer_jax.sharded_model import ShardedModel
 
 
 class Translator:
@@ -38,7 +39,8 @@ class Translator:
     if batch_size <= 0:
       raise ValueError(f'--batch_size must be a positive integer, got {batch_size}')
     self.config = config
-    self.trainer = steps.Trainer(config, partitioning.make_mesh(config))
+    self.workdir = workdir
+    self.model = ShardedModel(config)
     self.tokenizer = tokenizer.load(os.path.join(workdir, tokenizer.MODEL_FILENAME))
     self.preprocessing = preprocessing.from_config(config.data)
     checkpoints = checkpointing.Checkpoints(workdir)
@@ -50,14 +52,13 @@ class Translator:
     if len(self.steps) < config.decode.average_last:
       logging.warning('averaging the %d checkpoints %s: fewer than the %d asked for',
                       len(self.steps), self.steps, config.decode.average_last)
-    self.params = checkpoints.average_params(self.steps,
-                                             self.trainer.abstract_unboxed_state.params)
+    self.params = checkpoints.average_params(self.steps, self.model.abstract_params)
     checkpoints.close()
-    shards = self.trainer.batch_shards
+    shards = self.model.batch_shards
     self.rows = -(-batch_size // shards) * shards
     decode = config.decode
-    self._translate = decoding.jit_translate(self.trainer, decode.beam_size, decode.alpha,
-                                             decode.max_extra_length, cached)
+    self._decode = decoding.jit_decode(self.model, decode.beam_size, decode.alpha,
+                                       decode.max_extra_length, cached)
 
   def encode(self, texts: Sequence[str], source: str = '<input>') -> list[np.ndarray]:
     """Token ids (EOS-terminated) of each text; empty for an empty text. A text longer than
@@ -92,8 +93,8 @@ class Translator:
           for row, i in enumerate(chunk):
             inputs[row, :len(sources[i])] = sources[i]
           local = {'inputs': batching.process_rows(inputs, process, processes)}
-          batch = self.trainer.put_batch(local)
-          result = partitioning.gather_rows(self._translate(self.params, batch['inputs']))
+          batch = self.model.put_batch(local)
+          result = partitioning.gather_rows(self._decode(self.params, batch['inputs']))
           for row, i in enumerate(chunk):
             outputs[i] = decoding.strip(result[row])
           bar.update(len(chunk))

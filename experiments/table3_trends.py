@@ -1,0 +1,125 @@
+r"""The miniature Table 3 with seeds: each row's mean and spread over its seeds, and which of
+the paper's headline trends (§6.2) reproduce beyond that spread.
+
+  python experiments/table3_trends.py --results=experiments/results/table3_multi30k \
+      --output=experiments/results/table3_multi30k_trends.md
+
+Reads the sweep's row files (`<row>.json` for seed 0, `<row>_seed<n>.json` for the other seeds;
+see experiments/table3_multi30k.py). For each Table 3 row: the number of seeds, and dev
+perplexity and dev BLEU (tokenized, the paper's) as mean, min and max over the seeds.
+
+"A is worse than B beyond the seed spread" means every seed of A is worse than every seed of
+B: A's best BLEU is below B's worst (or A's lowest perplexity above B's highest). "A ≈ B" means
+their seeds' ranges overlap. The trends, as the paper states them (§6.2, Table 3), each with
+the metric in which the paper's own rows show it:
+  1  one head is worse than eight: A1 worse than base, in BLEU and perplexity;
+  2  too many heads are worse: A4 (32 heads) worse than base, in BLEU;
+  3  a smaller d_k hurts: B1 and B2 worse than base, in BLEU;
+  4  bigger models are better: along N (C1, C2, base), d_model (C4, base) and d_ff (C6, base)
+     every step up lowers perplexity, and the bigger rows (C3, C5, C7) are no worse than base
+     (the paper's perplexities fall at every step, N 8 by only 0.04; its BLEU does too, except
+     at N 8);
+  5  dropout helps: D1 (no dropout) worse than base, in BLEU and perplexity;
+  6  label smoothing raises perplexity but helps BLEU: D3 (ε_ls 0) has lower perplexity and
+     lower BLEU than base;
+  7  learned positional embeddings ≈ sinusoids: E ≈ base, in BLEU and perplexity;
+  8  big is best: big's BLEU above every other row's beyond the spread.
+A trend whose rows have not all finished is reported as pending.
+"""
+
+import json
+import os
+import re
+
+from absl import app, flags
+
+ROW_ORDER = ('base', 'A1', 'A2', 'A3', 'A4', 'B1', 'B2', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7',
+             'D1', 'D2', 'D3', 'D4', 'E', 'big')
+
+
+def load(directory: str) -> dict[str, dict[str, list[float]]]:
+  """{row: {'ppl': [...], 'bleu': [...]}}, one entry per finished seed."""
+  rows = {}
+  for name in sorted(os.listdir(directory)):
+    match = re.fullmatch(r'(.+?)(?:_seed\d+)?\.json', name)
+    if not match:
+      continue
+    with open(os.path.join(directory, name)) as f:
+      result = json.load(f)
+    figures = rows.setdefault(match.group(1), {'ppl': [], 'bleu': []})
+    figures['ppl'].append(result['perplexity'])
+    figures['bleu'].append(result['bleu_tokenized'])
+  return rows
+
+
+def better(rows: dict, a: str, b: str, metric: str) -> bool:
+  """Every seed of `a` beats every seed of `b` (higher BLEU, or lower perplexity)."""
+  if metric == 'bleu':
+    return min(rows[a]['bleu']) > max(rows[b]['bleu'])
+  return max(rows[a]['ppl']) < min(rows[b]['ppl'])
+
+
+def overlap(rows: dict, a: str, b: str, metric: str) -> bool:
+  return not (better(rows, a, b, metric) or better(rows, b, a, metric))
+
+
+def trends(rows: dict) -> list[tuple[str, bool | None]]:
+  """(statement, True / False / None when a row is missing) for the eight trends."""
+  checks = [
+      ('1 head worse than 8 (A1 < base, BLEU and PPL)', ('A1', 'base'),
+       lambda: better(rows, 'base', 'A1', 'bleu') and better(rows, 'base', 'A1', 'ppl')),
+      ('too many heads worse (A4 < base, BLEU)', ('A4', 'base'),
+       lambda: better(rows, 'base', 'A4', 'bleu')),
+      ('smaller d_k worse (B1, B2 < base, BLEU)', ('B1', 'B2', 'base'),
+       lambda: better(rows, 'base', 'B1', 'bleu') and better(rows, 'base', 'B2', 'bleu')),
+      ('bigger N, d_model, d_ff better (PPL: C1 > C2 > base, C4 > base, C6 > base; '
+       'C3, C5, C7 no worse than base)', ('C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7', 'base'),
+       lambda: all(better(rows, big, small, 'ppl') for small, big in (
+           ('C1', 'C2'), ('C2', 'base'), ('C4', 'base'), ('C6', 'base'))) and not any(
+               better(rows, 'base', big, 'ppl') for big in ('C3', 'C5', 'C7'))),
+      ('dropout helps (D1 < base, BLEU and PPL)', ('D1', 'base'),
+       lambda: better(rows, 'base', 'D1', 'bleu') and better(rows, 'base', 'D1', 'ppl')),
+      ('label smoothing raises PPL but helps BLEU (D3: lower PPL, lower BLEU)', ('D3', 'base'),
+       lambda: better(rows, 'D3', 'base', 'ppl') and better(rows, 'base', 'D3', 'bleu')),
+      ('learned positions ≈ sinusoids (E ≈ base, BLEU and PPL)', ('E', 'base'),
+       lambda: overlap(rows, 'E', 'base', 'bleu') and overlap(rows, 'E', 'base', 'ppl')),
+      ('big is best (BLEU above every other row)', ROW_ORDER,
+       lambda: all(better(rows, 'big', row, 'bleu') for row in ROW_ORDER if row != 'big')),
+  ]
+  return [(statement, check() if all(row in rows for row in needed) else None)
+          for statement, needed, check in checks]
+
+
+def _spread(values: list[float]) -> str:
+  mean = sum(values) / len(values)
+  return f'{mean:.2f} ({min(values):.2f}–{max(values):.2f})' if len(values) > 1 else f'{mean:.2f}'
+
+
+def report(rows: dict) -> str:
+  lines = ['| row | seeds | dev PPL mean (min–max) | dev BLEU mean (min–max) |', '|---|---|---|---|']
+  lines += [f'| {row} | {len(rows[row]["ppl"])} | {_spread(rows[row]["ppl"])} | '
+            f'{_spread(rows[row]["bleu"])} |' for row in ROW_ORDER if row in rows]
+  results = trends(rows)
+  lines += ['', '| trend | reproduces beyond the seed spread |', '|---|---|']
+  lines += [f'| {statement} | {"pending" if ok is None else "yes" if ok else "no"} |'
+            for statement, ok in results]
+  done = [ok for _, ok in results if ok is not None]
+  lines += ['', f'{sum(done)} of the {len(done)} decided trends reproduce '
+            f'({len(results) - len(done)} pending).']
+  return '\n'.join(lines) + '\n'
+
+
+if __name__ == '__main__':
+  _RESULTS = flags.DEFINE_string('results', None, 'The sweep\'s row JSON files.', required=True)
+  _OUTPUT = flags.DEFINE_string('output', None, 'The Markdown file to write (default: print).')
+
+  def main(argv):
+    del argv
+    text = report(load(_RESULTS.value))
+    if _OUTPUT.value:
+      with open(_OUTPUT.value, 'w') as f:
+        f.write(text)
+    else:
+      print(text, end='')
+
+  app.run(main)

@@ -1,0 +1,48 @@
+"""experiments/table3_trends.py: the paper's own Table 3 shows all eight of its trends under
+the script's rules, and a trend fails or waits when the rows say so."""
+
+import json
+import os
+
+import pytest
+
+from transformer_jax import config_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+trends = config_lib.load_module(os.path.join(REPO, 'experiments', 'table3_trends.py'))
+table3 = config_lib.import_sibling(__file__, '../configs/table3')
+
+
+def _write_rows(directory, figures: dict, spread: float) -> None:
+  """Two seeds per row at each row's (perplexity, BLEU) ± spread."""
+  for row, (ppl, bleu) in figures.items():
+    for name, sign in ((row, -1), (f'{row}_seed1', 1)):
+      (directory / f'{name}.json').write_text(json.dumps(
+          {'perplexity': ppl + sign * spread, 'bleu_tokenized': bleu + sign * spread}))
+
+
+def test_the_papers_table_shows_its_own_trends(tmp_path):
+  _write_rows(tmp_path, table3.PAPER, spread=0.06)
+  rows = trends.load(tmp_path)
+  assert rows['base'] == {'ppl': [4.92 - 0.06, 4.92 + 0.06], 'bleu': [25.8 - 0.06, 25.8 + 0.06]}
+  results = trends.trends(rows)
+  assert len(results) == 8 and all(ok for _, ok in results), results
+  assert '8 of the 8 decided trends reproduce' in trends.report(rows)
+
+
+def test_a_reversed_row_fails_its_trend_and_a_missing_row_leaves_it_pending(tmp_path):
+  figures = dict(table3.PAPER)
+  figures['A1'] = (4.50, 26.5)  # one head better than eight
+  del figures['E']
+  _write_rows(tmp_path, figures, spread=0.06)
+  results = dict(trends.trends(trends.load(tmp_path)))
+  assert results['1 head worse than 8 (A1 < base, BLEU and PPL)'] is False
+  assert results['learned positions ≈ sinusoids (E ≈ base, BLEU and PPL)'] is None
+  assert results['too many heads worse (A4 < base, BLEU)'] is True
+
+
+@pytest.mark.parametrize('spread, expected', [(0.01, True), (0.5, False)])
+def test_a_difference_counts_only_beyond_the_seed_spread(tmp_path, spread, expected):
+  # A4 is 0.4 BLEU below base: a trend with seeds 0.02 apart, noise with seeds 1.0 apart.
+  _write_rows(tmp_path, table3.PAPER, spread)
+  assert trends.better(trends.load(tmp_path), 'base', 'A4', 'bleu') is expected

@@ -1,0 +1,29 @@
+"""Files written whole or not at all: the content goes to a temporary file in the same
+directory, which is renamed over the destination once complete (a rename within one file
+system is atomic), so a crash never leaves a half-written file."""
+
+import contextlib
+import os
+import tempfile
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def replacing(path: str) -> Iterator[str]:
+  """Yields a temporary path beside `path` to write to; renames it to `path` on success and
+  removes it on an exception."""
+  directory = os.path.dirname(os.path.abspath(path))
+  descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f'.{os.path.basename(path)}.')
+  os.close(descriptor)
+  try:
+    yield temporary
+    os.replace(temporary, path)
+  finally:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+
+
+def write(path: str, text: str) -> None:
+  """Writes `text` (UTF-8) to `path` atomically."""
+  with replacing(path) as temporary, open(temporary, 'w', encoding='utf-8') as f:
+    f.write(text)

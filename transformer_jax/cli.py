@@ -1,0 +1,84 @@
+"""What every command (`python -m transformer_jax.<command>`) shares.
+
+  def main():
+    ...
+  if __name__ == '__main__':
+    cli.run(main)
+
+`run` parses the flags and, when the command has a `--config`, validates it with its
+`--config.<field>=...` overrides, so that a misspelt field or an invalid value stops the command
+with a one-line error naming the field before any work starts. Positional arguments are
+rejected; unless --verbosity is given only warnings are logged (orbax logs every file
+operation at INFO); an OSError, ValueError or RuntimeError ends the command with
+`error: <message>` and exit status 1.
+"""
+
+import sys
+from typing import Callable
+
+from absl import app, flags, logging
+import ml_collections
+
+from transformer_jax import config_lib, translator
+
+
+def _unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str | None:
+  """The first `--config.<field>=...` argument whose field is not in `config`, if any."""
+  for arg in argv[1:]:
+    if not arg.startswith('--config.'):
+      continue
+    field = arg[len('--config.'):].split('=', 1)[0]
+    node = config
+    for part in field.split('.'):
+      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+        return f'{arg}: config.{field} does not exist'
+      node = node[part]
+  return None
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  try:
+    remaining = flags.FLAGS(argv)
+    if 'config' in flags.FLAGS and flags.FLAGS.config is not None:
+      config_lib.validate(flags.FLAGS.config)
+  except flags.Error as e:  # a config file that raised keeps only its first and last lines
+    lines = str(e).strip().splitlines()
+    sys.exit(f'error: {lines[0]} {lines[-1]}' if len(lines) > 1 else f'error: {e}')
+  except OSError as e:  # a missing config file
+    sys.exit(f'error: {e}')
+  except (AttributeError, KeyError, TypeError, ValueError) as e:
+    unknown = _unknown_override(argv, flags.FLAGS['config'].value)
+    sys.exit(f'error: {unknown or e}')
+  return remaining
+
+
+def run(main: Callable[[], None]) -> None:
+  """Runs a command's `main()` after parsing and checking its flags (see the module
+  docstring)."""
+
+  def wrapped(argv: list[str]) -> None:
+    if len(argv) > 1:
+      raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+    if not flags.FLAGS['verbosity'].present:
+      logging.set_verbosity(logging.WARNING)
+    try:
+      main()
+    except (OSError, ValueError, RuntimeError) as e:
+      sys.exit(f'error: {e}')
+
+  app.run(wrapped, flags_parser=_parse_flags)
+
+
+def define_translator_flags() -> Callable[[], translator.Translator]:
+  """Defines the flags of a command that loads a trained workdir to decode with (`translate`,
+  `evaluate`); returns the function that builds its `Translator` from them."""
+  workdir = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
+  beam_size = flags.DEFINE_integer('beam_size', None, 'Beam size; 1 = greedy '
+                                   '(default: config.decode.beam_size).')
+  alpha = flags.DEFINE_float('alpha', None, 'Length penalty α (default: config.decode.alpha).')
+  average_last = flags.DEFINE_integer('average_last', None, 'Average the parameters of the '
+                                      'last K checkpoints (default: config.decode.average_last).')
+  batch_size = flags.DEFINE_integer('batch_size', 64, 'Sentences decoded at once.')
+  return lambda: translator.Translator(workdir.value, beam_size=beam_size.value,
+                                       alpha=alpha.value, average_last=average_last.value,
+                                       batch_size=batch_size.value)

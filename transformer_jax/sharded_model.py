@@ -1,0 +1,71 @@
+"""The Transformer placed on a device mesh: what training, evaluation, decoding and
+checkpoint averaging share.
+
+  model = sharded_model.ShardedModel(config)          # on every device, or on `mesh`
+  params = model.init_params()                        # created already sharded
+  sums = model.loss_sums(params, model.put_batch(batch))   # dropout off
+
+Parameters are sharded by their logical axis names and `config.parallel.axis_rules`
+(`partitioning.py`); batches are split by rows over the mesh's batch axes.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+import ml_collections
+
+from transformer_jax import config_lib, loss, partitioning
+from transformer_jax.model import Transformer
+
+
+class ShardedModel:
+  """`config`'s Transformer on `mesh` (default: every device, shaped by `config.parallel`).
+
+  Attributes:
+    model: the Transformer as trained (dropout on).
+    eval_model: the same with dropout off, for evaluation and decoding.
+    param_sharding, abstract_params: where each parameter lives, and its shape, dtype and
+      sharding (to restore checkpoints into).
+    batch_sharding, batch_shards: rows over the batch axes, and into how many parts.
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None):
+    self.config = config
+    self.mesh = partitioning.make_mesh(config) if mesh is None else mesh
+    self.model_config = config_lib.model_config(config)
+    self.model = Transformer(self.model_config)
+    self.eval_model = Transformer(self.model_config.replace(deterministic=True))
+    self.rules = partitioning.axis_rules(config)
+    self.batch_sharding = partitioning.batch_sharding(self.mesh, self.rules)
+    self.batch_shards = partitioning.batch_shards(self.mesh, self.rules)
+    self.boxed_abstract_params = jax.eval_shape(self.boxed_params, jax.random.key(0))
+    self.param_sharding = partitioning.state_shardings(self.boxed_abstract_params, self.mesh,
+                                                       self.rules)
+    self.abstract_params = jax.tree.map(
+        lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding),
+        nn.meta.unbox(self.boxed_abstract_params), self.param_sharding)
+    self.loss_sums = jax.jit(self._loss_sums,
+                             in_shardings=(self.param_sharding, self.batch_sharding))
+
+  def boxed_params(self, key: jax.Array) -> Any:
+    """Parameters initialised as §3 and tensor2tensor do, boxed with their logical axis
+    names."""
+    tokens = jnp.ones((1, 1), jnp.int32)
+    return self.model.init({'params': key}, tokens, tokens)['params']
+
+  def init_params(self, key: jax.Array) -> Any:
+    """Initial parameters created directly in their shards, never whole on one device."""
+    init = jax.jit(lambda k: nn.meta.unbox(self.boxed_params(k)),
+                   out_shardings=self.param_sharding)
+    return init(key)
+
+  def _loss_sums(self, params, batch: dict) -> dict:
+    logits = self.eval_model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'])
+    return loss.loss_sums(logits, batch['targets'], self.config.train.label_smoothing)
+
+  def put_batch(self, local_batch: dict) -> dict:
+    """This process's rows of a batch -> global arrays on the mesh."""
+    return partitioning.global_batch(local_batch, self.batch_sharding)
