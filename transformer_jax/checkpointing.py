@@ -3,17 +3,23 @@
 `workdir/checkpoints/<step>/` (orbax) holds the train state (parameters, optimizer state,
 step, dropout key) and the data iterator's position, written atomically: orbax writes to a
 temporary directory and renames it when complete, so a crash mid-save leaves the previous
-checkpoints intact. `workdir/config.json` is the resolved config of the latest run and
+checkpoints intact. A checkpoint damaged later (truncated files from a full disk or a bad copy)
+is skipped with a one-line warning: training moves it aside to `<step>.corrupt` (nothing is
+deleted) and resumes from the newest readable one; readers (`translate`, `evaluate`,
+`average`) only skip it, since they may share the workdir with a running training. `workdir/config.json` is the resolved config of the latest run and
 `workdir/spm.model` its vocabulary.
 """
 
+import contextlib
 import json
 import os
 import shutil
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
+from jax.experimental import multihost_utils
 import ml_collections
 import orbax.checkpoint as ocp
 
@@ -37,14 +43,13 @@ class Checkpoints:
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None),
         item_names=('state', 'data'))
 
-  def latest_step(self) -> int | None:
-    return self._manager.latest_step()
-
   def save(self, step: int, state: Any, data_state: dict) -> None:
     """Starts writing in the background; the arrays are copied off the devices first, so the
-    state may be updated (or donated) as soon as this returns."""
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)))
+    state may be updated (or donated) as soon as this returns. A failed write (of this save or
+    of the previous one, still in the background) is an OSError naming the directory."""
+    with self._write_errors():
+      self._manager.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)))
 
   def restore(self, step: int, abstract_state: Any | None = None) -> tuple[Any, dict]:
     """The state of `step`, placed with `abstract_state`'s shardings (None: as a tree of
@@ -68,21 +73,88 @@ class Checkpoints:
                                       partial_restore=True))
     return restored['params']
 
-  def average_params(self, steps: Sequence[int], abstract_params: Any) -> Any:
-    """The element-wise mean of the parameters of `steps` (§6.1 averages the last 5 or 20
-    checkpoints), computed in memory one checkpoint at a time; nothing on disk changes."""
-    total = None
-    for step in steps:
-      params = self.restore_params(step, abstract_params)
+  def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
+    """(step, state, iterator state) of the newest readable checkpoint, None if there is no
+    checkpoint. Newer ones that cannot be read are warned about and moved aside to
+    `<step>.corrupt`; RuntimeError if none can be read (then nothing is moved)."""
+    unreadable = []
+    for step in reversed(self.all_steps()):
+      try:
+        state, data_state = self.restore(step, abstract_state)
+      except Exception as e:  # pylint: disable=broad-except  (TensorStore raises many types)
+        self._warn_unreadable(step, e)
+        unreadable.append((step, e))
+        continue
+      self._move_aside([bad for bad, _ in unreadable])
+      return step, state, data_state
+    if unreadable:
+      step, error = unreadable[0]
+      raise RuntimeError(f'no checkpoint in {self._manager.directory} can be read; the newest, '
+                         f'{step}: {_first_line(error)}')
+    return None
+
+  def average_last(self, count: int, abstract_params: Any) -> tuple[Any, list[int]]:
+    """The element-wise mean of the parameters of the newest `count` readable checkpoints
+    (§6.1 averages the last 5 or 20), computed in memory one checkpoint at a time, and their
+    steps. Unreadable ones are skipped with a warning; nothing on disk changes."""
+    total, steps = None, []
+    for step in reversed(self.all_steps()):
+      if len(steps) == count:
+        break
+      try:
+        params = self.restore_params(step, abstract_params)
+      except Exception as e:  # pylint: disable=broad-except  (TensorStore raises many types)
+        self._warn_unreadable(step, e)
+        continue
       total = params if total is None else jax.tree.map(jnp.add, total, params)
-    return jax.tree.map(lambda x: x / len(steps), total)
+      steps.append(step)
+    if not steps:
+      if self.all_steps():
+        raise RuntimeError(f'no checkpoint in {self._manager.directory} can be read')
+      raise FileNotFoundError(f'no checkpoint in {self._manager.directory}: train with '
+                              'transformer_jax.train first')
+    return jax.tree.map(lambda x: x / len(steps), total), sorted(steps)
+
+  def _warn_unreadable(self, step: int, error: Exception) -> None:
+    logging.warning('checkpoint %s cannot be read, skipping it: %s',
+                    self._manager.directory / str(step), _first_line(error))
+
+  def _move_aside(self, steps: Sequence[int]) -> None:
+    if not steps:
+      return
+    multihost_utils.sync_global_devices('checkpoints read')  # nobody still reads them
+    if jax.process_index() == 0:
+      for step in steps:
+        path = self._manager.directory / str(step)
+        aside = path.with_name(f'{step}.corrupt')
+        suffix = 1
+        while aside.exists():
+          aside, suffix = path.with_name(f'{step}.corrupt{suffix}'), suffix + 1
+        path.rename(aside)
+        logging.warning('moved the unreadable checkpoint %s to %s', path, aside)
+    multihost_utils.sync_global_devices('checkpoints moved aside')
+    self._manager.reload()
 
   def wait(self) -> None:
     """Blocks until every started save is complete."""
-    self._manager.wait_until_finished()
+    with self._write_errors():
+      self._manager.wait_until_finished()
+
+  @contextlib.contextmanager
+  def _write_errors(self) -> Iterator[None]:
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except  (orbax wraps the OSError variously)
+      raise OSError(f'cannot write a checkpoint in {self._manager.directory} '
+                    f'({_first_line(e)}); the checkpoints written before are intact') from e
 
   def close(self) -> None:
     self._manager.close()
+
+
+def _first_line(error: Exception) -> str:
+  lines = str(error).strip().splitlines()
+  return f'{type(error).__name__}: {lines[0] if lines else ""}'
 
 
 def _parameter_shapes(config: ml_collections.ConfigDict) -> dict:
@@ -145,16 +217,14 @@ def save_average(workdir: str, last: int | None, output: str) -> list[int]:
   last = config.decode.average_last if last is None else last
   if last <= 0:
     raise ValueError(f'--last must be a positive integer, got {last}')
-  source = Checkpoints(workdir)
-  averaged = source.all_steps()[-last:]
-  if not averaged:
-    raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, "checkpoints")}')
   if os.path.isdir(os.path.join(output, 'checkpoints')) and os.listdir(
       os.path.join(output, 'checkpoints')):
     raise FileExistsError(f'{output} already holds checkpoints; choose a new --output')
-  # The optimizer state is kept as it was saved; only the parameters are averaged.
+  source = Checkpoints(workdir)
+  params, averaged = source.average_last(last, ShardedModel(config).abstract_params)
+  # The optimizer state of the newest averaged checkpoint is kept as it was saved.
   state, data_state = source.restore(averaged[-1])
-  state['params'] = source.average_params(averaged, ShardedModel(config).abstract_params)
+  state['params'] = params
   source.close()
   os.makedirs(output, exist_ok=True)
   write_config(config, output)

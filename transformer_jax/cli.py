@@ -9,10 +9,11 @@
 `--config.<field>=...` overrides, so that a misspelt field or an invalid value stops the command
 with a one-line error naming the field before any work starts. Positional arguments are
 rejected; unless --verbosity is given only warnings are logged (orbax logs every file
-operation at INFO); an OSError, ValueError or RuntimeError ends the command with
-`error: <message>` and exit status 1.
+operation at INFO); an OSError, ValueError or RuntimeError ends the command at once with
+`error: <message>` as the last line and exit status 1.
 """
 
+import os
 import sys
 from typing import Callable
 
@@ -64,7 +65,11 @@ def run(main: Callable[[], None]) -> None:
     try:
       main()
     except (OSError, ValueError, RuntimeError) as e:
-      sys.exit(f'error: {e}')
+      print(f'error: {e}', file=sys.stderr, flush=True)
+      sys.stdout.flush()
+      # At once: after a failed write (a full disk), background writers (TensorBoard's, orbax's)
+      # would report the same failure again from their exit handlers, burying this line.
+      os._exit(1)  # pylint: disable=protected-access
 
   app.run(wrapped, flags_parser=_parse_flags)
 

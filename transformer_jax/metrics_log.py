@@ -24,8 +24,11 @@ class MetricsLog:
     """Records `metrics` of `split` ('train', 'validation', ...) at `step`."""
     if not self._enabled:
       return
-    self._jsonl.write(json.dumps({'step': step, 'split': split, **metrics}) + '\n')
-    self._jsonl.flush()
+    try:
+      self._jsonl.write(json.dumps({'step': step, 'split': split, **metrics}) + '\n')
+      self._jsonl.flush()
+    except OSError as e:
+      raise OSError(f'cannot write {self._jsonl.name}: {e.strerror or e}') from e
     for name, value in metrics.items():
       self._tensorboard.add_scalar(f'{split}/{name}', value, step)
     self._tensorboard.flush()

@@ -12,8 +12,6 @@ continues exactly as the uninterrupted one would have. Everything that can be wr
 input (config, workdir, mesh, dataset) is reported before anything is compiled.
 """
 
-import os
-import tempfile
 import time
 
 from absl import flags
@@ -25,6 +23,7 @@ import numpy as np
 import tqdm
 
 from transformer_jax import checkpointing, cli, config_lib, evaluate, metrics_log, partitioning
+from transformer_jax import preemption, workdirs
 from transformer_jax.data import pipeline
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
@@ -37,16 +36,6 @@ def _initialize_distributed(config: ml_collections.ConfigDict) -> None:
   jax.distributed.initialize(coordinator_address=parallel.coordinator_address,
                              num_processes=parallel.num_processes,
                              process_id=parallel.process_id)
-
-
-def _check_workdir(workdir: str) -> None:
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    # A uniquely named probe: several processes of one run check the same workdir at once.
-    with tempfile.NamedTemporaryFile(dir=workdir, prefix='.writable-'):
-      pass
-  except OSError as e:
-    raise OSError(f'--workdir={workdir} is not a writable directory: {e}') from e
 
 
 class _TrainMetrics:
@@ -88,11 +77,17 @@ class _TrainMetrics:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains for `config.train.num_train_steps` steps (resuming from `workdir`) and returns
-  the last dev-split metrics."""
+  the last dev-split metrics. Holds the workdir's lock throughout (`workdirs.lock`); on SIGTERM
+  saves a checkpoint at the next step boundary and returns (`preemption`)."""
   config_lib.validate(config)
   if config.parallel.distributed:
     _initialize_distributed(config)
-  _check_workdir(workdir)
+  workdirs.check_writable(workdir)
+  with workdirs.lock(workdir):
+    return _train(config, workdir)
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   model = ShardedModel(config, partitioning.make_mesh(config))
   trainer = Trainer(model)
   checkpointing.check_compatible(config, workdir)
@@ -108,11 +103,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   train = config.train
   checkpoints = checkpointing.Checkpoints(workdir, train.keep_checkpoints)
   iterator = data.train_iterator(config.seed, jax.process_index(), jax.process_count())
-  start = checkpoints.latest_step()
-  if start is None:
+  restored = checkpoints.restore_latest(trainer.abstract_state)
+  if restored is None:
     start, state = 0, trainer.init_state()
   else:
-    state, data_state = checkpoints.restore(start, trainer.abstract_state)
+    start, state, data_state = restored
     iterator.set_state(data_state)
     if lead:
       print(f'Resumed from step {start} of {workdir}', flush=True)
@@ -123,35 +118,43 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                        unit='step', dynamic_ncols=True)
   eval_metrics = {}
   try:
-    for step in range(start + 1, train.num_train_steps + 1):
-      state, metrics = trainer.train_step(state, model.put_batch(next(iterator)))
-      pending.add(step, metrics)
-      progress.update()
-      last = step == train.num_train_steps
-      if step % train.log_every_steps == 0 or last:
-        summary = pending.summary()
-        log.write(step, 'train', summary)
-        progress.set_postfix(loss=f'{summary["loss"]:.3f}', lr=f'{summary["learning_rate"]:.2e}',
-                             tok_s=f'{summary["target_tokens_per_second"]:.0f}')
-      if step % train.eval_every_steps == 0 or last:
-        eval_metrics = evaluator(state.params, 'validation', train.num_eval_steps,
-                                 train.eval_bleu)
-        log.write(step, 'validation', eval_metrics)
-        if lead:
-          progress.write(f'step {step} validation ' + ' '.join(
-              f'{name}={value:.4g}' for name, value in eval_metrics.items()))
-        pending.restart_clock()
-      if step % train.checkpoint_every_steps == 0 or last:
-        if (summary := pending.summary()) is not None:  # also checks the loss before saving
+    with preemption.Notice() as notice:
+      for step in range(start + 1, train.num_train_steps + 1):
+        state, metrics = trainer.train_step(state, model.put_batch(next(iterator)))
+        pending.add(step, metrics)
+        progress.update()
+        last = step == train.num_train_steps
+        preempted = notice.reached(step)
+        if step % train.log_every_steps == 0 or last:
+          summary = pending.summary()
           log.write(step, 'train', summary)
-        checkpoints.save(step, state, iterator.get_state())
+          progress.set_postfix(loss=f'{summary["loss"]:.3f}',
+                               lr=f'{summary["learning_rate"]:.2e}',
+                               tok_s=f'{summary["target_tokens_per_second"]:.0f}')
+        if step % train.eval_every_steps == 0 or last:
+          eval_metrics = evaluator(state.params, 'validation', train.num_eval_steps,
+                                   train.eval_bleu)
+          log.write(step, 'validation', eval_metrics)
+          if lead:
+            progress.write(f'step {step} validation ' + ' '.join(
+                f'{name}={value:.4g}' for name, value in eval_metrics.items()))
+          pending.restart_clock()
+        if step % train.checkpoint_every_steps == 0 or last or preempted:
+          if (summary := pending.summary()) is not None:  # also checks the loss before saving
+            log.write(step, 'train', summary)
+          checkpoints.save(step, state, iterator.get_state())
+        if preempted:
+          checkpoints.wait()
+          if lead:
+            progress.write(f'Preempted (SIGTERM): saved step {step} in {workdir}; run the same '
+                           'command again to resume')
+          break
   finally:
     progress.close()
     checkpoints.wait()
     checkpoints.close()
     log.close()
   return eval_metrics
-
 
 if __name__ == '__main__':
   _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)

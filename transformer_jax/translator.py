@@ -44,16 +44,12 @@ class Translator:
     self.tokenizer = tokenizer.load(os.path.join(workdir, tokenizer.MODEL_FILENAME))
     self.preprocessing = preprocessing.from_config(config.data)
     checkpoints = checkpointing.Checkpoints(workdir)
-    available = checkpoints.all_steps()
-    if not available:
-      raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, "checkpoints")}: '
-                              'train with transformer_jax.train first')
-    self.steps = available[-config.decode.average_last:]
+    self.params, self.steps = checkpoints.average_last(config.decode.average_last,
+                                                       self.model.abstract_params)
+    checkpoints.close()
     if len(self.steps) < config.decode.average_last:
       logging.warning('averaging the %d checkpoints %s: fewer than the %d asked for',
                       len(self.steps), self.steps, config.decode.average_last)
-    self.params = checkpoints.average_params(self.steps, self.model.abstract_params)
-    checkpoints.close()
     shards = self.model.batch_shards
     self.rows = -(-batch_size // shards) * shards
     decode = config.decode

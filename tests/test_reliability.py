@@ -1,0 +1,179 @@
+"""Reliability of a training run's workdir: one run at a time (a lock held by a live process
+stops a second run; one left by a killed process is taken over), damaged checkpoints skipped,
+SIGTERM saves and exits cleanly, a full disk is a clear error that keeps the last checkpoint."""
+
+import json
+import os
+import pathlib
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from conftest import SMALL, train_config
+from transformer_jax import train, workdirs
+from transformer_jax.translator import Translator
+
+pytestmark = pytest.mark.slow
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _overrides(tmp_path, steps: int) -> dict:
+  return {'data.tfds_data_dir': str(tmp_path / 'tfds'), 'data.vocab_size': 256,
+          'data.max_length': 16, 'data.tokens_per_batch': 256, 'train.num_train_steps': steps,
+          'train.log_every_steps': 1, 'train.eval_every_steps': 1000, 'train.num_eval_steps': 1,
+          'train.eval_bleu': False, 'train.checkpoint_every_steps': 4,
+          'train.keep_checkpoints': 5}
+
+
+def _command(overrides: dict, workdir) -> list[str]:
+  return ([sys.executable, '-m', 'transformer_jax.train', '--config=configs/base.py',
+           f'--workdir={workdir}'] +
+          [f'--config.{name}={value}' for name, value in {**SMALL, **overrides}.items()])
+
+
+def _records(workdir) -> list[dict]:
+  """Every line of metrics.jsonl, repeats included."""
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
+
+
+def _wait_for_step(process, workdir, step: int, timeout: float = 240) -> None:
+  deadline = time.time() + timeout
+  while time.time() < deadline and process.poll() is None:
+    path = os.path.join(workdir, 'metrics.jsonl')
+    if os.path.exists(path) and any(r['step'] >= step for r in _records(workdir)):
+      return
+    time.sleep(0.2)
+  raise AssertionError(f'no step {step} logged; exit {process.poll()}')
+
+
+def _steps(workdir) -> list[str]:
+  return sorted(os.listdir(os.path.join(workdir, 'checkpoints')))
+
+
+def _truncate(directory: pathlib.Path) -> None:
+  """Cuts every file of a checkpoint's array store to half its length, as a full disk or an
+  interrupted copy leaves them."""
+  for path in directory.rglob('*'):
+    if path.is_file() and path.stat().st_size > 1:
+      with open(path, 'r+b') as f:
+        f.truncate(path.stat().st_size // 2)
+
+
+def test_a_live_run_holds_the_workdir_and_a_killed_ones_lock_is_taken_over(tmp_path):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  holder = subprocess.Popen(
+      [sys.executable, '-c', 'import sys, time\nfrom transformer_jax import workdirs\n'
+       'with workdirs.lock(sys.argv[1]):\n  print("locked", flush=True)\n  time.sleep(300)',
+       str(workdir)], stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'locked'
+    with pytest.raises(RuntimeError, match=rf'in use by another training run .*"pid": '
+                                           rf'{holder.pid}'):
+      train.train_and_evaluate(train_config(**_overrides(tmp_path, 4)), str(workdir))
+    assert not os.path.exists(workdir / 'checkpoints')  # stopped before any work
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+  train.train_and_evaluate(train_config(**_overrides(tmp_path, 4)), str(workdir))
+  assert _steps(workdir) == ['4']
+  assert json.loads((workdir / workdirs.LOCK_FILENAME).read_text())['pid'] == os.getpid()
+  # While a run holds the lock, translating from the workdir works.
+  with workdirs.lock(str(workdir)):
+    translator = Translator(str(workdir), average_last=1)
+    assert translator.steps == [4] and len(translator.translate(['a dog .'])) == 1
+    with pytest.raises(RuntimeError, match='in use by another training run'):
+      with workdirs.lock(str(workdir)):
+        pass
+
+
+def test_a_damaged_checkpoint_is_skipped_and_moved_aside(tmp_path):
+  workdir = tmp_path / 'run'
+  train.train_and_evaluate(train_config(**_overrides(tmp_path, 8)), str(workdir))
+  assert _steps(workdir) == ['4', '8']
+  _truncate(workdir / 'checkpoints' / '8' / 'state')
+
+  # A reader skips it (and changes nothing).
+  assert Translator(str(workdir), average_last=1).steps == [4]
+  assert _steps(workdir) == ['4', '8']
+
+  # Training resumes from step 4, exactly as the first run went on from there.
+  first = {r['step']: r['loss'] for r in _records(workdir) if r['split'] == 'train'}
+  train.train_and_evaluate(train_config(**_overrides(tmp_path, 12)), str(workdir))
+  assert _steps(workdir) == ['12', '4', '8', '8.corrupt']
+  resumed = [r for r in _records(workdir) if r['split'] == 'train'][len(first):]
+  assert [r['step'] for r in resumed] == list(range(5, 13))
+  np.testing.assert_allclose([r['loss'] for r in resumed[:4]], [first[s] for s in range(5, 9)],
+                             rtol=1e-6)
+
+  # With every checkpoint damaged: one clear error, nothing moved.
+  for step in ('4', '8', '12'):
+    _truncate(workdir / 'checkpoints' / step / 'state')
+  with pytest.raises(RuntimeError, match=r'no checkpoint in .*checkpoints can be read; the '
+                                         r'newest, 12: '):
+    train.train_and_evaluate(train_config(**_overrides(tmp_path, 16)), str(workdir))
+  assert _steps(workdir) == ['12', '4', '8', '8.corrupt']
+  result = subprocess.run([sys.executable, '-m', 'transformer_jax.translate',
+                           f'--workdir={workdir}'], input='a dog .\n', capture_output=True,
+                          text=True, cwd=REPO)
+  assert result.returncode != 0
+  assert 'can be read' in result.stderr and 'Traceback' not in result.stderr
+
+
+def test_sigterm_saves_at_the_next_step_and_exits_cleanly(tmp_path):
+  workdir = tmp_path / 'run'
+  overrides = {**_overrides(tmp_path, 400), 'train.checkpoint_every_steps': 1000}
+  process = subprocess.Popen(_command(overrides, workdir), cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+  _wait_for_step(process, workdir, 3)
+  process.send_signal(signal.SIGTERM)
+  output, _ = process.communicate(timeout=120)
+  assert process.returncode == 0, output[-2000:]
+  stopped = max(r['step'] for r in _records(workdir))
+  assert stopped < 400
+  assert f'Preempted (SIGTERM): saved step {stopped}' in output
+  assert _steps(workdir) == [str(stopped)]  # the only checkpoint: the preemption's
+
+  resumed = subprocess.run(_command({**overrides, 'train.num_train_steps': stopped + 2},
+                                    workdir), cwd=REPO, capture_output=True, text=True)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert f'Resumed from step {stopped}' in resumed.stdout
+  assert _steps(workdir) == sorted([str(stopped), str(stopped + 2)])
+
+
+def test_a_full_disk_during_training_is_a_clear_error_and_keeps_the_last_checkpoint(tmp_path):
+  workdir = tmp_path / 'run'
+  overrides = _overrides(tmp_path, 400)
+
+  # The run ignores SIGXFSZ (inherited, kept through exec), so that writes past the file-size
+  # limit fail with EFBIG as they would with ENOSPC, instead of killing it.
+  previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+  try:
+    process = subprocess.Popen(_command(overrides, workdir), cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, restore_signals=False)
+  finally:
+    signal.signal(signal.SIGXFSZ, previous)
+  _wait_for_step(process, workdir, 5)
+  deadline = time.time() + 60
+  while not (workdir / 'checkpoints' / '4').is_dir() and time.time() < deadline:
+    time.sleep(0.1)  # step 4's checkpoint is written in the background
+  # From now on no file of the run can grow: every write fails as on a full disk.
+  resource.prlimit(process.pid, resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+  _, stderr = process.communicate(timeout=240)
+  assert process.returncode != 0
+  # The last line says what could not be written and why (orbax's own log lines come before).
+  error = stderr.strip().splitlines()[-1]
+  assert error.startswith('error: ') and 'File too large' in error, stderr[-3000:]
+  assert str(workdir) in error
+  # The checkpoint of step 4 is intact and readable.
+  assert '4' in _steps(workdir)
+  state = ocp.StandardCheckpointer().restore(workdir / 'checkpoints' / '4' / 'state')
+  assert int(state['step']) == 4

@@ -1,0 +1,83 @@
+"""A training run's directory: writable, and trained by one run at a time.
+
+  with workdirs.lock(path):   # raises RuntimeError naming the holder if another run has it
+    ...train...
+
+The lock is an advisory `flock` on `workdir/lock`, held for the whole run by its process 0 (the
+other processes of a multi-host run are part of the same run). The kernel releases it when that
+process ends, however it ends, so a run killed with SIGKILL leaves no stale lock: the next run
+takes it over. The file records the holder (host, process id, start time) for the error message.
+`translate`, `evaluate` and `average` only read a workdir and never take the lock. flock works on
+local disks and NFS; on file systems without it (object-store mounts) two runs are not kept
+apart.
+"""
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import socket
+import tempfile
+from typing import Iterator
+
+from absl import logging
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
+
+LOCK_FILENAME = 'lock'
+
+
+def check_writable(workdir: str) -> None:
+  """Creates `workdir` if needed; OSError naming it if it cannot be written."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    # A uniquely named probe: several processes of one run check the same workdir at once.
+    with tempfile.NamedTemporaryFile(dir=workdir, prefix='.writable-'):
+      pass
+  except OSError as e:
+    raise OSError(f'--workdir={workdir} is not a writable directory: {e}') from e
+
+
+def _acquire(path: str) -> int:
+  """The locked file's descriptor; RuntimeError naming the holder if a live run has it."""
+  descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    with os.fdopen(descriptor) as f:
+      holder = f.read().strip() or 'unknown'
+    raise RuntimeError(f'{os.path.dirname(path)} is in use by another training run ({holder}); '
+                       'wait for it to end or choose another --workdir') from None
+  previous = os.pread(descriptor, 4096, 0).decode(errors='replace').strip()
+  if previous:
+    logging.warning('taking over %s, left by a run that has ended (%s)', path, previous)
+  holder = {'host': socket.gethostname(), 'pid': os.getpid(),
+            'started': datetime.datetime.now().astimezone().isoformat(timespec='seconds')}
+  os.ftruncate(descriptor, 0)
+  os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+  return descriptor
+
+
+@contextlib.contextmanager
+def lock(workdir: str) -> Iterator[None]:
+  """Holds `workdir`'s lock for the duration (see the module docstring). In a multi-process run
+  process 0 takes it and every process stops if it cannot."""
+  descriptor, error = None, None
+  if jax.process_index() == 0:
+    try:
+      descriptor = _acquire(os.path.join(workdir, LOCK_FILENAME))
+    except RuntimeError as e:
+      error = e
+  if jax.process_count() > 1:
+    failed = multihost_utils.broadcast_one_to_all(np.array(error is not None))
+    if failed and error is None:
+      error = RuntimeError(f'process 0 could not lock {workdir}; see its error')
+  if error is not None:
+    raise error
+  try:
+    yield
+  finally:
+    if descriptor is not None:
+      os.close(descriptor)  # releases the flock; the file stays, naming the last holder
