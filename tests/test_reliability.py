@@ -7,6 +7,7 @@ import os
 import pathlib
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -177,3 +178,28 @@ def test_a_full_disk_during_training_is_a_clear_error_and_keeps_the_last_checkpo
   assert '4' in _steps(workdir)
   state = ocp.StandardCheckpointer().restore(workdir / 'checkpoints' / '4' / 'state')
   assert int(state['step']) == 4
+
+
+def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
+  workdir = tmp_path / 'run'
+  overrides = {**_overrides(tmp_path, 400), 'train.checkpoint_every_steps': 1000}
+  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
+  with socket.socket() as probe:  # a free port for the coordinator
+    probe.bind(('127.0.0.1', 0))
+    port = probe.getsockname()[1]
+  processes = [
+      subprocess.Popen(_command({
+          **overrides, 'parallel.distributed': True, 'parallel.num_processes': 2,
+          'parallel.process_id': i, 'parallel.coordinator_address': f'127.0.0.1:{port}'},
+          workdir), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+          text=True)
+      for i in range(2)]
+  _wait_for_step(processes[0], workdir, 3)
+  processes[1].send_signal(signal.SIGTERM)  # the notice reaches one process only
+  outputs = [process.communicate(timeout=120)[0] for process in processes]
+  for i, (process, output) in enumerate(zip(processes, outputs)):
+    assert process.returncode == 0, f'process {i}:\n{output[-3000:]}'
+  stopped = max(r['step'] for r in _records(workdir))
+  assert stopped < 400
+  assert f'Preempted (SIGTERM): saved step {stopped}' in outputs[0]
+  assert _steps(workdir) == [str(stopped)]
