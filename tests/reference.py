@@ -30,12 +30,12 @@ def scale_norm(x, p, eps=1e-5):
   return p['scale'] * x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
-def multi_head_attention(p, xq, xkv, mask):
+def multi_head_attention(p, xq, xkv, mask, weights=None):
   """MultiHead(Q,K,V) = Concat(head_1..head_h) W^O, head_i = softmax(QW_i^Q (KW_i^K)^T/sqrt(d_k)) VW_i^V.
 
   xq: (q, d_model); xkv: (k, d_model); mask: (q, k) bool; p: kernels as stored by the model,
   query/key/value (d_model, h, d), out (h, d_v, d_model), and biases (h, d) and (d_model,) if
-  the model has them.
+  the model has them. `weights`, if a list, receives each head's (q, k) attention weights.
   """
   num_heads = p['query']['kernel'].shape[1]
 
@@ -55,6 +55,8 @@ def multi_head_attention(p, xq, xkv, mask):
     scores = q @ k.T / np.sqrt(w_k.shape[1])
     scores = np.where(mask, scores, -np.inf)
     heads.append(softmax(scores) @ v)
+    if weights is not None:
+      weights.append(softmax(scores))
   w_o = p['out']['kernel'].reshape(-1, p['out']['kernel'].shape[-1])  # (h·d_v, d_model)
   return np.concatenate(heads, axis=-1) @ w_o + bias('out')
 
@@ -75,11 +77,13 @@ def sinusoid(length, d_model):
 
 
 class Reference:
-  """transformer(inputs, decoder_inputs) for one example, with the model's options."""
+  """transformer(inputs, decoder_inputs) for one example, with the model's options. After a
+  call, `attention[(stack, layer, name)]` holds each head's (q, k) attention weights."""
 
   def __init__(self, params, num_layers, pre_norm=False, norm='layer_norm', fixnorm=False):
     self.p = as_numpy(params)
     self.num_layers = num_layers
+    self.attention = {}
     self.pre_norm = pre_norm
     self.norm = layer_norm if norm == 'layer_norm' else scale_norm
     embeddings = self.p['embeddings']
@@ -109,8 +113,9 @@ class Reference:
       if n in skip_layers:
         continue
       lp = p[f'layer_{n}']
-      x = self.sublayer(x, lambda y: multi_head_attention(lp['self_attention'], y, y, mask),
-                        lp['self_attention_norm'])
+      record = self.attention.setdefault(('encoder', n, 'self_attention'), [])
+      x = self.sublayer(x, lambda y: multi_head_attention(lp['self_attention'], y, y, mask,
+                                                          record), lp['self_attention_norm'])
       x = self.sublayer(x, lambda y: feed_forward(lp['ffn'], y), lp['ffn_norm'])
     return self.norm(x, p['final_norm']) if self.pre_norm else x
 
@@ -124,11 +129,13 @@ class Reference:
       if n in skip_layers:
         continue
       lp = p[f'layer_{n}']
-      y = self.sublayer(y, lambda z: multi_head_attention(lp['self_attention'], z, z, causal),
-                        lp['self_attention_norm'])
+      record = self.attention.setdefault(('decoder', n, 'self_attention'), [])
+      y = self.sublayer(y, lambda z: multi_head_attention(lp['self_attention'], z, z, causal,
+                                                          record), lp['self_attention_norm'])
+      record = self.attention.setdefault(('decoder', n, 'encoder_attention'), [])
       y = self.sublayer(
-          y, lambda z: multi_head_attention(lp['encoder_attention'], z, encoded, memory_mask),
-          lp['encoder_attention_norm'])
+          y, lambda z: multi_head_attention(lp['encoder_attention'], z, encoded, memory_mask,
+                                            record), lp['encoder_attention_norm'])
       y = self.sublayer(y, lambda z: feed_forward(lp['ffn'], z), lp['ffn_norm'])
     if self.pre_norm:
       y = self.norm(y, p['final_norm'])

@@ -54,15 +54,16 @@ def dot_product_attention(query, key, value, mask, dropout: nn.Module):
     dropout: applied to the attention weights (identity at rate 0, the paper's setting).
 
   Returns:
-    (b, q, h, d_v). Scores and softmax are computed in float32. Illegal connections get the
-    most negative float32 instead of -inf, so a query with no legal key (a row of an all-pad
+    (b, q, h, d_v), and the attention weights softmax(Q K^T / sqrt(d_k)) (b, h, q, k) before
+    dropout. Scores and softmax are computed in float32. Illegal connections get the most
+    negative float32 instead of -inf, so a query with no legal key (a row of an all-pad
     sequence) averages the values instead of producing NaN.
   """
   query = query * jnp.asarray(query.shape[-1] ** -0.5, query.dtype)
   scores = jnp.einsum('bqhd,bkhd->bhqk', query, key, preferred_element_type=jnp.float32)
   scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-  weights = dropout(jax.nn.softmax(scores, axis=-1))
-  return jnp.einsum('bhqk,bkhd->bqhd', weights.astype(value.dtype), value)
+  weights = jax.nn.softmax(scores, axis=-1)
+  return jnp.einsum('bhqk,bkhd->bqhd', dropout(weights).astype(value.dtype), value), weights
 
 
 class MultiHeadAttention(nn.Module):
@@ -144,7 +145,10 @@ class MultiHeadAttention(nn.Module):
       self.put_variable('cache', 'value', value)
       mask = (jnp.arange(key.shape[1]) <= position)[None, None, None, :]
     attention_dropout = nn.Dropout(cfg.attention_dropout_rate, deterministic=cfg.deterministic)
-    heads = dot_product_attention(query, key, value, mask, attention_dropout)
+    heads, weights = dot_product_attention(query, key, value, mask, attention_dropout)
+    # Kept only when applied with mutable=['intermediates'] (see `visualize`); otherwise a no-op
+    # and the weights cost nothing beyond the softmax itself.
+    self.sow('intermediates', 'attention_weights', weights)
     heads = nn.Dropout(cfg.drophead_rate, broadcast_dims=(1, 3))(
         heads, deterministic=cfg.deterministic)
     return nn.DenseGeneral(

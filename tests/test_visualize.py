@@ -1,0 +1,114 @@
+"""transformer_jax.visualize: the attention weights it collects are eq. 1's softmax from the
+float64 reference, rows sum to 1 and masked positions get 0; the command writes one grid and one
+line picture per kind and layer and a page holding every head; bad input is a one-line error."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import SMALL, init_params, tiny_config, train_config
+from reference import Reference
+from transformer_jax import train, visualize
+from transformer_jax.model import Transformer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_weights_equal_the_float64_reference_and_respect_the_masks():
+  cfg = tiny_config(num_layers=2)
+  params = init_params(cfg)
+  rng = np.random.default_rng(0)
+  inputs = np.append(rng.integers(3, cfg.vocab_size, 6), 1).astype(np.int32)  # EOS = 1
+  targets = np.append(rng.integers(3, cfg.vocab_size, 4), 1).astype(np.int32)
+  weights = visualize.attention_weights(Transformer(cfg), params, inputs, targets)
+
+  reference = Reference(params, cfg.num_layers)
+  reference(inputs, np.concatenate([[0], targets[:-1]]))
+  for kind, (stack, name) in visualize.KINDS.items():
+    expected = np.stack([np.stack(reference.attention[stack, n, name])
+                         for n in range(cfg.num_layers)])
+    assert weights[kind].shape == expected.shape == (
+        cfg.num_layers, cfg.num_heads,
+        len(targets) if stack == 'decoder' else len(inputs),
+        len(inputs) if kind != 'decoder_self' else len(targets))
+    np.testing.assert_allclose(weights[kind], expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(weights[kind].sum(-1), 1.0, rtol=1e-6)
+  # The decoder never looks ahead: every weight above the diagonal is exactly 0.
+  future = np.triu(np.ones((len(targets), len(targets)), bool), k=1)
+  assert np.all(weights['decoder_self'][..., future] == 0)
+
+
+def test_farthest_query_is_the_one_attending_far_from_itself():
+  weights = np.tile(np.eye(5), (2, 1, 1))  # every query attends to itself
+  weights[:, 3] = 0
+  weights[:, 3, 0] = 1  # but query 3 looks back to the first token
+  assert visualize.farthest_query(weights) == 3
+
+
+def test_a_grid_has_one_heat_map_per_head():
+  figure = visualize.head_grid(np.full((6, 3, 4), 0.25), list('abc'), list('wxyz'), 'test')
+  assert sum(1 for ax in figure.axes if ax.images) == 6
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory) -> str:
+  path = str(tmp_path_factory.mktemp('visualize'))
+  train.train_and_evaluate(train_config(**{
+      'data.tfds_data_dir': str(tmp_path_factory.mktemp('tfds')), 'data.vocab_size': 128,
+      'train.num_train_steps': 2, 'train.eval_every_steps': 2, 'train.num_eval_steps': 1,
+      'train.eval_bleu': False, 'train.checkpoint_every_steps': 2}), path)
+  return path
+
+
+def _visualize(*args) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, '-m', 'transformer_jax.visualize', *args], cwd=REPO,
+                        capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_command_writes_every_picture_and_the_page(workdir, tmp_path):
+  output, dump = tmp_path / 'pictures', tmp_path / 'weights.json'
+  result = _visualize(f'--workdir={workdir}', '--source=the dog sees a cat .',
+                      '--target=der Hund sieht eine Katze .', f'--output={output}',
+                      f'--json={dump}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  layers, heads = SMALL['model.num_layers'], SMALL['model.num_heads']
+  names = sorted(os.listdir(output))
+  assert len(names) == 3 * layers * 2 + 1
+  for kind in visualize.KINDS:
+    for layer in range(layers):
+      for name in (f'{kind}_layer{layer}.png', f'lines_{kind}_layer{layer}.png'):
+        assert (output / name).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  page = (output / 'attention.html').read_text()
+  data = json.loads(page.split('const data = ')[1].split(';\n')[0])
+  assert {kind: np.array(w).shape[:2] for kind, w in data['weights'].items()} == {
+      kind: (layers, heads) for kind in visualize.KINDS}
+  dumped = json.loads(dump.read_text())
+  assert dumped['target'] == 'der Hund sieht eine Katze .'
+  assert dumped['source_tokens'][-1] == '</s>' and dumped['target_tokens'][-1] == '</s>'
+  encoder = np.array(dumped['weights']['encoder_self'])
+  assert encoder.shape == (layers, heads, len(dumped['source_tokens']),
+                           len(dumped['source_tokens']))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('args, message', [
+    (['--source= '], '--source is empty'),
+    (['--source=' + 'dog ' * 200], 'longer than the model'),
+    (['--source=a dog .', '--token=99'], '--token=99'),
+])
+def test_bad_input_is_a_one_line_error(workdir, tmp_path, args, message):
+  result = _visualize(f'--workdir={workdir}', f'--output={tmp_path}', *args)
+  assert result.returncode != 0
+  assert result.stderr.strip().splitlines()[-1].startswith('error: ')
+  assert message in result.stderr and 'Traceback' not in result.stderr
+
+
+def test_an_unknown_workdir_is_a_one_line_error(tmp_path):
+  result = _visualize(f'--workdir={tmp_path / "missing"}', '--source=a dog .')
+  assert result.returncode != 0
+  assert result.stderr.strip() == f'error: --workdir={tmp_path / "missing"}: no such directory'
