@@ -89,6 +89,9 @@ class MultiHeadAttention(nn.Module):
   `position` (counted once, by the decoder): self-attention writes its key and value there, and
   the query attends to positions 0..position, which is the causal mask of §3.2.3 (the `mask`
   argument is unused).
+
+  The attention weights of every call are sown as 'intermediates'/'attention_weights'
+  (b, h, q, k), kept only when the model is applied with mutable=['intermediates'].
   """
 
   config: TransformerConfig
