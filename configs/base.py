@@ -94,6 +94,10 @@ def get_config() -> ml_collections.ConfigDict:
   # ~25000 source and ~25000 target tokens per batch (§5.1): each batch holds at most this
   # many tokens on each side, padding included, in pairs of approximately equal length.
   config.data.tokens_per_batch = 25000
+  # Packing (option, 0 = off; §5.1 batches by length only): training pairs whose sides fit in
+  # pack_length tokens share rows of that length, several per row, so that less of each batch
+  # is padding (transformer_jax/data/batching.py).
+  config.data.pack_length = 0
 
   config.train = ml_collections.ConfigDict()
   # 100K steps for the base model (§5.2).

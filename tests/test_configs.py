@@ -121,6 +121,8 @@ def test_unknown_row_is_an_error():
     ('model.max_len', 300, 'config.model.max_len=300 positions cannot hold the longest output, '
      r'config.data.max_length \+ config.decode.max_extra_length = 306'),
     ('decode.beam_size', 18501, 'config.decode.beam_size=18501 needs a vocabulary of at least'),
+    ('data.pack_length', 257, 'config.data.pack_length must be 0 .* at most '
+     'config.data.max_length=256, got 257'),
 ])
 def test_invalid_values_name_the_field(field, value, message):
   config = base.get_config()

@@ -43,6 +43,21 @@ def causal_mask(length: int) -> jax.Array:
   return jnp.tril(jnp.ones((length, length), jnp.bool_))[None, None]
 
 
+def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
+  """Mask of packed rows, several sentences per row: (b, q) and (b, k) segment ids, 0 on
+  padding -> (b, 1, q, k), True where the key is real and in the query's own sentence."""
+  same = query_segments[:, :, None] == key_segments[:, None, :]
+  return (same & (key_segments != 0)[:, None, :])[:, None]
+
+
+def segment_positions(segments: jax.Array) -> jax.Array:
+  """(b, length) segment ids -> each token's position within its own sentence (from 0)."""
+  index = jnp.arange(segments.shape[1])[None, :]
+  starts = jnp.concatenate([jnp.ones_like(segments[:, :1], jnp.bool_),
+                            segments[:, 1:] != segments[:, :-1]], axis=1)
+  return index - jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
+
+
 def dot_product_attention(query, key, value, mask, dropout: nn.Module):
   """Eq. (1): softmax(Q K^T / sqrt(d_k)) V, per head.
 

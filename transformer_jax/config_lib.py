@@ -90,6 +90,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.decode.beam_size={config.decode.beam_size} needs a vocabulary of '
                      f'at least {2 * config.decode.beam_size} tokens, config.data.vocab_size is '
                      f'{config.data.vocab_size}')
+  pack_length = config.data.pack_length
+  if isinstance(pack_length, bool) or not isinstance(pack_length, int) or not (
+      pack_length == 0 or 1 <= pack_length <= config.data.max_length):
+    raise ValueError(f'config.data.pack_length must be 0 (no packing) or at most '
+                     f'config.data.max_length={config.data.max_length}, got {pack_length!r}')
   if config.data.source_lang == config.data.target_lang:
     raise ValueError('config.data.source_lang and config.data.target_lang must differ, both are '
                      f'{config.data.source_lang!r}')

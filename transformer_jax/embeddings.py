@@ -36,9 +36,11 @@ class PositionalEncoding(nn.Module):
   config: TransformerConfig
 
   @nn.compact
-  def __call__(self, x: jax.Array, offset: jax.Array | int = 0) -> jax.Array:
+  def __call__(self, x: jax.Array, offset: jax.Array | int = 0,
+               positions: jax.Array | None = None) -> jax.Array:
     """x: (b, length, d_model) at positions offset..offset+length-1 (a traced offset is how
-    incremental decoding places its one new position)."""
+    incremental decoding places its one new position), or at `positions` (b, length) when
+    given (packed rows, where every sentence starts again at 0)."""
     cfg = self.config
     length = x.shape[1]
     if length > cfg.max_len:
@@ -54,6 +56,8 @@ class PositionalEncoding(nn.Module):
       )
     else:
       table = jnp.asarray(sinusoid(cfg.max_len, cfg.d_model))
+    if positions is not None:
+      return x + jnp.take(table, positions, axis=0).astype(cfg.dtype)
     table = jax.lax.dynamic_slice_in_dim(table, offset, length)
     return x + table.astype(cfg.dtype)[None]
 

@@ -11,13 +11,19 @@ with PAD_ID (0) in front, tensor2tensor's convention (b, t); logits are (b, t, v
 Positions holding PAD_ID in `inputs` are masked out of every attention over the source. The
 decoder needs only the causal mask: padding at the end of a target can never be attended to by
 an earlier, real position.
+
+Packed rows (an option of the data pipeline, as tensor2tensor and the Flax examples pack)
+hold several sentence pairs each, told apart by `source_segments` (b, s) and
+`target_segments` (b, t): 1, 2, ... per pair, 0 on padding. Every attention then stays within
+its own pair and positions restart at 0 for each sentence, so a packed pair's logits are those
+it has alone in a row.
 """
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer_jax.attention import causal_mask, padding_mask
+from transformer_jax.attention import causal_mask, padding_mask, segment_mask, segment_positions
 from transformer_jax.embeddings import Embeddings, PositionalEncoding
 from transformer_jax.layers import DecoderLayer, EncoderLayer, normalize
 from transformer_jax.model_config import PAD_ID, TransformerConfig
@@ -34,9 +40,10 @@ def _layer_drop(module: nn.Module, cfg: TransformerConfig, x: jax.Array, *args) 
 
 
 def _prepare(cfg: TransformerConfig, embedded: jax.Array, name: str,
-             offset: jax.Array | int = 0) -> jax.Array:
+             offset: jax.Array | int = 0, segments: jax.Array | None = None) -> jax.Array:
   """Positional encoding, then dropout on the sum (§3.5, §5.4)."""
-  x = PositionalEncoding(cfg, name=name)(embedded, offset)
+  positions = None if segments is None else segment_positions(segments)
+  x = PositionalEncoding(cfg, name=name)(embedded, offset, positions)
   return nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
 
 
@@ -47,11 +54,13 @@ class Encoder(nn.Module):
   embeddings: Embeddings
 
   @nn.compact
-  def __call__(self, inputs: jax.Array, source_mask: jax.Array) -> jax.Array:
-    """inputs: (b, s) ids; source_mask: (b, s) bool, True on real tokens -> (b, s, d_model)."""
+  def __call__(self, inputs: jax.Array, source_mask: jax.Array,
+               segments: jax.Array | None = None) -> jax.Array:
+    """inputs: (b, s) ids; source_mask: (b, s) bool, True on real tokens; segments: (b, s) of a
+    packed batch -> (b, s, d_model)."""
     cfg = self.config
-    x = _prepare(cfg, self.embeddings.embed(inputs, 'source'), 'position')
-    mask = padding_mask(source_mask)
+    x = _prepare(cfg, self.embeddings.embed(inputs, 'source'), 'position', segments=segments)
+    mask = padding_mask(source_mask) if segments is None else segment_mask(segments, segments)
     for i in range(cfg.num_layers):
       x = _layer_drop(EncoderLayer(cfg, name=f'layer_{i}'), cfg, x, mask)
     if cfg.norm_position == 'pre':
@@ -68,10 +77,11 @@ class Decoder(nn.Module):
   @nn.compact
   def __call__(
       self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array,
-      decode: bool = False,
+      decode: bool = False, source_segments: jax.Array | None = None,
+      target_segments: jax.Array | None = None,
   ) -> jax.Array:
     """encoded: (b, s, d_model); source_mask: (b, s) bool; decoder_inputs: (b, t) ids
-    -> logits (b, t, vocab) float32.
+    -> logits (b, t, vocab) float32. source_segments, target_segments: of a packed batch.
 
     decode: incremental decoding with a 'cache' collection. The first call creates the cache
     for t positions (see `Transformer.init_cache`); each later call takes the one next input
@@ -86,9 +96,13 @@ class Decoder(nn.Module):
       if not creating:
         offset = index.value
         index.value += 1
-    y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position', offset)
+    y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position', offset,
+                 target_segments)
     self_mask = causal_mask(decoder_inputs.shape[1])
     memory_mask = padding_mask(source_mask)
+    if target_segments is not None:
+      self_mask = self_mask & segment_mask(target_segments, target_segments)
+      memory_mask = segment_mask(target_segments, source_segments)
     for i in range(cfg.num_layers):
       y = _layer_drop(DecoderLayer(cfg, name=f'layer_{i}'), cfg, y, encoded, self_mask,
                       memory_mask, decode, offset)
@@ -108,14 +122,17 @@ class Transformer(nn.Module):
     self.encoder = Encoder(self.config, self.embeddings)
     self.decoder = Decoder(self.config, self.embeddings)
 
-  def encode(self, inputs: jax.Array, source_mask: jax.Array) -> jax.Array:
-    return self.encoder(inputs, source_mask)
+  def encode(self, inputs: jax.Array, source_mask: jax.Array,
+             source_segments: jax.Array | None = None) -> jax.Array:
+    return self.encoder(inputs, source_mask, source_segments)
 
   def decode(
       self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array,
-      decode: bool = False,
+      decode: bool = False, source_segments: jax.Array | None = None,
+      target_segments: jax.Array | None = None,
   ) -> jax.Array:
-    return self.decoder(encoded, source_mask, decoder_inputs, decode)
+    return self.decoder(encoded, source_mask, decoder_inputs, decode, source_segments,
+                        target_segments)
 
   def init_cache(self, encoded: jax.Array, source_mask: jax.Array, length: int) -> None:
     """Creates the incremental-decoding cache for outputs of up to `length` tokens; apply with
@@ -125,6 +142,10 @@ class Transformer(nn.Module):
     placeholder = jnp.zeros((encoded.shape[0], length), jnp.int32)
     self.decoder(encoded, source_mask, placeholder, decode=True)
 
-  def __call__(self, inputs: jax.Array, decoder_inputs: jax.Array) -> jax.Array:
+  def __call__(self, inputs: jax.Array, decoder_inputs: jax.Array,
+               source_segments: jax.Array | None = None,
+               target_segments: jax.Array | None = None) -> jax.Array:
     source_mask = inputs != PAD_ID
-    return self.decode(self.encode(inputs, source_mask), source_mask, decoder_inputs)
+    encoded = self.encode(inputs, source_mask, source_segments)
+    return self.decode(encoded, source_mask, decoder_inputs, False, source_segments,
+                       target_segments)

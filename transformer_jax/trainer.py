@@ -72,8 +72,10 @@ class Trainer:
     return self._init()
 
   def _loss_sums(self, params, batch: dict, dropout_key) -> tuple[jax.Array, dict]:
-    logits = self.model.model.apply({'params': params}, batch['inputs'],
-                                    batch['decoder_inputs'], rngs={'dropout': dropout_key})
+    logits = self.model.model.apply(
+        {'params': params}, batch['inputs'], batch['decoder_inputs'],
+        batch.get('source_segments'), batch.get('target_segments'),  # packed batches only
+        rngs={'dropout': dropout_key})
     sums = loss.loss_sums(logits, batch['targets'], self.config.train.label_smoothing)
     return sums['loss'], sums
 

@@ -9,6 +9,15 @@ count), so the training step sees one shape per bucket and compiles a bounded nu
 A bucket's last batch of an epoch is filled up with empty (all-padding) rows, which the loss
 ignores: no pair is dropped.
 
+Packing (an option, `pack_length` > 0; tensor2tensor and the Flax examples pack): training
+pairs whose sides both fit in `pack_length` tokens share rows of that length, several pairs per
+row, placed first-fit decreasing (longest pairs first, ties in random order; each pair in the
+first row with room on both sides), so that little of a row is padding; the rows are then
+shuffled into batches. `source_segments` and
+`target_segments` (1, 2, ... per pair, 0 on padding) tell the model where each pair is, and
+each pair's decoder inputs start with PAD_ID. Longer pairs keep one row each, in the buckets
+above `pack_length`. Evaluation batches are never packed.
+
 Each epoch's plan is a pure function of (seed, epoch), so an iterator's position is two
 integers that restore it exactly. With several processes every process computes the same plan
 and reads only its own block of rows of each batch: disjoint shards that together cover the
@@ -59,6 +68,7 @@ class Batcher:
   max_length: int
   tokens_per_batch: int
   rows_multiple: int = 1
+  pack_length: int = 0  # 0: no packing
 
   def __post_init__(self):
     if self.tokens_per_batch < self.max_length * self.rows_multiple:
@@ -75,44 +85,95 @@ class Batcher:
     fitting = self.tokens_per_batch // length
     return fitting // self.rows_multiple * self.rows_multiple
 
-  def _buckets(self) -> np.ndarray:
-    pair_lengths = np.array([max(len(s), len(t)) for s, t in zip(self.split.sources,
-                                                                  self.split.targets)])
-    return np.searchsorted(np.array(self.lengths), pair_lengths)
+  def _side_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([len(s) for s in self.split.sources], np.int64),
+            np.array([len(t) for t in self.split.targets], np.int64))
+
+  def _batches(self, length: int, rows: list) -> list[tuple[int, np.ndarray]]:
+    """Rows of pair indices (each an array, -1-padded) grouped into batches of `length`; the
+    last batch filled up with empty rows."""
+    per_batch, batches = self.rows(length), []
+    for start in range(0, len(rows), per_batch):
+      chunk = rows[start:start + per_batch]
+      width = max(len(row) for row in chunk)
+      indices = np.full((per_batch, width), -1, np.int64)
+      for r, row in enumerate(chunk):
+        indices[r, :len(row)] = row
+      batches.append((length, indices[:, 0] if width == 1 and not self.pack_length
+                      else indices))
+    return batches
 
   def plan(self, seed: int | None, epoch: int = 0) -> list[tuple[int, np.ndarray]]:
-    """Batches as (bucket length, pair indices with -1 for empty rows). With a seed, pairs
-    are shuffled within buckets and batches are shuffled, differently each epoch; without one
-    (evaluation) the order is by length and then by position in the split."""
-    buckets = self._buckets()
+    """Batches as (row length, pair indices with -1 for empty rows: (rows,), or (rows, pairs
+    per row) when packed). With a seed, pairs are shuffled within buckets and batches are
+    shuffled, differently each epoch; without one (evaluation, never packed) the order is by
+    length and then by position in the split."""
+    sources, targets = self._side_lengths()
+    buckets = np.searchsorted(np.array(self.lengths), np.maximum(sources, targets))
     order = np.arange(len(buckets))
+    rng = None
     if seed is not None:
       rng = np.random.default_rng([seed, epoch])
       order = rng.permutation(order)
     batches = []
+    packing = bool(self.pack_length) and seed is not None
+    if packing:
+      fits = np.maximum(sources[order], targets[order]) <= self.pack_length
+      rows = _first_fit_decreasing(order[fits], sources, targets, self.pack_length)
+      batches += self._batches(self.pack_length, [rows[i] for i in rng.permutation(len(rows))])
+      order = order[~fits]
     for b, length in enumerate(self.lengths):
       members = order[buckets[order] == b]
-      rows = self.rows(length)
-      for start in range(0, len(members), rows):
-        chunk = members[start:start + rows]
-        batches.append((length, np.pad(chunk, (0, rows - len(chunk)), constant_values=-1)))
-    if seed is not None:
+      if len(members):
+        batches += self._batches(length, [[i] for i in members])
+    if rng is not None:
       batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
 
   def assemble(self, length: int, indices: np.ndarray) -> dict[str, np.ndarray]:
     """The arrays of one batch: `inputs` (source ids), `targets`, and `decoder_inputs`, the
     targets shifted right behind PAD_ID (tensor2tensor's start symbol). (rows, length) int32,
-    padded with PAD_ID."""
-    inputs = np.full((len(indices), length), PAD_ID, np.int32)
-    targets = np.full((len(indices), length), PAD_ID, np.int32)
-    for row, i in enumerate(indices):
-      if i >= 0:
+    padded with PAD_ID. When packed (2-D `indices`), also `source_segments` and
+    `target_segments`, and each pair's decoder inputs start with PAD_ID."""
+    packed = indices.ndim == 2
+    rows = indices if packed else indices[:, None]
+    names = (('inputs', 'targets', 'decoder_inputs', 'source_segments', 'target_segments')
+             if packed else ('inputs', 'targets'))
+    batch = {name: np.full((len(rows), length), PAD_ID, np.int32) for name in names}
+    for row, members in enumerate(rows):
+      s = t = 0
+      for segment, i in enumerate(members[members >= 0], start=1):
         source, target = self.split.sources[i], self.split.targets[i]
-        inputs[row, :len(source)] = source
-        targets[row, :len(target)] = target
-    decoder_inputs = np.pad(targets[:, :-1], ((0, 0), (1, 0)), constant_values=PAD_ID)
-    return {'inputs': inputs, 'targets': targets, 'decoder_inputs': decoder_inputs}
+        batch['inputs'][row, s:s + len(source)] = source
+        batch['targets'][row, t:t + len(target)] = target
+        if packed:
+          batch['source_segments'][row, s:s + len(source)] = segment
+          batch['target_segments'][row, t:t + len(target)] = segment
+          batch['decoder_inputs'][row, t + 1:t + len(target)] = target[:-1]
+        s, t = s + len(source), t + len(target)
+    if not packed:
+      batch['decoder_inputs'] = np.pad(batch['targets'][:, :-1], ((0, 0), (1, 0)),
+                                       constant_values=PAD_ID)
+    return batch
+
+
+def _first_fit_decreasing(order: np.ndarray, sources: np.ndarray, targets: np.ndarray,
+                          length: int) -> list[list[int]]:
+  """Rows of pair indices, each row's sources and targets within `length` tokens: the pairs,
+  longest first (ties in `order`), each join the first row with room on both sides, or open a
+  new one."""
+  order = order[np.argsort(-(sources[order] + targets[order]), kind='stable')]
+  used = np.zeros((len(order), 2), np.int64)
+  rows: list[list[int]] = []
+  for i in order:
+    room = np.flatnonzero((used[:len(rows), 0] + sources[i] <= length)
+                          & (used[:len(rows), 1] + targets[i] <= length))
+    r = room[0] if len(room) else len(rows)
+    if r == len(rows):
+      rows.append([])
+    rows[r].append(int(i))
+    used[r] += (sources[i], targets[i])
+  return rows
 
 
 class TrainIterator(Iterator[dict]):

@@ -75,4 +75,4 @@ def batcher(config: ml_collections.ConfigDict, processor: spm.SentencePieceProce
   logging.info('%s: %d pairs kept, %d longer than %d tokens dropped', name, len(tokenized),
                tokenized.num_dropped, config.data.max_length)
   return batching.Batcher(tokenized, config.data.max_length, config.data.tokens_per_batch,
-                          rows_multiple)
+                          rows_multiple, config.data.pack_length if name == 'train' else 0)

@@ -1,0 +1,137 @@
+"""Packed rows (several sentence pairs per row, told apart by segment ids): each pair's logits
+are those it has alone, so no attention crosses a pair and positions restart per sentence; a
+packed epoch holds every pair once within the row length; a packed batch has the loss and
+gradients of its pairs unpacked."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import init_params, tiny_config, train_config
+from transformer_jax import loss, metrics_log, train
+from transformer_jax.attention import segment_positions
+from transformer_jax.data.batching import Batcher, TokenizedSplit, padding_fraction
+from transformer_jax.model import Transformer
+
+
+def _pairs(rng, vocab, lengths):
+  """(source, target) id arrays, each ending with EOS (1)."""
+  return [(np.append(rng.integers(3, vocab, s), 1), np.append(rng.integers(3, vocab, t), 1))
+          for s, t in lengths]
+
+
+def _pack(pairs, length):
+  """One row: the pairs side by side, their segment ids, decoder inputs shifted per pair."""
+  row = {name: np.zeros(length, np.int32) for name in
+         ('inputs', 'decoder_inputs', 'source_segments', 'target_segments')}
+  s = t = 0
+  for segment, (source, target) in enumerate(pairs, start=1):
+    row['inputs'][s:s + len(source)] = source
+    row['source_segments'][s:s + len(source)] = segment
+    row['decoder_inputs'][t + 1:t + len(target)] = target[:-1]  # PAD (0) starts each pair
+    row['target_segments'][t:t + len(target)] = segment
+    s, t = s + len(source), t + len(target)
+  return row
+
+
+def test_segment_positions_restart_for_every_sentence():
+  segments = jnp.array([[1, 1, 1, 2, 2, 3, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1]])
+  np.testing.assert_array_equal(segment_positions(segments),
+                                [[0, 1, 2, 0, 1, 0, 0, 1], [0, 1, 2, 3, 4, 5, 6, 7]])
+
+
+@pytest.mark.parametrize('position_encoding', ['sinusoid', 'learned'])
+def test_packed_pairs_get_the_logits_they_have_alone(position_encoding):
+  cfg = tiny_config(position_encoding=position_encoding, max_len=32)
+  model, params = Transformer(cfg), init_params(cfg)
+  rng = np.random.default_rng(0)
+  rows = [_pairs(rng, cfg.vocab_size, [(4, 3), (2, 5), (3, 2)]),
+          _pairs(rng, cfg.vocab_size, [(7, 6)])]
+  length = 16
+  packed = [_pack(row, length) for row in rows]
+  batch = {name: jnp.array(np.stack([row[name] for row in packed])) for name in packed[0]}
+  logits = model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
+                       batch['source_segments'], batch['target_segments'])
+  for r, row in enumerate(rows):
+    start = 0
+    for pair in row:
+      alone = _pack([pair], length)
+      expected = model.apply({'params': params}, jnp.array(alone['inputs'])[None],
+                             jnp.array(alone['decoder_inputs'])[None])[0]
+      t = len(pair[1])
+      np.testing.assert_allclose(logits[r, start:start + t], expected[:t], rtol=1e-5,
+                                 atol=1e-5)
+      start += t
+
+
+def _split(rng, count=600):
+  """Pairs whose target is about as long as their source, as in translation."""
+  source = rng.integers(2, 25, size=count)
+  lengths = np.stack([source, np.clip(source + rng.integers(-2, 4, size=count), 1, 30)], 1)
+  return TokenizedSplit([np.append(rng.integers(3, 50, s - 1), 1).astype(np.int32)
+                         for s, _ in lengths],
+                        [np.append(rng.integers(3, 50, t - 1), 1).astype(np.int32)
+                         for _, t in lengths], 0)
+
+
+def test_a_packed_epoch_holds_every_pair_once_within_the_row_length():
+  rng = np.random.default_rng(0)
+  split = _split(rng)
+  batcher = Batcher(split, max_length=32, tokens_per_batch=256, rows_multiple=2, pack_length=24)
+  plan = batcher.plan(seed=3, epoch=1)
+  seen = []
+  for length, indices in plan:
+    batch = batcher.assemble(length, indices)
+    assert batch['inputs'].shape == (batcher.rows(length), length)
+    for row in indices:
+      members = row[row >= 0]
+      seen += members.tolist()
+      if len(members) > 1:  # only pairs within pack_length share a row
+        assert length == 24
+        assert sum(len(split.sources[i]) for i in members) <= 24
+        assert sum(len(split.targets[i]) for i in members) <= 24
+  assert sorted(seen) == list(range(len(split)))
+  assert {length for length, _ in plan} <= {24, 32}
+  # Packing leaves less than half the padding of one pair per row.
+  unpacked = Batcher(split, max_length=32, tokens_per_batch=256, rows_multiple=2)
+  assert (padding_fraction(batcher, plan)
+          < padding_fraction(unpacked, unpacked.plan(seed=3, epoch=1)) / 2)
+  assert batcher.plan(seed=3, epoch=1)[0][1].tolist() == plan[0][1].tolist()  # deterministic
+
+
+def test_a_packed_batch_has_the_loss_and_gradients_of_its_pairs_unpacked():
+  cfg = tiny_config(vocab_size=50, max_len=32)
+  model, params = Transformer(cfg), init_params(cfg)
+  rng = np.random.default_rng(1)
+  split = _split(rng, count=40)
+  packed = Batcher(split, max_length=32, tokens_per_batch=512, pack_length=32)
+  unpacked = Batcher(split, max_length=32, tokens_per_batch=4096)
+  [(length, indices)] = [b for b in packed.plan(seed=0) if (b[1] >= 0).sum(1).max() > 1][:1]
+  pairs = np.sort(indices[indices >= 0])
+  batch = packed.assemble(length, indices)
+  alone = unpacked.assemble(32, pairs)
+
+  def total(params, batch):
+    logits = model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
+                         batch.get('source_segments'), batch.get('target_segments'))
+    return loss.loss_sums(logits, batch['targets'], 0.1)['loss']
+
+  value, grads = jax.value_and_grad(total)(params, batch)
+  expected, expected_grads = jax.value_and_grad(total)(params, alone)
+  np.testing.assert_allclose(value, expected, rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grads,
+               expected_grads)
+
+
+@pytest.mark.slow
+def test_training_on_packed_batches(tmp_path):
+  config = train_config(**{'data.tfds_data_dir': str(tmp_path / 'tfds'), 'data.pack_length': 32,
+                           'train.num_train_steps': 3, 'train.log_every_steps': 1,
+                           'train.eval_every_steps': 3, 'train.num_eval_steps': 1,
+                           'train.eval_bleu': False, 'train.checkpoint_every_steps': 3})
+  metrics = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  losses = [r['loss'] for r in metrics_log.read(str(tmp_path / 'run' / 'metrics.jsonl'))
+            if r['split'] == 'train']
+  assert len(losses) == 3 and all(np.isfinite(losses))
+  assert np.isfinite(metrics['perplexity'])  # the dev split, unpacked
