@@ -38,9 +38,16 @@ def installed(tmp_path_factory):
   _run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--quiet', '--wheel-dir',
         root / 'wheels', source], root, env)
   [wheel] = (root / 'wheels').glob('transformer_jax-*.whl')
-  # The dependencies come from this environment; the package itself only from the wheel.
-  _run([sys.executable, '-m', 'venv', '--system-site-packages', root / 'venv'], root, env)
+  _run([sys.executable, '-m', 'venv', root / 'venv'], root, env)
   python = root / 'venv' / 'bin' / 'python'
+  # The dependencies come from this environment (itself a virtual environment in CI), added
+  # after the new one's own site-packages; the package itself only from the wheel.
+  purelib = _run([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                 root, env).stdout.strip()
+  parent = [path for path in sys.path
+            if path.endswith(('site-packages', 'dist-packages')) and os.path.isdir(path)]
+  pathlib.Path(purelib, 'parent_environment.pth').write_text(
+      ''.join(f'import site; site.addsitedir({path!r})\n' for path in parent))
   _run([python, '-m', 'pip', 'install', '--no-deps', '--no-index', '--quiet', wheel], root, env)
   return python, wheel
 
