@@ -57,6 +57,7 @@ def _summary(*args) -> subprocess.CompletedProcess:
   return result
 
 
+@pytest.mark.slow
 def test_summary_json_for_a_table3_row():
   result = _summary('--config=configs/table3.py:C2', '--json')
   assert result.returncode == 0, result.stderr
@@ -87,6 +88,7 @@ def test_summary_of_every_table3_row_applies_the_overrides_to_each():
     ('--config.model.num_head=4', 'config.model.num_head does not exist'),
     ('--config.model.dropout_rate=1.5', 'config.model.dropout_rate must be in [0, 1)'),
 ])
+@pytest.mark.slow
 def test_summary_rejects_bad_overrides_naming_the_field(override, message):
   result = _summary('--config=configs/base.py', override)
   assert result.returncode != 0

@@ -43,6 +43,7 @@ def test_embedding_init_and_sqrt_d_model_scale():
   np.testing.assert_allclose(embedded[0], table[:10] * 8.0, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_tied_embeddings_are_one_parameter(rng):
   """Tied: one (vocab, d_model) matrix, and its gradient is the sum of the gradients that the
   source embedding, target embedding and output projection get when untied."""

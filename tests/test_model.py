@@ -134,6 +134,7 @@ def test_layerdrop_skips_whole_layers(rng):
   assert len(seen) >= 4
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_params(rng):
   cfg = tiny_config(dtype=jnp.bfloat16)
   params = init_params(cfg)

@@ -100,6 +100,7 @@ def test_a_packed_epoch_holds_every_pair_once_within_the_row_length():
   assert batcher.plan(seed=3, epoch=1)[0][1].tolist() == plan[0][1].tolist()  # deterministic
 
 
+@pytest.mark.slow
 def test_a_packed_batch_has_the_loss_and_gradients_of_its_pairs_unpacked():
   cfg = tiny_config(vocab_size=50, max_len=32)
   model, params = Transformer(cfg), init_params(cfg)

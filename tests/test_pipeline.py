@@ -69,6 +69,7 @@ def test_train_iterator_respects_the_token_budget(config, data):
     np.testing.assert_array_equal(batch['decoder_inputs'][:, 1:], batch['targets'][:, :-1])
 
 
+@pytest.mark.slow
 def test_inspect_command_json(config):
   result = subprocess.run(
       [sys.executable, '-m', 'transformer_jax.data', '--config=configs/tiny.py', '--inspect',

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from transformer_jax import metrics_log
 
@@ -65,6 +66,7 @@ def test_several_runs_are_overlaid_with_their_names(tmp_path):
   np.testing.assert_array_equal(rate.lines[1].get_xdata(), [100, 200, 300, 400])
 
 
+@pytest.mark.slow
 def test_command_writes_a_png_and_names_a_missing_log(tmp_path):
   _log(tmp_path)
   output = tmp_path / 'curves.png'

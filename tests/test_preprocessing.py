@@ -54,6 +54,7 @@ def test_unknown_choice_names_the_field():
     preprocessing.Preprocessing('lowercase', 'en', 'de')
 
 
+@pytest.mark.slow
 def test_the_vocabulary_and_batches_are_built_from_preprocessed_text(tmp_path):
   config = tiny.get_config()
   config.data.tfds_data_dir = str(tmp_path / 'tfds')

@@ -55,6 +55,7 @@ def test_any_mesh_gives_the_single_device_update(data, fsdp, model):
   assert mu.sharding == kernel.sharding
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
   # Without dropout: micro-batches draw their own dropout masks.
   batches = [_batch(16, 12, 64, seed) for seed in range(2)]
@@ -67,6 +68,7 @@ def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
   assert int(state.step) == 2
 
 
+@pytest.mark.slow
 def test_learning_rate_and_token_count_are_reported():
   batch = _batch(16, 12, 64)
   config = train_config()
@@ -96,6 +98,7 @@ def test_a_parameter_that_does_not_split_is_named():
     ShardedModel(config, partitioning.make_mesh(config))
 
 
+@pytest.mark.slow
 def test_bfloat16_computes_in_bfloat16_and_keeps_float32_state():
   config = train_config(**{'dtype': 'bfloat16', 'parallel.data': 1})
   model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:1]))
