@@ -74,7 +74,7 @@ def test_command_writes_every_picture_and_the_page(workdir, tmp_path):
   output, dump = tmp_path / 'pictures', tmp_path / 'weights.json'
   result = _visualize(f'--workdir={workdir}', '--source=the dog sees a cat .',
                       '--target=der Hund sieht eine Katze .', f'--output={output}',
-                      f'--json={dump}')
+                      f'--json={dump}', '--token=.')
   assert result.returncode == 0, result.stderr[-2000:]
   layers, heads = SMALL['model.num_layers'], SMALL['model.num_heads']
   names = sorted(os.listdir(output))
@@ -99,7 +99,7 @@ def test_command_writes_every_picture_and_the_page(workdir, tmp_path):
 @pytest.mark.parametrize('args, message', [
     (['--source= '], '--source is empty'),
     (['--source=' + 'dog ' * 200], 'longer than the model'),
-    (['--source=a dog .', '--token=99'], '--token=99'),
+    (['--source=a dog .', '--target=ein Hund .', '--token=cat'], '--token=cat: no such word piece'),
 ])
 def test_bad_input_is_a_one_line_error(workdir, tmp_path, args, message):
   result = _visualize(f'--workdir={workdir}', f'--output={tmp_path}', *args)

@@ -1,7 +1,7 @@
 r"""What the heads attend to, for one sentence: the pictures of the paper's Figures 3-5.
 
   python -m transformer_jax.visualize --workdir=DIR --source="A man is sleeping ." \
-      [--target="Ein Mann schläft ."] [--output=DIR/attention] [--token=INDEX] [--json=FILE]
+      [--target="Ein Mann schläft ."] [--output=DIR/attention] [--token=PIECE] [--json=FILE]
 
 The workdir's model (its last `config.decode.average_last` checkpoints averaged, as `translate`
 uses it) reads the source and the target (given, or its own translation with `config.decode`),
@@ -9,9 +9,11 @@ with teacher forcing and no dropout, and every layer's attention weights softmax
 (eq. 1) are collected for the three kinds of attention (§3.2.3): encoder self-attention,
 decoder (masked) self-attention and encoder-decoder attention. Written to --output:
   <kind>_layer<n>.png  one heat map per head, word pieces on both axes;
-  lines_<kind>_layer<n>.png  the paper's Figure 3 style: lines from one query token (--token,
-      default: the one whose heads look farthest away) to every key it attends to, one colour
-      per head, opacity = weight;
+  lines_<kind>_layer<n>.png  the paper's Figure 3 style: lines from one query token to every
+      key it attends to, one colour per head, opacity = weight. The query is the first word
+      piece equal to --token (without SentencePiece's '▁'; e.g. --token=him for an anaphor, as
+      Figure 4), in the kinds whose queries have it; otherwise the query whose heads look
+      farthest from their own position;
   attention.html  one self-contained page (no network) to browse kinds, layers and heads.
 --json writes the tokens and weights for notebooks. Source tokens end with </s>; a decoder
 position is labelled with the token it predicts (the target's word pieces, then </s>).
@@ -176,16 +178,26 @@ draw();
 """
 
 
-def write(result: dict, directory: str, token: int | None = None) -> list[str]:
-  """Every PNG and the HTML page into `directory`; returns their paths."""
+def _find(tokens: list[str], piece: str | None) -> int | None:
+  matches = [i for i, token in enumerate(tokens) if token.lstrip('▁') == piece]
+  return matches[0] if matches else None
+
+
+def write(result: dict, directory: str, token: str | None = None) -> list[str]:
+  """Every PNG and the HTML page into `directory`; returns their paths. `token`: the word
+  piece whose attention the line pictures show, where it is a query."""
+  if token is not None and all(_find(_axes_tokens(result, kind)[0], token) is None
+                               for kind in KINDS):
+    raise ValueError(f'--token={token}: no such word piece in '
+                     f'{result["source_tokens"] + result["target_tokens"]}')
   os.makedirs(directory, exist_ok=True)
   paths = []
   for kind, weights in result['weights'].items():
     queries, keys = _axes_tokens(result, kind)
     for layer, layer_weights in enumerate(weights):
-      if token is not None and not 0 <= token < len(queries):
-        raise ValueError(f'--token={token}: {kind} has {len(queries)} query tokens')
-      query = farthest_query(layer_weights) if token is None else token
+      query = _find(queries, token)
+      if query is None:
+        query = farthest_query(layer_weights)
       for name, figure in (
           (f'{kind}_layer{layer}.png', head_grid(layer_weights, queries, keys,
                                                   f'{kind} attention, layer {layer}')),
@@ -216,7 +228,8 @@ if __name__ == '__main__':
   _TARGET = flags.DEFINE_string('target', None, 'Its target (default: the model\'s translation).')
   _OUTPUT = flags.DEFINE_string('output', None, 'Where the pictures go (default: '
                                 'WORKDIR/attention).')
-  _TOKEN = flags.DEFINE_integer('token', None, 'The query token (0-based) of the line pictures.')
+  _TOKEN = flags.DEFINE_string('token', None, 'The word piece whose attention the line pictures '
+                               'show (default: the one looking farthest away).')
   _JSON = flags.DEFINE_string('json', None, 'Also write the tokens and weights to this file.')
 
   def main():
