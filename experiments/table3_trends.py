@@ -96,7 +96,8 @@ def _spread(values: list[float]) -> str:
 
 
 def report(rows: dict) -> str:
-  lines = ['| row | seeds | dev PPL mean (min–max) | dev BLEU mean (min–max) |', '|---|---|---|---|']
+  lines = ['| row | seeds | dev PPL mean (min–max) | dev BLEU mean (min–max) |',
+           '|---|---|---|---|']
   lines += [f'| {row} | {len(rows[row]["ppl"])} | {_spread(rows[row]["ppl"])} | '
             f'{_spread(rows[row]["bleu"])} |' for row in ROW_ORDER if row in rows]
   results = trends(rows)

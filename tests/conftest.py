@@ -5,6 +5,8 @@ other test uses the default (first) device.
 """
 
 import os
+import socket
+import sys
 
 # Before jax is imported.
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
@@ -67,3 +69,24 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
   config = base.get_config()
   config.update_from_flattened_dict({**SMALL, **overrides})
   return config
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def train_command(overrides: dict, workdir) -> list[str]:
+  """`python -m transformer_jax.train` of `train_config(**overrides)`, run from REPO."""
+  return ([sys.executable, '-m', 'transformer_jax.train', '--config=configs/base.py',
+           f'--workdir={workdir}'] +
+          [f'--config.{name}={value}' for name, value in {**SMALL, **overrides}.items()])
+
+
+def two_process_commands(overrides: dict, workdir) -> list[list[str]]:
+  """The commands of one run over two processes that find each other on a free local port."""
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    port = probe.getsockname()[1]
+  return [train_command({**overrides, 'parallel.distributed': True, 'parallel.num_processes': 2,
+                         'parallel.process_id': i,
+                         'parallel.coordinator_address': f'127.0.0.1:{port}'}, workdir)
+          for i in range(2)]

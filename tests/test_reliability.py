@@ -7,7 +7,6 @@ import os
 import pathlib
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,13 +15,12 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import SMALL, train_config
+from conftest import REPO, train_command, train_config, two_process_commands
 from transformer_jax import train, workdirs
 from transformer_jax.translator import Translator
 
 pytestmark = pytest.mark.slow
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _overrides(tmp_path, steps: int) -> dict:
@@ -31,12 +29,6 @@ def _overrides(tmp_path, steps: int) -> dict:
           'train.log_every_steps': 1, 'train.eval_every_steps': 1000, 'train.num_eval_steps': 1,
           'train.eval_bleu': False, 'train.checkpoint_every_steps': 4,
           'train.keep_checkpoints': 5}
-
-
-def _command(overrides: dict, workdir) -> list[str]:
-  return ([sys.executable, '-m', 'transformer_jax.train', '--config=configs/base.py',
-           f'--workdir={workdir}'] +
-          [f'--config.{name}={value}' for name, value in {**SMALL, **overrides}.items()])
 
 
 def _records(workdir) -> list[dict]:
@@ -132,7 +124,7 @@ def test_a_damaged_checkpoint_is_skipped_and_moved_aside(tmp_path):
 def test_sigterm_saves_at_the_next_step_and_exits_cleanly(tmp_path):
   workdir = tmp_path / 'run'
   overrides = {**_overrides(tmp_path, 400), 'train.checkpoint_every_steps': 1000}
-  process = subprocess.Popen(_command(overrides, workdir), cwd=REPO, stdout=subprocess.PIPE,
+  process = subprocess.Popen(train_command(overrides, workdir), cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
   _wait_for_step(process, workdir, 3)
   process.send_signal(signal.SIGTERM)
@@ -143,7 +135,7 @@ def test_sigterm_saves_at_the_next_step_and_exits_cleanly(tmp_path):
   assert f'Preempted (SIGTERM): saved step {stopped}' in output
   assert _steps(workdir) == [str(stopped)]  # the only checkpoint: the preemption's
 
-  resumed = subprocess.run(_command({**overrides, 'train.num_train_steps': stopped + 2},
+  resumed = subprocess.run(train_command({**overrides, 'train.num_train_steps': stopped + 2},
                                     workdir), cwd=REPO, capture_output=True, text=True)
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   assert f'Resumed from step {stopped}' in resumed.stdout
@@ -158,7 +150,7 @@ def test_a_full_disk_during_training_is_a_clear_error_and_keeps_the_last_checkpo
   # limit fail with EFBIG as they would with ENOSPC, instead of killing it.
   previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
   try:
-    process = subprocess.Popen(_command(overrides, workdir), cwd=REPO, stdout=subprocess.PIPE,
+    process = subprocess.Popen(train_command(overrides, workdir), cwd=REPO, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, restore_signals=False)
   finally:
     signal.signal(signal.SIGXFSZ, previous)
@@ -184,16 +176,9 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
   workdir = tmp_path / 'run'
   overrides = {**_overrides(tmp_path, 400), 'train.checkpoint_every_steps': 1000}
   env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
-  with socket.socket() as probe:  # a free port for the coordinator
-    probe.bind(('127.0.0.1', 0))
-    port = probe.getsockname()[1]
-  processes = [
-      subprocess.Popen(_command({
-          **overrides, 'parallel.distributed': True, 'parallel.num_processes': 2,
-          'parallel.process_id': i, 'parallel.coordinator_address': f'127.0.0.1:{port}'},
-          workdir), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-          text=True)
-      for i in range(2)]
+  processes = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+               for command in two_process_commands(overrides, workdir)]
   _wait_for_step(processes[0], workdir, 3)
   processes[1].send_signal(signal.SIGTERM)  # the notice reaches one process only
   outputs = [process.communicate(timeout=120)[0] for process in processes]

@@ -2,7 +2,6 @@
 miniature Table 3 sweep scales the paper's rows faithfully."""
 
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -98,10 +97,7 @@ def test_miniature_table3_rows_change_what_the_papers_rows_change():
   """Each row of experiments/table3_multi30k.py changes the same fields as the paper's row
   (configs/table3.py), widths by the paper's factor, dropout and smoothing to the paper's
   values, N in the paper's direction; only the big row's longer training is not scaled."""
-  spec = importlib.util.spec_from_file_location(
-      'table3_multi30k', os.path.join(REPO, 'experiments', 'table3_multi30k.py'))
-  mini = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mini)
+  mini = config_lib.load_sweep(os.path.join(REPO, 'experiments', 'table3_multi30k.py'))
   assert list(mini.ROWS)[:len(table3.ROWS)] == list(table3.ROWS)
   assert mini.PAPER == table3.PAPER
   paper_base, mini_base = _flat(table3.get_config('base')), _flat(mini.get_config('base'))

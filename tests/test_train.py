@@ -4,7 +4,6 @@ kill, NaN handling, input errors, and two processes training as one."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,14 +13,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import SMALL, train_config
+from conftest import REPO, train_command, train_config, two_process_commands
 from transformer_jax import metrics_log, train
 from transformer_jax.trainer import Trainer
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
 pytestmark = pytest.mark.slow
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 12
 
 
@@ -34,12 +32,6 @@ def overrides(tmp_path_factory) -> dict:
       'train.log_every_steps': 1, 'train.eval_every_steps': STEPS, 'train.num_eval_steps': 2,
       'train.checkpoint_every_steps': 4, 'train.keep_checkpoints': 2,
   }
-
-
-def _command(overrides: dict, workdir: str) -> list[str]:
-  return ([sys.executable, '-m', 'transformer_jax.train', '--config=configs/base.py',
-           f'--workdir={workdir}'] +
-          [f'--config.{name}={value}' for name, value in {**SMALL, **overrides}.items()])
 
 
 def _losses(workdir: str, split: str = 'train') -> dict[int, float]:
@@ -72,7 +64,7 @@ def test_a_short_run_learns_and_saves_everything(uninterrupted):
 
 def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupted, tmp_path):
   workdir = str(tmp_path)
-  process = subprocess.Popen(_command(overrides, workdir), cwd=REPO, stdout=subprocess.DEVNULL,
+  process = subprocess.Popen(train_command(overrides, workdir), cwd=REPO, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
   metrics = os.path.join(workdir, 'metrics.jsonl')
   deadline = time.time() + 240
@@ -138,18 +130,12 @@ def test_two_processes_train_like_one_with_all_their_devices(overrides, tmp_path
   """2 processes x 2 CPU devices (gloo collectives) give the losses of 1 process x 4 devices."""
   short = {**overrides, 'train.num_train_steps': 4, 'train.eval_every_steps': 100}
   env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=4'}
-  subprocess.run(_command(short, tmp_path / 'one'), cwd=REPO, env=env, check=True,
+  subprocess.run(train_command(short, tmp_path / 'one'), cwd=REPO, env=env, check=True,
                  capture_output=True)
   env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
-  with socket.socket() as probe:  # a free port for the coordinator
-    probe.bind(('127.0.0.1', 0))
-    port = probe.getsockname()[1]
-  processes = [
-      subprocess.Popen(_command({
-          **short, 'parallel.distributed': True, 'parallel.num_processes': 2,
-          'parallel.process_id': i, 'parallel.coordinator_address': f'127.0.0.1:{port}'},
-          tmp_path / 'two'), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-      for i in range(2)]
+  processes = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+               for command in two_process_commands(short, tmp_path / 'two')]
   outputs = [process.communicate(timeout=300)[0].decode() for process in processes]
   for i, (process, output) in enumerate(zip(processes, outputs)):
     assert process.returncode == 0, f'process {i}:\n{output[-3000:]}'

@@ -6,8 +6,9 @@ temporary directory and renames it when complete, so a crash mid-save leaves the
 checkpoints intact. A checkpoint damaged later (truncated files from a full disk or a bad copy)
 is skipped with a one-line warning: training moves it aside to `<step>.corrupt` (nothing is
 deleted) and resumes from the newest readable one; readers (`translate`, `evaluate`,
-`average`) only skip it, since they may share the workdir with a running training. `workdir/config.json` is the resolved config of the latest run and
-`workdir/spm.model` its vocabulary.
+`average`) only skip it, since they may share the workdir with a running training.
+`workdir/config.json` is the resolved config of the latest run and `workdir/spm.model` its
+vocabulary.
 """
 
 import contextlib

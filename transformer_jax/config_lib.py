@@ -124,6 +124,15 @@ def import_sibling(file: str, name: str) -> types.ModuleType:
   return load_module(os.path.join(os.path.dirname(os.path.abspath(file)), f'{name}.py'))
 
 
+def load_sweep(path: str) -> types.ModuleType:
+  """A sweep file (`ROWS` and `get_config(row)`; see `transformer_jax.sweep`) as a module."""
+  module = load_module(path)
+  for name in ('ROWS', 'get_config'):
+    if not hasattr(module, name):
+      raise ValueError(f'{path} defines no {name} (it is not a sweep file)')
+  return module
+
+
 def from_file(spec: str) -> ml_collections.ConfigDict:
   """The config of a config file, 'path.py' or 'path.py:arg' (as `--config=` takes it)."""
   path, _, arg = spec.partition(':')

@@ -84,6 +84,14 @@ def state_shardings(abstract_state: Any, mesh: Mesh, rules) -> Any:
   return shardings
 
 
+def placed_shapes(abstract_state: Any, shardings: Any) -> Any:
+  """A boxed abstract state with its shardings -> unboxed `ShapeDtypeStruct`s carrying them,
+  the targets orbax restores arrays into."""
+  return jax.tree.map(
+      lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding),
+      nn.meta.unbox(abstract_state), shardings)
+
+
 def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict:
   """This process's rows -> global arrays sharded over the batch axes. With one process the
   local rows are the whole batch."""

@@ -2,7 +2,7 @@
 checkpoint averaging share.
 
   model = sharded_model.ShardedModel(config)          # on every device, or on `mesh`
-  params = model.init_params()                        # created already sharded
+  params = checkpoints.average_last(5, model.abstract_params)[0]   # restored in their shards
   sums = model.loss_sums(params, model.put_batch(batch))   # dropout off
 
 Parameters are sharded by their logical axis names and `config.parallel.axis_rules`
@@ -11,7 +11,6 @@ Parameters are sharded by their logical axis names and `config.parallel.axis_rul
 
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
@@ -41,26 +40,17 @@ class ShardedModel:
     self.rules = partitioning.axis_rules(config)
     self.batch_sharding = partitioning.batch_sharding(self.mesh, self.rules)
     self.batch_shards = partitioning.batch_shards(self.mesh, self.rules)
-    self.boxed_abstract_params = jax.eval_shape(self.boxed_params, jax.random.key(0))
-    self.param_sharding = partitioning.state_shardings(self.boxed_abstract_params, self.mesh,
-                                                       self.rules)
-    self.abstract_params = jax.tree.map(
-        lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding),
-        nn.meta.unbox(self.boxed_abstract_params), self.param_sharding)
+    boxed = jax.eval_shape(self.boxed_params, jax.random.key(0))
+    self.param_sharding = partitioning.state_shardings(boxed, self.mesh, self.rules)
+    self.abstract_params = partitioning.placed_shapes(boxed, self.param_sharding)
     self.loss_sums = jax.jit(self._loss_sums,
                              in_shardings=(self.param_sharding, self.batch_sharding))
 
   def boxed_params(self, key: jax.Array) -> Any:
     """Parameters initialised as §3 and tensor2tensor do, boxed with their logical axis
-    names."""
+    names (`Trainer` creates them in their shards)."""
     tokens = jnp.ones((1, 1), jnp.int32)
     return self.model.init({'params': key}, tokens, tokens)['params']
-
-  def init_params(self, key: jax.Array) -> Any:
-    """Initial parameters created directly in their shards, never whole on one device."""
-    init = jax.jit(lambda k: nn.meta.unbox(self.boxed_params(k)),
-                   out_shardings=self.param_sharding)
-    return init(key)
 
   def _loss_sums(self, params, batch: dict) -> dict:
     logits = self.eval_model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'])

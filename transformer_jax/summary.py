@@ -44,9 +44,7 @@ def summarize(config, length: int) -> dict:
 
 def sweep_rows(path: str, overrides: dict, length: int) -> list[dict]:
   """Every row of the sweep file at `path`, with `overrides` applied to each."""
-  sweep = config_lib.load_module(path)
-  if not hasattr(sweep, 'ROWS'):
-    raise ValueError(f'--all_rows: {path} defines no ROWS (it is not a sweep file)')
+  sweep = config_lib.load_sweep(path)
   paper = getattr(sweep, 'PAPER', {})
   paper_params = getattr(sweep, 'PAPER_PARAMS', {})
   rows = []

@@ -42,15 +42,6 @@ _RESULTS = flags.DEFINE_string('results', None, 'Where each finished row\'s JSON
 EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_last=1')
 
 
-def load_sweep(path: str) -> Any:
-  """The sweep file as a module, with its rows checked."""
-  module = config_lib.load_module(path)
-  for name in ('ROWS', 'get_config'):
-    if not hasattr(module, name):
-      raise ValueError(f'{path} defines no {name}')
-  return module
-
-
 def _versions() -> dict:
   return {'python': platform.python_version(),
           **{name: metadata.version(name) for name in ('jax', 'flax', 'optax', 'sacrebleu')}}
@@ -157,7 +148,7 @@ def _plot(table: list[dict], path: str) -> None:
 
 def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str | None) -> dict:
   """Runs the rows not finished yet; returns every finished row's figures."""
-  sweep = load_sweep(sweep_path)
+  sweep = config_lib.load_sweep(sweep_path)
   rows = list(sweep.ROWS) if rows is None else rows
   unknown = [row for row in rows if row not in sweep.ROWS]
   if unknown:

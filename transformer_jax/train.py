@@ -22,8 +22,8 @@ from ml_collections import config_flags
 import numpy as np
 import tqdm
 
-from transformer_jax import checkpointing, cli, config_lib, evaluate, metrics_log, partitioning
-from transformer_jax import preemption, workdirs
+from transformer_jax import checkpointing, cli, config_lib, evaluate, metrics_log, preemption
+from transformer_jax import workdirs
 from transformer_jax.data import pipeline
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
@@ -88,7 +88,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  model = ShardedModel(config, partitioning.make_mesh(config))
+  model = ShardedModel(config)
   trainer = Trainer(model)
   checkpointing.check_compatible(config, workdir)
   # Process 0 learns the vocabulary; the others then read it from the workdir.

@@ -11,8 +11,6 @@ the loss is normalised by the number of non-padding target tokens of the whole b
 update is the same however the batch is split.
 """
 
-from typing import Any
-
 import flax.linen as nn
 from flax.training import train_state
 import jax
@@ -47,9 +45,7 @@ class Trainer:
     self.schedule = optimizer.schedule(self.config)
     abstract_state = jax.eval_shape(self._boxed_state)
     self.state_sharding = partitioning.state_shardings(abstract_state, model.mesh, model.rules)
-    self.abstract_state = jax.tree.map(
-        lambda shape, sharding: jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding),
-        nn.meta.unbox(abstract_state), self.state_sharding)
+    self.abstract_state = partitioning.placed_shapes(abstract_state, self.state_sharding)
     self._init = jax.jit(lambda: nn.meta.unbox(self._boxed_state()),
                          out_shardings=self.state_sharding)
     self.train_step = jax.jit(

@@ -100,6 +100,8 @@ class Translator:
   def translate(self, texts: Sequence[str], source: str = '<input>',
                 progress: bool = False) -> list[str]:
     """One translation per text, in order; an empty text gives an empty translation."""
-    outputs = self.translate_ids(self.encode(texts, source), progress)
-    return [self.preprocessing.restore(self.tokenizer.decode(ids)) if ids else ''
-            for ids in outputs]
+    return [self.text(ids) for ids in self.translate_ids(self.encode(texts, source), progress)]
+
+  def text(self, ids: Sequence[int]) -> str:
+    """Output ids (without EOS) as running text; '' for none."""
+    return self.preprocessing.restore(self.tokenizer.decode(list(ids))) if len(ids) else ''

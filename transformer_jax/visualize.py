@@ -80,8 +80,9 @@ def collect(translator: Translator, source: str, target: str | None) -> dict:
     raise ValueError(f'--source is longer than the model\'s {max_length} tokens '
                      '(config.data.max_length)')
   if target is None:
-    target = translator.translate([source])[0]
-    targets = np.append(translator.translate_ids([inputs])[0], EOS_ID)
+    [ids] = translator.translate_ids([inputs])
+    target = translator.text(ids)
+    targets = np.append(ids, EOS_ID)
   else:
     [targets] = translator.encode([target], '--target')
   weights = attention_weights(translator.model.eval_model, translator.params, inputs, targets)
