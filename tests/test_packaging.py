@@ -48,7 +48,10 @@ def installed(tmp_path_factory):
             if path.endswith(('site-packages', 'dist-packages')) and os.path.isdir(path)]
   pathlib.Path(purelib, 'parent_environment.pth').write_text(
       ''.join(f'import site; site.addsitedir({path!r})\n' for path in parent))
-  _run([python, '-m', 'pip', 'install', '--no-deps', '--no-index', '--quiet', wheel], root, env)
+  # --ignore-installed: in CI the parent environment holds an installed copy of the package,
+  # which pip would otherwise count as already there.
+  _run([python, '-m', 'pip', 'install', '--no-deps', '--no-index', '--ignore-installed', '--quiet',
+        wheel], root, env)
   return python, wheel
 
 

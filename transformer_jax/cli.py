@@ -13,6 +13,7 @@ operation at INFO); an OSError, ValueError or RuntimeError ends the command at o
 `error: <message>` as the last line and exit status 1.
 """
 
+import logging as python_logging
 import os
 import sys
 from typing import Callable
@@ -65,10 +66,15 @@ def run(main: Callable[[], None]) -> None:
     try:
       main()
     except (OSError, ValueError, RuntimeError) as e:
-      print(f'error: {e}', file=sys.stderr, flush=True)
+      # After a failed write (a full disk), orbax's background threads are still logging the
+      # same failure: holding the log handlers' locks keeps their records from landing after,
+      # or inside, this line; and the process ends at once, since TensorBoard's and orbax's
+      # exit handlers would report the failure again.
+      for handler in python_logging.getLogger().handlers:
+        handler.acquire()
       sys.stdout.flush()
-      # At once: after a failed write (a full disk), background writers (TensorBoard's, orbax's)
-      # would report the same failure again from their exit handlers, burying this line.
+      sys.stderr.write(f'error: {e}\n')
+      sys.stderr.flush()
       os._exit(1)  # pylint: disable=protected-access
 
   app.run(wrapped, flags_parser=_parse_flags)
