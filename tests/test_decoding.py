@@ -46,20 +46,53 @@ def test_cached_logits_equal_the_full_forward_pass(rng, options):
   np.testing.assert_allclose(np.stack(stepwise, 1), full, rtol=1e-5, atol=1e-5)
 
 
-def test_cache_holds_the_encoder_keys_once_and_appends_self_attention():
+def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesis():
   cfg = tiny_config()
   model, params = Transformer(cfg), init_params(cfg)
   inputs = jnp.ones((2, 5), jnp.int32)
   encoded = model.apply({'params': params}, inputs, inputs != 0, method='encode')
-  _, variables = model.apply({'params': params}, encoded, inputs != 0, 11, method='init_cache',
-                             mutable=['cache'])
-  layer = variables['cache']['decoder']['layer_0']
-  assert layer['encoder_attention']['key'].shape == (2, 5, cfg.num_heads, cfg.d_k)
-  assert layer['self_attention']['value'].shape == (2, 11, cfg.num_heads, cfg.d_v)
+  _, variables = model.apply({'params': params}, encoded, inputs != 0, 11, 3,
+                             method='init_cache', mutable=['cache'])
+  decoder = variables['cache']['decoder']
+  layer = decoder['layer_0']
+  # Keys heads-major and transposed, values heads-major: the layouts of eq. (1)'s products.
+  assert layer['encoder_attention']['key'].shape == (2, cfg.num_heads, cfg.d_k, 5)
+  assert layer['encoder_attention']['value'].shape == (2, cfg.num_heads, 5, cfg.d_v)
+  assert layer['self_attention']['key'].shape == (2, cfg.num_heads, cfg.d_k, 11 * 3)
+  assert layer['self_attention']['value'].shape == (2, cfg.num_heads, 11 * 3, cfg.d_v)
   assert not np.any(layer['self_attention']['key'])
-  # The position is counted once, by the decoder.
-  assert int(variables['cache']['decoder']['index']) == 0
+  # Every hypothesis starts in its own slot; the position is counted once, by the decoder.
+  np.testing.assert_array_equal(decoder['slots'], np.broadcast_to([[0], [1], [2]] * 2, (6, 11)))
+  assert int(decoder['index']) == 0
   assert 'index' not in layer['self_attention']
+
+
+@pytest.mark.parametrize('options', MODEL_OPTIONS[:2])
+def test_reordered_hypotheses_score_their_own_history(rng, options):
+  """Beam search reorders hypotheses (a sentence's rows take over each other's histories,
+  some twice) while the cache stays where it was written: at every step, each row's
+  log-probabilities are those of the full decoder over that row's own token history."""
+  cfg = tiny_config(**options)
+  model, params = Transformer(cfg), init_params(cfg)
+  copies, length = 3, 7
+  inputs = jnp.asarray(random_tokens(rng, (2, 6), cfg.vocab_size, lengths=[6, 2]))
+  source_mask = inputs != PAD_ID
+  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
+  scorer = decoding.cached_scorer(model, params, encoded, source_mask, length, copies)
+  step, reorder = jax.jit(scorer.step), jax.jit(scorer.reorder)
+  repeated = (jnp.repeat(encoded, copies, 0), jnp.repeat(source_mask, copies, 0))
+  state, history = scorer.state, np.zeros((2 * copies, 0), np.int32)
+  for i in range(length):
+    tokens = (np.zeros(2 * copies, np.int32) if i == 0
+              else random_tokens(rng, (2 * copies,), cfg.vocab_size))
+    history = np.concatenate([history, tokens[:, None]], 1)
+    log_probs, state = step(state, jnp.asarray(tokens), i)
+    full = model.apply({'params': params}, *repeated, jnp.asarray(history), method='decode')
+    expected = jax.nn.log_softmax(full[:, i].at[:, PAD_ID].set(-jnp.inf))
+    np.testing.assert_allclose(log_probs, expected, rtol=1e-5, atol=1e-5)
+    # Each row takes the history of a random row of its own sentence.
+    rows = (rng.integers(0, copies, 2 * copies) + np.repeat([0, copies], copies)).astype(np.int32)
+    state, history = reorder(state, jnp.asarray(rows)), history[rows]
 
 
 def _greedy_by_full_forward(model, params, inputs, length):

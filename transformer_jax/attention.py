@@ -3,14 +3,41 @@
 Shapes use b = batch, q = query length, k = key length, h = num_heads.
 """
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from transformer_jax.model_config import TransformerConfig
 
 # tensor2tensor initialises every weight matrix Glorot-uniform ("uniform_unit_scaling", gain 1).
 glorot_uniform = nn.initializers.xavier_uniform()
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeStep:
+  """A call of incremental decoding (see `MultiHeadAttention`): the one new input of every row
+  is at `position`, and the rows come `copies` to a source sentence, consecutively (beam
+  search's hypotheses; 1 for greedy decoding)."""
+
+  position: jax.Array | int
+  copies: int
+
+
+# The layouts of the decoding cache, (n, k, h, d) -> the operands' layouts in the products of
+# eq. (1): keys (n, h, d_k, k), values (n, h, k, d_v). XLA cancels the transposes between the
+# cache and the products, so a step never copies the cache.
+_CACHE_LAYOUT = {'key': (0, 2, 3, 1), 'value': (0, 2, 1, 3)}
+
+
+def _to_cache(name: str, x: jax.Array) -> jax.Array:
+  return jnp.transpose(x, _CACHE_LAYOUT[name])
+
+
+def _from_cache(name: str, x: jax.Array) -> jax.Array:
+  return jnp.transpose(x, np.argsort(_CACHE_LAYOUT[name]))
 
 
 def fused_glorot_uniform(fused_width: int) -> nn.initializers.Initializer:
@@ -97,14 +124,19 @@ class MultiHeadAttention(nn.Module):
   (`drophead_rate`: whole heads dropped per example, survivors scaled by 1/(1-p), at a constant
   rate rather than the DropHead paper's V-shaped schedule).
 
-  Incremental decoding (`decode=True`) keeps keys and values in the 'cache' collection. The
-  first such call creates the cache: an encoder-decoder attention (§3.2.3) stores the keys and
-  values of the encoder output, which every later step reuses; a self-attention stores zeros
-  for as many positions as its input has. Each later call takes one new position (q = 1), at
-  `position` (counted once, by the decoder): self-attention writes its key and value there, and
-  the query attends to positions 0..position, which is the causal mask of §3.2.3 (the `mask`
-  argument is unused).
-
+  Incremental decoding (`decode`, a `DecodeStep`) keeps keys and values in the 'cache'
+  collection. The first such call creates the cache and later ones take one new position per
+  row (q = 1) at `decode.position`. The cache is stored heads-major, (..., h, k, d): the layout
+  that the products of eq. (1) read, so that a step never transposes it.
+  - Encoder-decoder attention (§3.2.3) computes the keys and values of the encoder output
+    once, (n, h, s, d) for n source sentences, and the `copies` rows of a sentence attend to
+    them together, as `copies` queries of one sentence.
+  - Self-attention keeps (n, h, length·copies, d), `copies` slots per position: slot j of
+    position t holds the key written by the row that was its sentence's j-th at step t. A
+    row's own history can lie in any of its sentence's slots, since beam search reorders
+    hypotheses; `mask` (n, 1, copies, length·copies), built by the decoder, picks the slot
+    of each of its earlier positions. So no step moves the cache (the "cache indirection" of
+    FasterTransformer's beam search) and attention reads each cached key once.
   The attention weights of every call are sown as 'intermediates'/'attention_weights'
   (b, h, q, k), kept only when the model is applied with mutable=['intermediates'].
   """
@@ -114,7 +146,7 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array, mask: jax.Array,
-               decode: bool = False, position: jax.Array | int = 0) -> jax.Array:
+               decode: DecodeStep | None = None) -> jax.Array:
     """inputs_q: (b, q, d_model); inputs_kv: (b, k, d_model); mask as in dot_product_attention."""
     cfg = self.config
     # The widths of tensor2tensor v1's fused projections that W^Q, W^K and W^V belong to.
@@ -141,29 +173,38 @@ class MultiHeadAttention(nn.Module):
       return projection(cfg.d_k, 'key')(inputs_kv), projection(cfg.d_v, 'value')(inputs_kv)
 
     query = projection(cfg.d_k, 'query')(inputs_q)
-    if not decode:
+    rows = query.shape[0]
+    if decode is None:
       key, value = keys_values()
-    elif not self.has_variable('cache', 'key'):  # creating the cache
-      key, value = keys_values()
-      if self.encoder_decoder:
-        self.put_variable('cache', 'key', key)
-        self.put_variable('cache', 'value', value)
-      else:
-        self.put_variable('cache', 'key', jnp.zeros_like(key))
-        self.put_variable('cache', 'value', jnp.zeros_like(value))
     elif self.encoder_decoder:
-      key, value = self.get_variable('cache', 'key'), self.get_variable('cache', 'value')
+      if not self.has_variable('cache', 'key'):  # once per sentence
+        for name, x in zip(('key', 'value'), keys_values()):
+          self.put_variable('cache', name, _to_cache(name, x))
+      key, value = (_from_cache(name, self.get_variable('cache', name))
+                    for name in ('key', 'value'))
+    elif not self.has_variable('cache', 'key'):  # creating the slots, `inputs_kv` long
+      key, value = keys_values()
+      for name, x in (('key', key), ('value', value)):
+        _, length, heads, depth = x.shape
+        zeros = jnp.zeros((rows // decode.copies, length * decode.copies, heads, depth), x.dtype)
+        self.put_variable('cache', name, _to_cache(name, zeros))
     else:
-      new_key, new_value = keys_values()
-      key = jax.lax.dynamic_update_slice_in_dim(self.get_variable('cache', 'key'), new_key,
-                                                position, axis=1)
-      value = jax.lax.dynamic_update_slice_in_dim(self.get_variable('cache', 'value'), new_value,
-                                                  position, axis=1)
-      self.put_variable('cache', 'key', key)
-      self.put_variable('cache', 'value', value)
-      mask = (jnp.arange(key.shape[1]) <= position)[None, None, None, :]
+      cached = []
+      for name, new in zip(('key', 'value'), keys_values()):
+        # Position t of slot j is entry t·copies + j: a step writes one contiguous block.
+        stored = self.get_variable('cache', name)
+        new = _to_cache(name, new.reshape(stored.shape[0], decode.copies, *new.shape[2:]))
+        axis = _CACHE_LAYOUT[name].index(1)
+        stored = jax.lax.dynamic_update_slice_in_dim(stored, new, decode.position * decode.copies,
+                                                     axis)
+        self.put_variable('cache', name, stored)
+        cached.append(_from_cache(name, stored))
+      key, value = cached
+    # While decoding, the rows of a sentence are its queries: (n·copies, q) -> (n, copies·q).
+    query = query.reshape(key.shape[0], -1, *query.shape[2:])
     attention_dropout = nn.Dropout(cfg.attention_dropout_rate, deterministic=cfg.deterministic)
     heads, weights = dot_product_attention(query, key, value, mask, attention_dropout)
+    heads = heads.reshape(rows, -1, *heads.shape[2:])
     # Kept only when applied with mutable=['intermediates'] (see `visualize`); otherwise a no-op
     # and the weights cost nothing beyond the softmax itself.
     self.sow('intermediates', 'attention_weights', weights)

@@ -5,7 +5,9 @@
 `model` must be deterministic (dropout off). The source is encoded once. The incremental
 decoder (the default) then keeps a key/value cache: the encoder-decoder attention keys and
 values are computed once per sentence and each decoder self-attention appends one position
-per step, so a step computes one new position (attending over the cache). `cached=False`
+per step, so a step computes one new position (attending over the cache). Beam search never
+moves the cache: it reorders a small table that says where each hypothesis's history lies
+(see `Transformer.decode`). `cached=False`
 re-runs the decoder over the whole output buffer at every step instead: the reference the
 cache is tested and timed against.
 """
@@ -13,7 +15,6 @@ cache is tested and timed against.
 import functools
 from typing import Any
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,10 +44,8 @@ def _take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
 def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                   length: int, copies: int) -> search.Scorer:
   """A scorer over the decoder's key/value cache, `copies` rows per sentence."""
-  _, variables = model.apply({'params': params}, encoded, source_mask, length,
+  _, variables = model.apply({'params': params}, encoded, source_mask, length, copies,
                              method='init_cache', mutable=['cache'])
-  cache = _repeat_rows(variables['cache'], copies)
-  encoded, source_mask = _repeat_rows((encoded, source_mask), copies)
 
   def step(cache, tokens, i):
     del i  # the cache holds the position
@@ -55,14 +54,14 @@ def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: j
     return _log_probs(logits[:, 0]), variables['cache']
 
   def reorder(cache, rows):
-    # Encoder-decoder keys and values are the same for every hypothesis of a sentence, and
-    # hypotheses are only ever reordered within their sentence: only self-attention moves.
-    flat = flax.traverse_util.flatten_dict(cache)
-    return flax.traverse_util.unflatten_dict({
-        path: _take_rows(x, rows) if 'self_attention' in path else x
-        for path, x in flat.items()})
+    # The cached keys and values stay where they were written; a hypothesis takes over the
+    # table of slots that holds its history (see `Transformer.decode`).
+    decoder = dict(cache['decoder'], slots=_take_rows(cache['decoder']['slots'], rows))
+    return dict(cache, decoder=decoder)
 
-  return search.Scorer(cache, step, reorder)
+  # The barrier keeps XLA from moving the encoder-decoder keys and values out of the cache's
+  # layout (which it does to cancel transposes at creation, and then transposes every step).
+  return search.Scorer(jax.lax.optimization_barrier(variables['cache']), step, reorder)
 
 
 def uncached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,

@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer_jax.attention import MultiHeadAttention, glorot_uniform
+from transformer_jax.attention import DecodeStep, MultiHeadAttention, glorot_uniform
 from transformer_jax.model_config import TransformerConfig
 
 
@@ -109,14 +109,14 @@ class DecoderLayer(nn.Module):
   @nn.compact
   def __call__(
       self, y: jax.Array, encoded: jax.Array, self_mask: jax.Array, memory_mask: jax.Array,
-      decode: bool = False, position: jax.Array | int = 0,
+      decode: DecodeStep | None = None,
   ) -> jax.Array:
     """y: (b, t, d_model); encoded: (b, s, d_model); self_mask: (1, 1, t, t) causal;
     memory_mask: (b, 1, 1, s) source padding mask; decode: incremental decoding with the
-    attentions' caches, `y` being the one input at `position` (see MultiHeadAttention)."""
+    attentions' caches, the masks then those of `Decoder` (see MultiHeadAttention)."""
     cfg = self.config
     self_attention = MultiHeadAttention(cfg, name='self_attention')
-    y = sublayer_connection(cfg, y, lambda z: self_attention(z, z, self_mask, decode, position),
+    y = sublayer_connection(cfg, y, lambda z: self_attention(z, z, self_mask, decode),
                             'self_attention')
     cross_attention = MultiHeadAttention(cfg, encoder_decoder=True, name='encoder_attention')
     y = sublayer_connection(

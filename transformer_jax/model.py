@@ -23,7 +23,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer_jax.attention import causal_mask, padding_mask, segment_mask, segment_positions
+from transformer_jax.attention import (DecodeStep, causal_mask, padding_mask, segment_mask,
+                                       segment_positions)
 from transformer_jax.embeddings import Embeddings, PositionalEncoding
 from transformer_jax.layers import DecoderLayer, EncoderLayer, normalize
 from transformer_jax.model_config import PAD_ID, TransformerConfig
@@ -83,29 +84,44 @@ class Decoder(nn.Module):
     """encoded: (b, s, d_model); source_mask: (b, s) bool; decoder_inputs: (b, t) ids
     -> logits (b, t, vocab) float32. source_segments, target_segments: of a packed batch.
 
-    decode: incremental decoding with a 'cache' collection. The first call creates the cache
-    for t positions (see `Transformer.init_cache`); each later call takes the one next input
-    token per row (t = 1) and returns the logits of the next position. The decoder's cache
-    counts the position; its layers write their keys and values there.
+    decode: incremental decoding with a 'cache' collection, the decoder's rows coming `copies`
+    to each of the n rows of `encoded` (the hypotheses of beam search; `copies` is the ratio of
+    the two batch sizes). The first call creates the cache for t positions (see
+    `Transformer.init_cache`); each later call takes the one next input token per row (t = 1)
+    and returns the logits of the next position. The decoder's cache counts the position and
+    holds `slots` (n·copies, t): for every row and earlier position, which of its sentence's
+    cache slots holds that position's keys and values (see MultiHeadAttention). A row writes
+    its new position into its own slot; beam search, reordering hypotheses, reorders only
+    `slots`.
     """
     cfg = self.config
-    offset = 0
+    offset, step, self_mask = 0, None, causal_mask(decoder_inputs.shape[1])
     if decode:
+      rows = decoder_inputs.shape[0]
+      copies = rows // encoded.shape[0]
+      own = jnp.arange(rows, dtype=jnp.int32) % copies
       creating = not self.has_variable('cache', 'index')
       index = self.variable('cache', 'index', lambda: jnp.zeros((), jnp.int32))
+      slots = self.variable('cache', 'slots',
+                            lambda: jnp.broadcast_to(own[:, None], decoder_inputs.shape))
       if not creating:
         offset = index.value
         index.value += 1
+        slots.value = jax.lax.dynamic_update_slice_in_dim(slots.value, own[:, None], offset, 1)
+        length = slots.value.shape[1]
+        visible = ((slots.value[:, :, None] == jnp.arange(copies))
+                   & (jnp.arange(length) <= offset)[:, None])  # (rows, position, slot)
+        self_mask = visible.reshape(-1, 1, copies, length * copies)
+      step = DecodeStep(offset, copies)
     y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position', offset,
                  target_segments)
-    self_mask = causal_mask(decoder_inputs.shape[1])
     memory_mask = padding_mask(source_mask)
     if target_segments is not None:
       self_mask = self_mask & segment_mask(target_segments, target_segments)
       memory_mask = segment_mask(target_segments, source_segments)
     for i in range(cfg.num_layers):
       y = _layer_drop(DecoderLayer(cfg, name=f'layer_{i}'), cfg, y, encoded, self_mask,
-                      memory_mask, decode, offset)
+                      memory_mask, step)
     if cfg.norm_position == 'pre':
       y = normalize(cfg, y, 'final_norm')
     return self.embeddings.logits(y)
@@ -134,12 +150,14 @@ class Transformer(nn.Module):
     return self.decoder(encoded, source_mask, decoder_inputs, decode, source_segments,
                         target_segments)
 
-  def init_cache(self, encoded: jax.Array, source_mask: jax.Array, length: int) -> None:
-    """Creates the incremental-decoding cache for outputs of up to `length` tokens; apply with
-    `mutable=['cache']` and keep the 'cache' collection. The encoder-decoder attention keys and
-    values of `encoded` are computed here, once per sentence. The decoder's output over the
-    placeholder inputs is discarded (under jit, never computed)."""
-    placeholder = jnp.zeros((encoded.shape[0], length), jnp.int32)
+  def init_cache(self, encoded: jax.Array, source_mask: jax.Array, length: int,
+                 copies: int = 1) -> None:
+    """Creates the incremental-decoding cache for outputs of up to `length` tokens, `copies`
+    rows (hypotheses) per sentence; apply with `mutable=['cache']` and keep the 'cache'
+    collection. The encoder-decoder attention keys and values of `encoded` are computed here,
+    once per sentence. The decoder's output over the placeholder inputs is discarded (under
+    jit, never computed)."""
+    placeholder = jnp.zeros((encoded.shape[0] * copies, length), jnp.int32)
     self.decoder(encoded, source_mask, placeholder, decode=True)
 
   def __call__(self, inputs: jax.Array, decoder_inputs: jax.Array,
