@@ -1,0 +1,70 @@
+r"""Real target tokens per second of training with and without packing, interleaved.
+
+  python experiments/packing_speed.py --manual_dir=../shared/data/multi30k \
+      [--config=configs/multi30k.py] [--pack_lengths=0,64] [--steps=300] [--repeats=2] \
+      [--json=experiments/results/packing_speed_cpu.json]
+
+Trains `--config` from scratch for `--steps` steps once per pack length (0: no packing), in
+turn, `--repeats` rounds, each in a fresh temporary workdir. A run's figure is its
+`target_tokens_per_second` (non-padding target tokens over wall time, as the training log
+reports it) averaged over its log windows after the first (which holds the compilations).
+Prints each run and, per pack length, the mean and its ratio to the first pack length's.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from absl import app, flags
+import numpy as np
+
+_CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file to train.')
+_MANUAL_DIR = flags.DEFINE_string('manual_dir', None, 'config.data.manual_dir.', required=True)
+_PACK_LENGTHS = flags.DEFINE_list('pack_lengths', ['0', '64'], 'Pack lengths to compare.')
+_STEPS = flags.DEFINE_integer('steps', 300, 'Training steps per run.')
+_REPEATS = flags.DEFINE_integer('repeats', 2, 'Rounds over the pack lengths.')
+_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+
+
+def _run(pack_length: int, workdir: str) -> float:
+  steps = _STEPS.value
+  subprocess.run(
+      [sys.executable, '-m', 'transformer_jax.train', f'--config={_CONFIG.value}',
+       f'--workdir={workdir}', f'--config.data.manual_dir={_MANUAL_DIR.value}',
+       f'--config.data.pack_length={pack_length}', f'--config.train.num_train_steps={steps}',
+       f'--config.train.eval_every_steps={steps}', '--config.train.eval_bleu=false',
+       f'--config.train.checkpoint_every_steps={steps}'],
+      check=True, stdout=subprocess.DEVNULL)
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    windows = [json.loads(line) for line in f]
+  windows = [w for w in windows if w['split'] == 'train']
+  return float(np.mean([w['target_tokens_per_second'] for w in windows[1:]]))
+
+
+def main(argv):
+  del argv
+  pack_lengths = [int(p) for p in _PACK_LENGTHS.value]
+  runs = {p: [] for p in pack_lengths}
+  with tempfile.TemporaryDirectory() as root:
+    for repeat in range(_REPEATS.value):
+      for p in pack_lengths:
+        runs[p].append(_run(p, os.path.join(root, f'pack{p}_{repeat}')))
+        print(f'pack_length {p:3d}, round {repeat}: {runs[p][-1]:.0f} target tokens/s',
+              flush=True)
+  first = float(np.mean(runs[pack_lengths[0]]))
+  figures = {'config': _CONFIG.value, 'steps': _STEPS.value, 'cpu_count': os.cpu_count(),
+             'runs': {}}
+  for p in pack_lengths:
+    mean = float(np.mean(runs[p]))
+    figures['runs'][p] = {'target_tokens_per_second': runs[p], 'mean': mean,
+                          'ratio': mean / first}
+    print(f'pack_length {p:3d}: mean {mean:.0f} target tokens/s, {mean / first:.2f}x')
+  if _JSON.value:
+    with open(_JSON.value, 'w') as f:
+      json.dump(figures, f, indent=2)
+
+
+if __name__ == '__main__':
+  app.run(main)
