@@ -16,8 +16,8 @@ as well as that pre-norm model at equal steps (experiments/results/postnorm.md).
 40 epochs; a checkpoint every 200 steps (about 1.3 epochs), the last 10 kept for averaging.
 Warmup is 1000 steps: the paper's 4000 would spend most of this run warming up.
 Measured results and their commands: experiments/results/multi30k.md (with
---config.data.preprocessing=lowercase_moses, as the published model: test2016 39.43 lowercased
-tokenized BLEU, published 41.0).
+--config.data.preprocessing=lowercase_moses, as the published model, and 12000 steps: test2016
+40.56 lowercased tokenized BLEU, published 41.0).
 """
 
 import ml_collections

@@ -127,10 +127,15 @@ def test_eval_batches_see_every_pair_once_in_length_order():
 
 def test_padding_fraction_counts_empty_slots():
   sources = [np.ones(8, np.int32) * 5] * 4 + [np.ones(4, np.int32) * 5] * 4
-  split = TokenizedSplit.from_pairs(sources, sources, max_length=8)
+  targets = [np.ones(8, np.int32) * 5] * 4 + [np.ones(2, np.int32) * 5] * 4
+  split = TokenizedSplit.from_pairs(sources, targets, max_length=8)
   batcher = Batcher(split, max_length=8, tokens_per_batch=64)
-  # One bucket of length 8 with 8 rows: 4 full pairs and 4 half-full pairs, both sides.
-  assert padding_fraction(batcher, batcher.plan(seed=None)) == pytest.approx(0.25)
+  plan = batcher.plan(seed=None)
+  # One bucket of length 8 with 8 rows: 4 full pairs, 4 pairs half-full on the source side
+  # (16 of 64 slots empty) and a quarter full on the target side (24 of 64 empty).
+  assert padding_fraction(batcher, plan, ('sources',)) == pytest.approx(16 / 64)
+  assert padding_fraction(batcher, plan, ('targets',)) == pytest.approx(24 / 64)
+  assert padding_fraction(batcher, plan) == pytest.approx(40 / 128)
 
 
 def test_too_small_token_budget_is_an_error_naming_the_fields():

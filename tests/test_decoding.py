@@ -10,6 +10,7 @@ import pytest
 
 from conftest import init_params, random_tokens, tiny_config
 from transformer_jax import decoding, search
+from transformer_jax.attention import CACHE_BLOCK
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.model import Transformer
 from transformer_jax.model_config import PAD_ID
@@ -25,44 +26,54 @@ MODEL_OPTIONS = [
 @pytest.mark.parametrize('options', MODEL_OPTIONS)
 def test_cached_logits_equal_the_full_forward_pass(rng, options):
   """Feeding a target one token at a time through the cache gives, at every position, the
-  logits that the uncached decoder computes over the whole target at once."""
-  cfg = tiny_config(**options)
+  logits that the uncached decoder computes over the whole target at once. The target spans
+  three of the blocks that a step reads the cache by (attention.CACHE_BLOCK), the last one
+  partial."""
+  cfg = tiny_config(max_len=48, **options)
   model, params = Transformer(cfg), init_params(cfg)
   inputs = jnp.asarray(random_tokens(rng, (3, 6), cfg.vocab_size, lengths=[6, 3, 1]))
-  decoder_inputs = jnp.asarray(random_tokens(rng, (3, 9), cfg.vocab_size)).at[:, 0].set(PAD_ID)
+  target_length, cache_length = 2 * CACHE_BLOCK + 7, 2 * CACHE_BLOCK + 12
+  decoder_inputs = jnp.asarray(
+      random_tokens(rng, (3, target_length), cfg.vocab_size)).at[:, 0].set(PAD_ID)
   source_mask = inputs != PAD_ID
   encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
   full = model.apply({'params': params}, encoded, source_mask, decoder_inputs, method='decode')
 
-  _, variables = model.apply({'params': params}, encoded, source_mask, 12, method='init_cache',
-                             mutable=['cache'])
+  _, variables = model.apply({'params': params}, encoded, source_mask, cache_length,
+                             method='init_cache', mutable=['cache'])
+  step = jax.jit(lambda cache, tokens, block: model.apply(
+      {'params': params, 'cache': cache}, encoded, source_mask, tokens, True, cache_block=block,
+      method='decode', mutable=['cache']), static_argnums=2)
   cache, stepwise = variables['cache'], []
-  for i in range(decoder_inputs.shape[1]):
-    logits, variables = model.apply({'params': params, 'cache': cache}, encoded, source_mask,
-                                    decoder_inputs[:, i:i + 1], True, method='decode',
-                                    mutable=['cache'])
+  for i in range(target_length):
+    logits, variables = step(cache, decoder_inputs[:, i:i + 1], i // CACHE_BLOCK)
     cache = variables['cache']
     stepwise.append(logits[:, 0])
   np.testing.assert_allclose(np.stack(stepwise, 1), full, rtol=1e-5, atol=1e-5)
 
 
 def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesis():
-  cfg = tiny_config()
+  cfg = tiny_config(max_len=24)
   model, params = Transformer(cfg), init_params(cfg)
   inputs = jnp.ones((2, 5), jnp.int32)
   encoded = model.apply({'params': params}, inputs, inputs != 0, method='encode')
-  _, variables = model.apply({'params': params}, encoded, inputs != 0, 11, 3,
+  length = CACHE_BLOCK + 4
+  _, variables = model.apply({'params': params}, encoded, inputs != 0, length, 3,
                              method='init_cache', mutable=['cache'])
   decoder = variables['cache']['decoder']
   layer = decoder['layer_0']
   # Keys heads-major and transposed, values heads-major: the layouts of eq. (1)'s products.
   assert layer['encoder_attention']['key'].shape == (2, cfg.num_heads, cfg.d_k, 5)
   assert layer['encoder_attention']['value'].shape == (2, cfg.num_heads, 5, cfg.d_v)
-  assert layer['self_attention']['key'].shape == (2, cfg.num_heads, cfg.d_k, 11 * 3)
-  assert layer['self_attention']['value'].shape == (2, cfg.num_heads, 11 * 3, cfg.d_v)
-  assert not np.any(layer['self_attention']['key'])
+  # Self-attention: blocks of CACHE_BLOCK positions (the last one shorter), 3 slots each.
+  assert [k.shape for k in layer['self_attention']['key']] == [
+      (2, cfg.num_heads, cfg.d_k, CACHE_BLOCK * 3), (2, cfg.num_heads, cfg.d_k, 4 * 3)]
+  assert [v.shape for v in layer['self_attention']['value']] == [
+      (2, cfg.num_heads, CACHE_BLOCK * 3, cfg.d_v), (2, cfg.num_heads, 4 * 3, cfg.d_v)]
+  assert not any(np.any(k) for k in layer['self_attention']['key'])
   # Every hypothesis starts in its own slot; the position is counted once, by the decoder.
-  np.testing.assert_array_equal(decoder['slots'], np.broadcast_to([[0], [1], [2]] * 2, (6, 11)))
+  np.testing.assert_array_equal(decoder['slots'],
+                                np.broadcast_to([[0], [1], [2]] * 2, (6, length)))
   assert int(decoder['index']) == 0
   assert 'index' not in layer['self_attention']
 
@@ -72,21 +83,22 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
   """Beam search reorders hypotheses (a sentence's rows take over each other's histories,
   some twice) while the cache stays where it was written: at every step, each row's
   log-probabilities are those of the full decoder over that row's own token history."""
-  cfg = tiny_config(**options)
+  cfg = tiny_config(max_len=24, **options)
   model, params = Transformer(cfg), init_params(cfg)
-  copies, length = 3, 7
+  copies, length = 3, CACHE_BLOCK + 4
   inputs = jnp.asarray(random_tokens(rng, (2, 6), cfg.vocab_size, lengths=[6, 2]))
   source_mask = inputs != PAD_ID
   encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
   scorer = decoding.cached_scorer(model, params, encoded, source_mask, length, copies)
-  step, reorder = jax.jit(scorer.step), jax.jit(scorer.reorder)
+  step, reorder = jax.jit(scorer.step, static_argnums=3), jax.jit(scorer.reorder)
   repeated = (jnp.repeat(encoded, copies, 0), jnp.repeat(source_mask, copies, 0))
   state, history = scorer.state, np.zeros((2 * copies, 0), np.int32)
   for i in range(length):
     tokens = (np.zeros(2 * copies, np.int32) if i == 0
               else random_tokens(rng, (2 * copies,), cfg.vocab_size))
     history = np.concatenate([history, tokens[:, None]], 1)
-    log_probs, state = step(state, jnp.asarray(tokens), i)
+    bound = min(b for b in scorer.bounds if b > i)
+    log_probs, state = step(state, jnp.asarray(tokens), i, bound)
     full = model.apply({'params': params}, *repeated, jnp.asarray(history), method='decode')
     expected = jax.nn.log_softmax(full[:, i].at[:, PAD_ID].set(-jnp.inf))
     np.testing.assert_allclose(log_probs, expected, rtol=1e-5, atol=1e-5)
@@ -122,26 +134,31 @@ def _lively_params(cfg, seed=0):
 
 
 def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng):
-  cfg = tiny_config(share_embeddings=False, max_len=32)
+  """Also over several of the blocks that the cached decoder's loops read the cache by."""
+  cfg = tiny_config(share_embeddings=False, max_len=40)
   model, params = Transformer(cfg), _lively_params(cfg)
   inputs = jnp.asarray(random_tokens(rng, (4, 6), cfg.vocab_size, lengths=[6, 4, 2, 0]))
   outputs = jax.jit(lambda p, x: decoding.decode(
-      model, p, x, beam_size=1, alpha=0.6, max_extra_length=10))(params, inputs)
-  expected = _greedy_by_full_forward(model, params, inputs, 16)
+      model, p, x, beam_size=1, alpha=0.6, max_extra_length=2 * CACHE_BLOCK))(params, inputs)
+  expected = _greedy_by_full_forward(model, params, inputs, 6 + 2 * CACHE_BLOCK)
   np.testing.assert_array_equal(outputs, expected)
   assert len(set(expected[0].tolist())) >= 3  # the test is not about a constant output
+  # The outputs run through every stretch of the cached decoder's loops.
+  assert min(len(decoding.strip(o)) for o in expected[:3]) > 2 * CACHE_BLOCK
   assert not np.any(outputs[3])  # an empty input gives an empty output
 
 
 @pytest.mark.parametrize('beam_size', [1, 4])
 def test_cached_and_uncached_translations_agree(rng, beam_size):
-  cfg = tiny_config(share_embeddings=False, max_len=32)
+  cfg = tiny_config(share_embeddings=False, max_len=40)
   model, params = Transformer(cfg), _lively_params(cfg, seed=3)
   inputs = jnp.asarray(random_tokens(rng, (3, 5), cfg.vocab_size, lengths=[5, 2, 4]))
   run = {cached: jax.jit(lambda p, x, cached=cached: decoding.decode(
-      model, p, x, beam_size=beam_size, alpha=0.6, max_extra_length=8, cached=cached))
-         for cached in (True, False)}
-  np.testing.assert_array_equal(run[True](params, inputs), run[False](params, inputs))
+      model, p, x, beam_size=beam_size, alpha=0.6, max_extra_length=2 * CACHE_BLOCK,
+      cached=cached)) for cached in (True, False)}
+  outputs = run[True](params, inputs)
+  assert max(len(decoding.strip(o)) for o in np.asarray(outputs)) > 2 * CACHE_BLOCK
+  np.testing.assert_array_equal(outputs, run[False](params, inputs))
 
 
 # Hand-built scorers: the next token's probabilities depend only on the previous token.
@@ -158,15 +175,22 @@ def _table(rows: dict) -> np.ndarray:
   return table
 
 
-def _table_scorer(table: np.ndarray, rows: int) -> search.Scorer:
+def _table_scorer(table: np.ndarray, rows: int, bounds=()) -> search.Scorer:
+  """Scores from a table indexed by the previous token; with `bounds`, each step checks that
+  its position lies in its stretch (a NaN score otherwise)."""
   table = jnp.asarray(table)
-  return search.Scorer(state=jnp.zeros((rows,), jnp.int32),
-                       step=lambda state, tokens, i: (table[tokens], state),
-                       reorder=lambda state, rows: state[rows])
+
+  def step(state, tokens, i, bound):
+    lower = max([0] + [b for b in bounds if b < bound])
+    inside = (lower <= i) & (i < bound) if bounds else True
+    return jnp.where(inside, table[tokens], jnp.nan), state
+
+  return search.Scorer(state=jnp.zeros((rows,), jnp.int32), step=step,
+                       reorder=lambda state, rows: state[rows], bounds=tuple(bounds))
 
 
-def _beam(table, beam_size, alpha, length, batch=1):
-  scorer = _table_scorer(table, batch * beam_size)
+def _beam(table, beam_size, alpha, length, batch=1, bounds=()):
+  scorer = _table_scorer(table, batch * beam_size, bounds)
   tokens, scores = jax.jit(
       lambda: search.beam_search(scorer, beam_size, alpha, length, jnp.ones(batch, bool)))()
   return np.asarray(tokens), np.asarray(scores)
@@ -221,14 +245,16 @@ def test_length_penalty_changes_the_choice_where_the_formula_says(alpha, expecte
 
 @pytest.mark.parametrize('seed', range(6))
 @pytest.mark.parametrize('alpha', [0.0, 0.6, 1.5])
-def test_wide_beam_equals_exhaustive_search(seed, alpha):
+@pytest.mark.parametrize('bounds', [(), (2, 3, 5)])
+def test_wide_beam_equals_exhaustive_search(seed, alpha, bounds):
   """A beam wide enough to hold every live hypothesis returns the exact optimum: early
-  termination never cuts off a better one."""
+  termination never cuts off a better one. Searched in stretches (`bounds`, each its own
+  loop), every step within its stretch, the result is the same."""
   rng = np.random.default_rng(seed)
   table = np.log(rng.dirichlet(np.full(3, 0.7), size=4)).astype(np.float32)
   table = np.concatenate([np.full((4, 1), -np.inf, np.float32), table], 1)  # no PAD output
   length = 5
-  tokens, score = _beam(table, beam_size=16, alpha=alpha, length=length)
+  tokens, score = _beam(table, beam_size=16, alpha=alpha, length=length, bounds=bounds)
   best, best_score = _exhaustive(table, alpha, length)
   assert _as_sequence(tokens[0]) == best
   np.testing.assert_allclose(score[0], best_score, rtol=1e-5)
@@ -240,8 +266,8 @@ def test_beam_of_one_is_greedy_without_length_penalty(seed):
   batch, length = 3, 7
   table = np.log(rng.dirichlet(np.full(5, 0.5), size=6)).astype(np.float32)
   table = np.concatenate([np.full((6, 1), -np.inf, np.float32), table], 1)
-  greedy = jax.jit(lambda: search.greedy(_table_scorer(table, batch), length,
-                                         jnp.ones(batch, bool)))()
+  greedy = jax.jit(lambda: search.greedy(_table_scorer(table, batch, bounds=(1, 4, 7)),
+                                         length, jnp.ones(batch, bool)))()
   tokens, _ = _beam(table, beam_size=1, alpha=0.0, length=length, batch=batch)
   np.testing.assert_array_equal(tokens, greedy)
 

@@ -82,6 +82,6 @@ def test_inspect_command_json(config):
   for split, counts in stats['pairs'].items():
     assert counts['kept'] + counts['dropped'] == sizes[split]
   assert 1 <= stats['batch_shapes'] <= 8
-  assert 0 < stats['padding_fraction'] < 1
+  assert 0 < stats['padding_fraction'] < 1 and 0 < stats['target_padding_fraction'] < 1
   assert stats['mean_tokens_per_batch'] <= 2 * 2048
   assert stats['pipeline_tokens_per_second'] > 0

@@ -5,11 +5,11 @@
 `model` must be deterministic (dropout off). The source is encoded once. The incremental
 decoder (the default) then keeps a key/value cache: the encoder-decoder attention keys and
 values are computed once per sentence and each decoder self-attention appends one position
-per step, so a step computes one new position (attending over the cache). Beam search never
-moves the cache: it reorders a small table that says where each hypothesis's history lies
-(see `Transformer.decode`). `cached=False`
-re-runs the decoder over the whole output buffer at every step instead: the reference the
-cache is tested and timed against.
+per step, so a step computes one new position, attending over the blocks of the cache written
+so far (the search runs one loop per block of attention.CACHE_BLOCK positions). Beam search never moves the cache: it reorders a
+small table that says where each hypothesis's history lies (see `Transformer.decode`).
+`cached=False` re-runs the decoder over the whole output buffer at every step instead: the
+reference the cache is tested and timed against.
 """
 
 import functools
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax import search
+from transformer_jax import attention, search
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.model import Transformer
 from transformer_jax.model_config import PAD_ID
@@ -47,10 +47,14 @@ def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: j
   _, variables = model.apply({'params': params}, encoded, source_mask, length, copies,
                              method='init_cache', mutable=['cache'])
 
-  def step(cache, tokens, i):
+  blocks = attention.cache_blocks(length)
+
+  def step(cache, tokens, i, bound):
     del i  # the cache holds the position
+    block = [end for _, end in blocks].index(bound)  # the search runs one loop per block
     logits, variables = model.apply({'params': params, 'cache': cache}, encoded, source_mask,
-                                    tokens[:, None], True, method='decode', mutable=['cache'])
+                                    tokens[:, None], True, cache_block=block, method='decode',
+                                    mutable=['cache'])
     return _log_probs(logits[:, 0]), variables['cache']
 
   def reorder(cache, rows):
@@ -61,7 +65,8 @@ def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: j
 
   # The barrier keeps XLA from moving the encoder-decoder keys and values out of the cache's
   # layout (which it does to cancel transposes at creation, and then transposes every step).
-  return search.Scorer(jax.lax.optimization_barrier(variables['cache']), step, reorder)
+  return search.Scorer(jax.lax.optimization_barrier(variables['cache']), step, reorder,
+                       bounds=tuple(end for _, end in blocks))
 
 
 def uncached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
@@ -70,7 +75,8 @@ def uncached_scorer(model: Transformer, params, encoded: jax.Array, source_mask:
   encoded, source_mask = _repeat_rows((encoded, source_mask), copies)
   decoder_inputs = jnp.full((encoded.shape[0], length), PAD_ID, jnp.int32)
 
-  def step(decoder_inputs, tokens, i):
+  def step(decoder_inputs, tokens, i, bound):
+    del bound  # every step runs the decoder over all `length` positions
     decoder_inputs = decoder_inputs.at[:, i].set(tokens)
     logits = model.apply({'params': params}, encoded, source_mask, decoder_inputs,
                          method='decode')

@@ -23,8 +23,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer_jax.attention import (DecodeStep, causal_mask, padding_mask, segment_mask,
-                                       segment_positions)
+from transformer_jax.attention import (DecodeStep, cache_blocks, causal_mask, padding_mask,
+                                       segment_mask, segment_positions)
 from transformer_jax.embeddings import Embeddings, PositionalEncoding
 from transformer_jax.layers import DecoderLayer, EncoderLayer, normalize
 from transformer_jax.model_config import PAD_ID, TransformerConfig
@@ -79,7 +79,7 @@ class Decoder(nn.Module):
   def __call__(
       self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array,
       decode: bool = False, source_segments: jax.Array | None = None,
-      target_segments: jax.Array | None = None,
+      target_segments: jax.Array | None = None, cache_block: int | None = None,
   ) -> jax.Array:
     """encoded: (b, s, d_model); source_mask: (b, s) bool; decoder_inputs: (b, t) ids
     -> logits (b, t, vocab) float32. source_segments, target_segments: of a packed batch.
@@ -92,7 +92,9 @@ class Decoder(nn.Module):
     holds `slots` (n·copies, t): for every row and earlier position, which of its sentence's
     cache slots holds that position's keys and values (see MultiHeadAttention). A row writes
     its new position into its own slot; beam search, reordering hypotheses, reorders only
-    `slots`.
+    `slots`. A step must name the block of the self-attention cache that holds its position
+    (`cache_block`, static: positions cache_block·CACHE_BLOCK ... up to the next block), and
+    reads that block and the ones before it only (see MultiHeadAttention).
     """
     cfg = self.config
     offset, step, self_mask = 0, None, causal_mask(decoder_inputs.shape[1])
@@ -104,15 +106,18 @@ class Decoder(nn.Module):
       index = self.variable('cache', 'index', lambda: jnp.zeros((), jnp.int32))
       slots = self.variable('cache', 'slots',
                             lambda: jnp.broadcast_to(own[:, None], decoder_inputs.shape))
+      block = 0
       if not creating:
+        if cache_block is None:
+          raise ValueError('a decoding step needs cache_block, the cache block of its position')
+        block, bound = cache_block, cache_blocks(slots.value.shape[1])[cache_block][1]
         offset = index.value
         index.value += 1
         slots.value = jax.lax.dynamic_update_slice_in_dim(slots.value, own[:, None], offset, 1)
-        length = slots.value.shape[1]
-        visible = ((slots.value[:, :, None] == jnp.arange(copies))
-                   & (jnp.arange(length) <= offset)[:, None])  # (rows, position, slot)
-        self_mask = visible.reshape(-1, 1, copies, length * copies)
-      step = DecodeStep(offset, copies)
+        visible = ((slots.value[:, :bound, None] == jnp.arange(copies))
+                   & (jnp.arange(bound) <= offset)[:, None])  # (rows, position, slot)
+        self_mask = visible.reshape(-1, 1, copies, bound * copies)
+      step = DecodeStep(offset, copies, block)
     y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position', offset,
                  target_segments)
     memory_mask = padding_mask(source_mask)
@@ -145,10 +150,10 @@ class Transformer(nn.Module):
   def decode(
       self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array,
       decode: bool = False, source_segments: jax.Array | None = None,
-      target_segments: jax.Array | None = None,
+      target_segments: jax.Array | None = None, cache_block: int | None = None,
   ) -> jax.Array:
     return self.decoder(encoded, source_mask, decoder_inputs, decode, source_segments,
-                        target_segments)
+                        target_segments, cache_block)
 
   def init_cache(self, encoded: jax.Array, source_mask: jax.Array, length: int,
                  copies: int = 1) -> None:

@@ -3,7 +3,7 @@ r"""Inspects a config's data pipeline.
   python -m transformer_jax.data --config=configs/multi30k.py --inspect [--json]
 
 Prints the vocabulary size, pairs per split (kept and dropped), the number of distinct batch
-shapes, mean tokens per batch, the padding fraction, and the pipeline's throughput: real
+shapes, mean tokens per batch, the padding fraction (both sides, and the target side), and the pipeline's throughput: real
 (non-padding) source + target tokens per second of assembling one epoch of training batches.
 The vocabulary is learned into --workdir (a temporary directory if not given).
 """
@@ -45,6 +45,7 @@ def inspect(data: pipeline.Data, seed: int) -> dict:
       'batch_shapes': len({(len(indices), length) for length, indices in plan}),
       'mean_tokens_per_batch': tokens / len(plan),
       'padding_fraction': batching.padding_fraction(train, plan),
+      'target_padding_fraction': batching.padding_fraction(train, plan, ('targets',)),
       'pipeline_tokens_per_second': tokens / seconds,
   }
 
@@ -64,7 +65,8 @@ def main():
   print(f"train batches       {stats['train_batches_per_epoch']} per epoch, "
         f"{stats['batch_shapes']} distinct shapes")
   print(f"tokens per batch    {stats['mean_tokens_per_batch']:.0f} real source + target tokens "
-        f"on average, padding fraction {stats['padding_fraction']:.3f}")
+        f"on average, padding fraction {stats['padding_fraction']:.3f} "
+        f"({stats['target_padding_fraction']:.3f} of the target side)")
   print(f"pipeline            {stats['pipeline_tokens_per_second']:,.0f} tokens/s")
 
 

@@ -224,8 +224,9 @@ def eval_batches(batcher: Batcher, process_index: int = 0,
     yield batcher.assemble(length, process_rows(indices, process_index, process_count))
 
 
-def padding_fraction(batcher: Batcher, plan) -> float:
-  """Share of the planned batches' token slots (both sides) that hold padding."""
-  real = sum(len(s) + len(t) for s, t in zip(batcher.split.sources, batcher.split.targets))
-  slots = sum(2 * length * len(indices) for length, indices in plan)
+def padding_fraction(batcher: Batcher, plan, sides=('sources', 'targets')) -> float:
+  """Share of the planned batches' token slots on `sides` (both by default) that hold
+  padding."""
+  real = sum(len(ids) for side in sides for ids in getattr(batcher.split, side))
+  slots = sum(len(sides) * length * len(indices) for length, indices in plan)
   return 1.0 - real / slots
