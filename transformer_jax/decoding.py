@@ -6,8 +6,9 @@
 decoder (the default) then keeps a key/value cache: the encoder-decoder attention keys and
 values are computed once per sentence and each decoder self-attention appends one position
 per step, so a step computes one new position, attending over the blocks of the cache written
-so far (the search runs one loop per block of attention.CACHE_BLOCK positions). Beam search never moves the cache: it reorders a
-small table that says where each hypothesis's history lies (see `Transformer.decode`).
+so far (the search runs one loop per block of attention.CACHE_BLOCK positions). Beam search
+never moves the cache: it reorders a small table that says where each hypothesis's history
+lies (see `Transformer.decode`).
 `cached=False` re-runs the decoder over the whole output buffer at every step instead: the
 reference the cache is tested and timed against.
 """
