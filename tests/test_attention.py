@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from reference import as_numpy, multi_head_attention
-from transformer_jax.attention import MultiHeadAttention, causal_mask, padding_mask
+from reference import as_numpy, multi_head_attention, softmax
+from transformer_jax.attention import (MultiHeadAttention, attention_over_blocks, causal_mask,
+                                       padding_mask)
 
 
 def _init(cfg, xq, xkv, mask):
@@ -144,3 +145,24 @@ def test_drophead_drops_whole_heads(rng):
     assert matches, f'example {i} is not a scaled subset of heads'
     seen.add(matches[0])
   assert len(seen) > 2
+
+
+def test_attention_over_blocks_matches_numpy(rng):
+  """Keys and values in blocks of positions (the decoding cache's layout, blocks of unequal
+  size) give eq. (1) over all their positions: one softmax, float64 reference."""
+  n, q, h, d_k, d_v, sizes = 2, 3, 4, 5, 6, (4, 4, 2)
+  query = rng.normal(size=(n, q, h, d_k))
+  keys = [rng.normal(size=(n, h, d_k, k)) for k in sizes]
+  values = [rng.normal(size=(n, h, k, d_v)) for k in sizes]
+  mask = rng.random((n, 1, q, sum(sizes))) < 0.7
+  mask[..., 0] = True  # every query has a legal key
+  heads, weights = attention_over_blocks(
+      jnp.asarray(query, jnp.float32), [jnp.asarray(k, jnp.float32) for k in keys],
+      [jnp.asarray(v, jnp.float32) for v in values], jnp.asarray(mask))
+
+  key, value = np.concatenate(keys, -1), np.concatenate(values, 2)  # (n, h, d_k | k, ...)
+  scores = np.einsum('nqhd,nhdk->nhqk', query, key) / np.sqrt(d_k)
+  expected_weights = softmax(np.where(mask, scores, -np.inf))
+  expected = np.einsum('nhqk,nhkd->nqhd', expected_weights, value)
+  np.testing.assert_allclose(weights, expected_weights, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(heads, expected, rtol=1e-4, atol=1e-5)
