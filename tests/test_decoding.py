@@ -92,6 +92,10 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
   scorer = decoding.cached_scorer(model, params, encoded, source_mask, length, copies)
   step, reorder = jax.jit(scorer.step, static_argnums=3), jax.jit(scorer.reorder)
   repeated = (jnp.repeat(encoded, copies, 0), jnp.repeat(source_mask, copies, 0))
+  # The full decoder over each row's history, padded to `length` (one compiled shape; the
+  # causal mask keeps the padding out of position i).
+  full_decoder = jax.jit(lambda history: model.apply(
+      {'params': params}, *repeated, history, method='decode'))
   state, history = scorer.state, np.zeros((2 * copies, 0), np.int32)
   for i in range(length):
     tokens = (np.zeros(2 * copies, np.int32) if i == 0
@@ -99,7 +103,7 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
     history = np.concatenate([history, tokens[:, None]], 1)
     bound = min(b for b in scorer.bounds if b > i)
     log_probs, state = step(state, jnp.asarray(tokens), i, bound)
-    full = model.apply({'params': params}, *repeated, jnp.asarray(history), method='decode')
+    full = full_decoder(np.pad(history, ((0, 0), (0, length - history.shape[1]))))
     expected = jax.nn.log_softmax(full[:, i].at[:, PAD_ID].set(-jnp.inf))
     np.testing.assert_allclose(log_probs, expected, rtol=1e-5, atol=1e-5)
     # Each row takes the history of a random row of its own sentence.
@@ -111,12 +115,13 @@ def _greedy_by_full_forward(model, params, inputs, length):
   """Reference: at every step re-run the whole decoder and take the argmax (numpy loop)."""
   source_mask = inputs != PAD_ID
   encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
+  full_decoder = jax.jit(lambda decoder_inputs: model.apply(
+      {'params': params}, encoded, source_mask, decoder_inputs, method='decode'))
   outputs = np.zeros((inputs.shape[0], length), np.int32)
   done = ~np.asarray(source_mask).any(1)
   for i in range(length):
     decoder_inputs = np.pad(outputs[:, :-1], ((0, 0), (1, 0)))
-    logits = np.array(model.apply({'params': params}, encoded, source_mask, decoder_inputs,
-                                  method='decode')[:, i])
+    logits = np.array(full_decoder(decoder_inputs)[:, i])
     logits[:, PAD_ID] = -np.inf
     outputs[:, i] = np.where(done, PAD_ID, logits.argmax(-1))
     done |= outputs[:, i] == EOS_ID
