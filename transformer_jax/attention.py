@@ -228,10 +228,8 @@ class MultiHeadAttention(nn.Module):
       query = query.reshape(rows // decode.copies, -1, *query.shape[2:])
       heads, weights = attention_over_blocks(query, blocks['key'], blocks['value'], mask)
     else:
-      if decode is None:
-        key, value = keys_values()
-      else:  # creating the self-attention cache's blocks of slots, `inputs_kv` long
-        key, value = keys_values()
+      key, value = keys_values()
+      if decode is not None:  # creating the self-attention cache's blocks of slots
         for name, x in (('key', key), ('value', value)):
           _, length, heads, depth = x.shape
           self.put_variable('cache', name, tuple(

@@ -8,9 +8,8 @@ values are computed once per sentence and each decoder self-attention appends on
 per step, so a step computes one new position, attending over the blocks of the cache written
 so far (the search runs one loop per block of attention.CACHE_BLOCK positions). Beam search
 never moves the cache: it reorders a small table that says where each hypothesis's history
-lies (see `Transformer.decode`).
-`cached=False` re-runs the decoder over the whole output buffer at every step instead: the
-reference the cache is tested and timed against.
+lies (see `Transformer.decode`). `cached=False` re-runs the decoder over the whole output
+buffer at every step instead: the reference the cache is tested and timed against.
 """
 
 import functools
@@ -48,14 +47,13 @@ def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: j
   _, variables = model.apply({'params': params}, encoded, source_mask, length, copies,
                              method='init_cache', mutable=['cache'])
 
-  blocks = attention.cache_blocks(length)
-
   def step(cache, tokens, i, bound):
     del i  # the cache holds the position
-    block = [end for _, end in blocks].index(bound)  # the search runs one loop per block
+    # The search runs one loop per cache block; `bound` is the end of the step's block.
     logits, variables = model.apply({'params': params, 'cache': cache}, encoded, source_mask,
-                                    tokens[:, None], True, cache_block=block, method='decode',
-                                    mutable=['cache'])
+                                    tokens[:, None], True,
+                                    cache_block=(bound - 1) // attention.CACHE_BLOCK,
+                                    method='decode', mutable=['cache'])
     return _log_probs(logits[:, 0]), variables['cache']
 
   def reorder(cache, rows):
@@ -67,7 +65,7 @@ def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: j
   # The barrier keeps XLA from moving the encoder-decoder keys and values out of the cache's
   # layout (which it does to cancel transposes at creation, and then transposes every step).
   return search.Scorer(jax.lax.optimization_barrier(variables['cache']), step, reorder,
-                       bounds=tuple(end for _, end in blocks))
+                       bounds=tuple(end for _, end in attention.cache_blocks(length)))
 
 
 def uncached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,

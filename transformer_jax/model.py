@@ -106,18 +106,17 @@ class Decoder(nn.Module):
       index = self.variable('cache', 'index', lambda: jnp.zeros((), jnp.int32))
       slots = self.variable('cache', 'slots',
                             lambda: jnp.broadcast_to(own[:, None], decoder_inputs.shape))
-      block = 0
       if not creating:
         if cache_block is None:
           raise ValueError('a decoding step needs cache_block, the cache block of its position')
-        block, bound = cache_block, cache_blocks(slots.value.shape[1])[cache_block][1]
+        bound = cache_blocks(slots.value.shape[1])[cache_block][1]
         offset = index.value
         index.value += 1
         slots.value = jax.lax.dynamic_update_slice_in_dim(slots.value, own[:, None], offset, 1)
         visible = ((slots.value[:, :bound, None] == jnp.arange(copies))
                    & (jnp.arange(bound) <= offset)[:, None])  # (rows, position, slot)
         self_mask = visible.reshape(-1, 1, copies, bound * copies)
-      step = DecodeStep(offset, copies, block)
+      step = DecodeStep(offset, copies, 0 if creating else cache_block)
     y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position', offset,
                  target_segments)
     memory_mask = padding_mask(source_mask)

@@ -3,8 +3,9 @@ r"""Inspects a config's data pipeline.
   python -m transformer_jax.data --config=configs/multi30k.py --inspect [--json]
 
 Prints the vocabulary size, pairs per split (kept and dropped), the number of distinct batch
-shapes, mean tokens per batch, the padding fraction (both sides, and the target side), and the pipeline's throughput: real
-(non-padding) source + target tokens per second of assembling one epoch of training batches.
+shapes, mean tokens per batch, the padding fraction (both sides, and the target side), and the
+pipeline's throughput: real (non-padding) source + target tokens per second of assembling one
+epoch of training batches.
 The vocabulary is learned into --workdir (a temporary directory if not given).
 """
 
