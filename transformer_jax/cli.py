@@ -13,7 +13,6 @@ operation at INFO); an OSError, ValueError or RuntimeError ends the command at o
 `error: <message>` as the last line and exit status 1.
 """
 
-import logging as python_logging
 import os
 import sys
 from typing import Callable
@@ -66,15 +65,15 @@ def run(main: Callable[[], None]) -> None:
     try:
       main()
     except (OSError, ValueError, RuntimeError) as e:
-      # After a failed write (a full disk), orbax's background threads are still logging the
-      # same failure: holding the log handlers' locks keeps their records from landing after,
-      # or inside, this line; and the process ends at once, since TensorBoard's and orbax's
-      # exit handlers would report the failure again.
-      for handler in python_logging.getLogger().handlers:
-        handler.acquire()
+      # After a failed write (a full disk), orbax's and asyncio's background threads are still
+      # reporting the same failure on stderr. Pointing stderr at /dev/null before writing this
+      # line to a copy of it keeps their output (whole lines, or a half-written one) from landing
+      # after or inside it; and the process ends at once, since TensorBoard's and orbax's exit
+      # handlers would report the failure again.
       sys.stdout.flush()
-      sys.stderr.write(f'error: {e}\n')
-      sys.stderr.flush()
+      stderr = os.dup(2)
+      os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+      os.write(stderr, f'error: {e}\n'.encode())
       os._exit(1)  # pylint: disable=protected-access
 
   app.run(wrapped, flags_parser=_parse_flags)
