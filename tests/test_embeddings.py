@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import init_params, random_tokens, tiny_config
-from transformer_jax.embeddings import Embeddings, sinusoid
+from transformer_jax.embeddings import Embeddings, project, sinusoid
 from transformer_jax.model import Transformer
 
 
@@ -68,3 +68,23 @@ def test_tied_embeddings_are_one_parameter(rng):
   for role in ('source', 'target', 'output'):
     assert np.abs(grad_untied[role]).max() > 0  # each role really uses the matrix
   np.testing.assert_allclose(grad_tied, sum(grad_untied.values()), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
+def test_projection_gradients_equal_the_float64_formula(dtype):
+  """logits = y Wᵀ, so for an upstream gradient G: dL/dy = G W and dL/dW = Gᵀ y (summed over
+  batch and time), in the dtype of each input."""
+  rng = np.random.default_rng(0)
+  y = rng.normal(size=(3, 5, 8))
+  table = rng.normal(size=(11, 8))
+  upstream = rng.normal(size=(3, 5, 11))
+  logits, vjp = jax.vjp(project, jnp.asarray(y, dtype), jnp.asarray(table, dtype))
+  grad_y, grad_table = vjp(jnp.asarray(upstream, jnp.float32))
+  assert logits.dtype == jnp.float32
+  assert grad_y.dtype == dtype and grad_table.dtype == dtype
+  y, table = (np.asarray(jnp.asarray(a, dtype), np.float64) for a in (y, table))  # as rounded
+  tolerance = {'rtol': 1e-5, 'atol': 1e-5} if dtype == jnp.float32 else {'rtol': 2e-2, 'atol': 5e-2}
+  np.testing.assert_allclose(logits, y @ table.T, **tolerance)
+  np.testing.assert_allclose(np.float64(grad_y), upstream @ table, **tolerance)
+  np.testing.assert_allclose(np.float64(grad_table), np.einsum('btv,btd->vd', upstream, y),
+                             **tolerance)
