@@ -106,8 +106,8 @@ def project(y: jax.Array, table: jax.Array) -> jax.Array:
 
   Autodiff's own gradient, with the same products; only the table's gradient is written as
   (y^T g)^T. Left to itself, XLA's CPU backend copied the (b·t, vocab) logit gradient into a
-  transposed layout for that product: a third of the projection's backward time, and ~7% of a
-  `configs/multi30k.py` training step (docs/performance.md).
+  transposed layout for that product; without the copy a `configs/multi30k.py` training step
+  takes about 6% less time (docs/performance.md).
   """
   return jnp.einsum('btd,vd->btv', y, table, preferred_element_type=jnp.float32)
 
