@@ -1,5 +1,6 @@
-"""The learning-rate schedule (eq. 3) and the label-smoothed loss against numpy."""
+"""The learning-rate schedule (eq. 3), the label-smoothed loss and its gradient, against numpy."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -71,6 +72,26 @@ def test_label_smoothed_loss_equals_numpy(eps):
   hits = sum(int(np.argmax(logits[b, t]) == targets[b, t]) for b in range(3) for t in range(5)
              if targets[b, t])
   assert float(sums['correct']) == hits
+
+
+@pytest.mark.parametrize('eps', [0.0, 0.1])
+def test_label_smoothed_loss_gradient_equals_numpy(eps):
+  """d loss / d logits = softmax(logits) - q at every non-padding position (q the smoothed
+  target distribution of §5.4), 0 on padding; the nll's gradient is softmax - one-hot."""
+  rng = np.random.default_rng(2)
+  logits = rng.normal(size=(2, 4, 9)).astype(np.float32) * 3
+  targets = rng.integers(1, 9, size=(2, 4))
+  targets[1, 2:] = 0
+  grads = {name: jax.grad(lambda x, n=name: loss.loss_sums(x, targets, eps)[n])(logits)
+           for name in ('loss', 'nll')}
+  x = logits.astype(np.float64)
+  softmax = np.exp(x - x.max(-1, keepdims=True))
+  softmax /= softmax.sum(-1, keepdims=True)
+  one_hot = np.eye(9)[targets]
+  q = one_hot * (1 - eps) + (1 - one_hot) * eps / 8
+  real = (targets != 0)[..., None]
+  np.testing.assert_allclose(grads['loss'], (softmax - q) * real, atol=1e-6)
+  np.testing.assert_allclose(grads['nll'], (softmax - one_hot) * real, atol=1e-6)
 
 
 def test_padding_logits_do_not_matter():
