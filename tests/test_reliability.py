@@ -172,6 +172,30 @@ def test_a_full_disk_during_training_is_a_clear_error_and_keeps_the_last_checkpo
   assert int(state['step']) == 4
 
 
+def test_the_error_line_starts_on_a_fresh_line_after_a_threads_half_written_line():
+  # A background thread has written half a line to stderr when the command fails (as orbax's
+  # threads do after a full disk): the error is still a line of its own, and the last one.
+  program = """
+import os, threading
+from transformer_jax import cli
+def report():
+  os.write(2, b'    RuntimeError')
+  written.set()
+  threading.Event().wait()
+def main():
+  threading.Thread(target=report, daemon=True).start()
+  written.wait()
+  raise OSError('cannot write /some/dir/file')
+written = threading.Event()
+cli.run(main)
+"""
+  result = subprocess.run([sys.executable, '-c', program], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=False)
+  assert result.returncode == 1
+  lines = result.stderr.splitlines()
+  assert lines[-2:] == ['    RuntimeError', 'error: cannot write /some/dir/file'], result.stderr
+
+
 def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
   workdir = tmp_path / 'run'
   overrides = {**_overrides(tmp_path, 400), 'train.checkpoint_every_steps': 1000}

@@ -15,6 +15,7 @@ operation at INFO); an OSError, ValueError or RuntimeError ends the command at o
 
 import os
 import sys
+import threading
 from typing import Callable
 
 from absl import app, flags, logging
@@ -67,13 +68,15 @@ def run(main: Callable[[], None]) -> None:
     except (OSError, ValueError, RuntimeError) as e:
       # After a failed write (a full disk), orbax's and asyncio's background threads are still
       # reporting the same failure on stderr. Pointing stderr at /dev/null before writing this
-      # line to a copy of it keeps their output (whole lines, or a half-written one) from landing
-      # after or inside it; and the process ends at once, since TensorBoard's and orbax's exit
-      # handlers would report the failure again.
+      # line to a copy of it keeps their output from landing after or inside it; the line starts
+      # on a fresh line when such a thread is alive, since it may have written half a line
+      # already; and the process ends at once, since TensorBoard's and orbax's exit handlers
+      # would report the failure again.
       sys.stdout.flush()
       stderr = os.dup(2)
       os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-      os.write(stderr, f'error: {e}\n'.encode())
+      fresh_line = '\n' if threading.active_count() > 1 else ''
+      os.write(stderr, f'{fresh_line}error: {e}\n'.encode())
       os._exit(1)  # pylint: disable=protected-access
 
   app.run(wrapped, flags_parser=_parse_flags)
