@@ -67,11 +67,11 @@ def run(main: Callable[[], None]) -> None:
       main()
     except (OSError, ValueError, RuntimeError) as e:
       # After a failed write (a full disk), orbax's and asyncio's background threads are still
-      # reporting the same failure on stderr. Pointing stderr at /dev/null before writing this
-      # line to a copy of it keeps their output from landing after or inside it; the line starts
-      # on a fresh line when such a thread is alive, since it may have written half a line
-      # already; and the process ends at once, since TensorBoard's and orbax's exit handlers
-      # would report the failure again.
+      # reporting the same failure on stderr. So: stderr goes to /dev/null and this line to a
+      # copy of it, so that nothing they write later lands after or inside it; it starts on a
+      # fresh line while another thread is alive, which may have written half a line already;
+      # and the process ends at once, since TensorBoard's and orbax's exit handlers would report
+      # the failure again.
       sys.stdout.flush()
       stderr = os.dup(2)
       os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
