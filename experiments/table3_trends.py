@@ -24,7 +24,8 @@ the metric in which the paper's own rows show it:
      lower BLEU than base;
   7  learned positional embeddings ≈ sinusoids: E ≈ base, in BLEU and perplexity;
   8  big is best: big's BLEU above every other row's beyond the spread.
-A trend whose rows have not all finished is reported as pending.
+A trend is reported as pending until each of its rows has finished at least two seeds: one
+seed has no spread to judge a difference against.
 """
 
 import json
@@ -32,6 +33,8 @@ import os
 import re
 
 from absl import app, flags
+
+MIN_SEEDS = 2
 
 ROW_ORDER = ('base', 'A1', 'A2', 'A3', 'A4', 'B1', 'B2', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7',
              'D1', 'D2', 'D3', 'D4', 'E', 'big')
@@ -64,7 +67,8 @@ def overlap(rows: dict, a: str, b: str, metric: str) -> bool:
 
 
 def trends(rows: dict) -> list[tuple[str, bool | None]]:
-  """(statement, True / False / None when a row is missing) for the eight trends."""
+  """(statement, True / False / None while a row has fewer than MIN_SEEDS seeds) for the eight
+  trends."""
   checks = [
       ('1 head worse than 8 (A1 < base, BLEU and PPL)', ('A1', 'base'),
        lambda: better(rows, 'base', 'A1', 'bleu') and better(rows, 'base', 'A1', 'ppl')),
@@ -86,7 +90,10 @@ def trends(rows: dict) -> list[tuple[str, bool | None]]:
       ('big is best (BLEU above every other row)', ROW_ORDER,
        lambda: all(better(rows, 'big', row, 'bleu') for row in ROW_ORDER if row != 'big')),
   ]
-  return [(statement, check() if all(row in rows for row in needed) else None)
+  def finished(row):
+    return row in rows and len(rows[row]['ppl']) >= MIN_SEEDS
+
+  return [(statement, check() if all(finished(row) for row in needed) else None)
           for statement, needed, check in checks]
 
 

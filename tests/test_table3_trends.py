@@ -30,14 +30,16 @@ def test_the_papers_table_shows_its_own_trends(tmp_path):
   assert '8 of the 8 decided trends reproduce' in trends.report(rows)
 
 
-def test_a_reversed_row_fails_its_trend_and_a_missing_row_leaves_it_pending(tmp_path):
+def test_a_reversed_row_fails_its_trend_and_a_missing_seed_leaves_it_pending(tmp_path):
   figures = dict(table3.PAPER)
   figures['A1'] = (4.50, 26.5)  # one head better than eight
   del figures['E']
   _write_rows(tmp_path, figures, spread=0.06)
+  (tmp_path / 'B1_seed1.json').unlink()  # B1 with one seed: no spread to judge it by
   results = dict(trends.trends(trends.load(tmp_path)))
   assert results['1 head worse than 8 (A1 < base, BLEU and PPL)'] is False
   assert results['learned positions ≈ sinusoids (E ≈ base, BLEU and PPL)'] is None
+  assert results['smaller d_k worse (B1, B2 < base, BLEU)'] is None
   assert results['too many heads worse (A4 < base, BLEU)'] is True
 
 
