@@ -1,5 +1,7 @@
 """Length-bucketed, token-based batches and their checkpointable iterator."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -90,6 +92,27 @@ def test_restored_iterator_continues_with_exactly_the_next_batch():
       got = next(resumed)
       for key in want:
         np.testing.assert_array_equal(got[key], want[key])
+
+
+def test_a_position_saved_under_other_batching_keeps_its_fraction_of_the_epoch():
+  # Resumed with twice the batch size (or on other devices): the saved index may lie beyond the
+  # new plan's end; the epoch continues as far through as it was.
+  split = _split()
+  narrow, wide = (Batcher(split, max_length=64, tokens_per_batch=tokens) for tokens in (400, 800))
+  narrow_batches, wide_batches = len(narrow.plan(seed=7)), len(wide.plan(seed=7))
+  assert wide_batches < narrow_batches - 5
+  first = TrainIterator(narrow, seed=7)
+  for _ in range(narrow_batches - 2):
+    next(first)
+  state = json.loads(json.dumps(first.get_state()))  # as a checkpoint stores it
+  resumed = TrainIterator(wide, seed=7)
+  resumed.set_state(state)
+  index = round((narrow_batches - 2) * wide_batches / narrow_batches)
+  assert resumed.get_state()['epoch'] == 0 and resumed.get_state()['index'] == index
+  assert _pair_ids(next(resumed)) == _pair_ids(wide.assemble(*wide.plan(seed=7)[index]))
+  # A position saved without its batching (older checkpoints) is taken as it is.
+  resumed.set_state({'epoch': 1, 'index': 3})
+  assert resumed.get_state()['index'] == 3
 
 
 def test_epochs_are_shuffled_differently_and_deterministically():

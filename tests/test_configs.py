@@ -149,3 +149,10 @@ def test_a_saved_config_without_a_newer_model_option_gets_its_default(tmp_path):
   assert loaded.model.attention_bias is False
   assert loaded.model.qkv_init == 'fused'
   checkpointing.check_compatible(config, str(tmp_path))
+
+
+@pytest.mark.parametrize('text', ['{"model": {"d_model": 1', '[]', '{"data": {}}'])
+def test_a_damaged_saved_config_is_an_error_naming_the_file(tmp_path, text):
+  (tmp_path / 'config.json').write_text(text)
+  with pytest.raises(ValueError, match=f'{tmp_path / "config.json"} is not a config written by'):
+    checkpointing.load_config(str(tmp_path))

@@ -12,6 +12,7 @@ from flax import traverse_util
 import pytest
 
 from transformer_jax import config_lib
+from transformer_jax import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 table3 = config_lib.import_sibling(__file__, '../configs/table3')
@@ -74,6 +75,22 @@ def test_rows_run_are_tabulated_and_skipped_when_done(tmp_path):
   assert again.returncode == 0, again.stderr[-3000:]
   assert again.stdout.count('done already') == 2
   assert os.path.getmtime(results / 'small.json') == mtime
+
+
+def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypatch):
+  # What a preempted training run leaves: exit status 0, checkpoints short of the last step.
+  workdir = tmp_path / 'row'
+
+  def fake_run(command, log_path):
+    assert command[2] == 'transformer_jax.train', f'ran {command[2]} after an unfinished run'
+    (workdir / 'config.json').write_text(json.dumps({'train': {'num_train_steps': 20}}))
+    for step in ('10', '12', '20.orbax-checkpoint-tmp-1'):  # step 20 never finished writing
+      os.makedirs(workdir / 'checkpoints' / step)
+    return 1.0, ''
+
+  monkeypatch.setattr(sweep_lib, '_run', fake_run)
+  with pytest.raises(RuntimeError, match='row stopped at step 12 of 20'):
+    sweep_lib.run_row('sweep.py', 'row', str(workdir))
 
 
 def test_unknown_rows_are_an_error_before_training(tmp_path):

@@ -104,6 +104,24 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, t
   assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(params))
 
 
+def test_a_non_finite_update_with_a_finite_loss_is_never_saved(overrides, tmp_path, monkeypatch):
+  # Step 8, a checkpoint step, gets a NaN gradient: its loss (from the parameters before the
+  # update) is finite, the parameters after it are not.
+  original = Trainer._train_step
+
+  def poisoned(self, state, batch):
+    new_state, metrics = original(self, state, batch)
+    bad = state.step == 7
+    metrics['grad_norm'] = jax.numpy.where(bad, jax.numpy.nan, metrics['grad_norm'])
+    params = jax.tree.map(lambda p: jax.numpy.where(bad, jax.numpy.nan, p), new_state.params)
+    return new_state.replace(params=params), metrics
+
+  monkeypatch.setattr(Trainer, '_train_step', poisoned)
+  with pytest.raises(FloatingPointError, match='gradient norm nan at step 8'):
+    train.train_and_evaluate(train_config(**overrides), str(tmp_path))
+  assert os.listdir(tmp_path / 'checkpoints') == ['4']
+
+
 def test_a_model_of_other_shapes_cannot_resume(overrides, uninterrupted):
   config = train_config(**{**overrides, 'model.d_ff': 128, 'train.num_train_steps': 20})
   with pytest.raises(ValueError, match='model.d_ff 64 -> 128'):
@@ -143,3 +161,21 @@ def test_two_processes_train_like_one_with_all_their_devices(overrides, tmp_path
   assert sorted(two) == [1, 2, 3, 4]
   np.testing.assert_allclose([two[s] for s in sorted(two)], [one[s] for s in sorted(one)],
                              rtol=1e-5)
+
+
+def test_time_spent_evaluating_is_not_counted_in_the_step_time(monkeypatch):
+  now = [100.0]
+  monkeypatch.setattr(train.time, 'perf_counter', lambda: now[0])
+  pending = train._TrainMetrics()  # pylint: disable=protected-access
+  metrics = {'loss': 2.0, 'nll': 2.0, 'accuracy': 0.5, 'grad_norm': 1.0, 'learning_rate': 1e-3,
+             'tokens': 300.0}
+  for step in (1, 2):
+    now[0] += 1.5  # a training step
+    pending.add(step, metrics)
+  with pending.paused():  # an evaluation between logged steps
+    now[0] += 60.0
+  now[0] += 1.5
+  pending.add(3, metrics)
+  summary = pending.summary()
+  assert summary['step_time'] == pytest.approx(1.5)
+  assert summary['target_tokens_per_second'] == pytest.approx(200.0)

@@ -1,6 +1,7 @@
 """Files written whole or not at all: the content goes to a temporary file in the same
-directory, which is renamed over the destination once complete (a rename within one file
-system is atomic), so a crash never leaves a half-written file."""
+directory, which is flushed to disk and renamed over the destination once complete (a rename
+within one file system is atomic), so a crash never leaves a half-written file. The file gets
+the permissions of one made by `open` (0o666 less the umask), not the temporary file's 0o600."""
 
 import contextlib
 import os
@@ -17,10 +18,19 @@ def replacing(path: str) -> Iterator[str]:
   os.close(descriptor)
   try:
     yield temporary
+    with open(temporary, 'rb') as written:
+      os.fsync(written.fileno())
+    os.chmod(temporary, 0o666 & ~_umask())
     os.replace(temporary, path)
   finally:
     if os.path.exists(temporary):
       os.remove(temporary)
+
+
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
 
 
 def write(path: str, text: str) -> None:

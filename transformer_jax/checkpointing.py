@@ -194,11 +194,15 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
 def _read_config(path: str) -> ml_collections.ConfigDict:
   """A saved config.json. A field added after the run was written is absent there and gets
   the default the run was trained with."""
-  with open(path) as f:
-    config = json.load(f)
-  for field, default in _ADDED_FIELDS.items():
-    section, name = field.split('.')
-    config[section].setdefault(name, default)
+  try:
+    with open(path) as f:
+      config = json.load(f)
+    for field, default in _ADDED_FIELDS.items():
+      section, name = field.split('.')
+      config[section].setdefault(name, default)
+  except (ValueError, KeyError, TypeError, AttributeError) as e:
+    raise ValueError(f'{path} is not a config written by transformer_jax.train '
+                     f'({_first_line(e)})') from e
   return ml_collections.ConfigDict(config)
 
 

@@ -65,7 +65,7 @@ def run(main: Callable[[], None]) -> None:
       logging.set_verbosity(logging.WARNING)
     try:
       main()
-    except (OSError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError, FloatingPointError) as e:
       # After a failed write (a full disk), orbax's and asyncio's background threads are still
       # reporting the same failure on stderr. So: stderr goes to /dev/null and this line to a
       # copy of it, so that nothing they write later lands after or inside it; it starts on a

@@ -73,11 +73,19 @@ def run_row(sweep_path: str, row: str, workdir: str) -> dict:
                      f'--config={sweep_path}:{row}', f'--workdir={workdir}'], log_path)
   train_seconds = previous + seconds
   atomic.write(timing_path, json.dumps(train_seconds))
+  with open(os.path.join(workdir, 'config.json')) as f:
+    config = json.load(f)
+  # A training run stopped by SIGTERM (preemption) saves and exits normally, unfinished. Its
+  # checkpoints are directories named by step (those being written have a suffix).
+  trained = max((int(name) for name in os.listdir(os.path.join(workdir, 'checkpoints'))
+                 if name.isdigit()), default=0)
+  if trained < config['train']['num_train_steps']:
+    raise RuntimeError(f'{row} stopped at step {trained} of '
+                       f'{config["train"]["num_train_steps"]} (preempted); run the sweep again '
+                       'to resume it')
   eval_seconds, output = _run([sys.executable, '-m', 'transformer_jax.evaluate',
                                f'--workdir={workdir}', *EVAL_FLAGS, '--json'], log_path)
   figures = json.loads(output.strip().splitlines()[-1])
-  with open(os.path.join(workdir, 'config.json')) as f:
-    config = json.load(f)
   dev_curve = [{'step': r['step'], 'perplexity': r['perplexity']}
                for r in metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
                if r['split'] == 'validation']

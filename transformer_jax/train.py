@@ -12,6 +12,7 @@ continues exactly as the uninterrupted one would have. Everything that can be wr
 input (config, workdir, mesh, dataset) is reported before anything is compiled.
 """
 
+import contextlib
 import time
 
 from absl import flags
@@ -40,29 +41,40 @@ def _initialize_distributed(config: ml_collections.ConfigDict) -> None:
 
 class _TrainMetrics:
   """Collects per-step metrics on the devices and fetches them in one go when logging, so
-  the host never waits for a step in between. Fetching checks the loss: a NaN or an infinity
-  raises FloatingPointError naming the first bad step."""
+  the host never waits for a step in between. Fetching checks the loss and the gradient norm:
+  a NaN or an infinity in either raises FloatingPointError naming the first bad step. (A
+  finite loss comes from the parameters before the step, so only the gradient norm shows that
+  a step's update is not finite.)"""
 
   def __init__(self):
     self._pending = []
     self._start = time.perf_counter()
+    self._paused = 0.0  # seconds since `_start` spent outside training steps
 
   def add(self, step: int, metrics: dict) -> None:
     self._pending.append((step, metrics))
 
-  def restart_clock(self) -> None:
-    self._start = time.perf_counter()
+  @contextlib.contextmanager
+  def paused(self):
+    """Time spent inside (evaluation) is not counted in tokens/s and step time."""
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self._paused += time.perf_counter() - start
 
   def summary(self) -> dict | None:
     """Means over the steps since the last call, with tokens/s and step time; None if empty."""
     if not self._pending:
       return None
     fetched = jax.device_get(self._pending)
-    elapsed = time.perf_counter() - self._start
+    elapsed = time.perf_counter() - self._start - self._paused
     for step, metrics in fetched:
-      if not np.isfinite(metrics['loss']):
-        raise FloatingPointError(f'the training loss is {metrics["loss"]} at step {step}; '
-                                 'stopping, the last checkpoint before it is kept')
+      if not (np.isfinite(metrics['loss']) and np.isfinite(metrics['grad_norm'])):
+        raise FloatingPointError(
+            f'the training loss is {metrics["loss"]} and the gradient norm '
+            f'{metrics["grad_norm"]} at step {step}; stopping, the last checkpoint before it '
+            'is kept')
     steps_done = len(fetched)
     names = ('loss', 'nll', 'accuracy', 'grad_norm')
     summary = {name: float(np.mean([m[name] for _, m in fetched])) for name in names}
@@ -71,7 +83,7 @@ class _TrainMetrics:
     summary['target_tokens_per_second'] = sum(float(m['tokens']) for _, m in fetched) / elapsed
     summary['step_time'] = elapsed / steps_done
     self._pending = []
-    self.restart_clock()
+    self._start, self._paused = time.perf_counter(), 0.0
     return summary
 
 
@@ -131,18 +143,19 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
           progress.set_postfix(loss=f'{summary["loss"]:.3f}',
                                lr=f'{summary["learning_rate"]:.2e}',
                                tok_s=f'{summary["target_tokens_per_second"]:.0f}')
-        if step % train.eval_every_steps == 0 or last:
-          eval_metrics = evaluator(state.params, 'validation', train.num_eval_steps,
-                                   train.eval_bleu)
+        # Saved before evaluating, so that a failed evaluation loses no training.
+        if step % train.checkpoint_every_steps == 0 or last or preempted:
+          if (summary := pending.summary()) is not None:  # also checks the step before saving
+            log.write(step, 'train', summary)
+          checkpoints.save(step, state, iterator.get_state())
+        if (step % train.eval_every_steps == 0 or last) and not preempted:
+          with pending.paused():
+            eval_metrics = evaluator(state.params, 'validation', train.num_eval_steps,
+                                     train.eval_bleu)
           log.write(step, 'validation', eval_metrics)
           if lead:
             progress.write(f'step {step} validation ' + ' '.join(
                 f'{name}={value:.4g}' for name, value in eval_metrics.items()))
-          pending.restart_clock()
-        if step % train.checkpoint_every_steps == 0 or last or preempted:
-          if (summary := pending.summary()) is not None:  # also checks the loss before saving
-            log.write(step, 'train', summary)
-          checkpoints.save(step, state, iterator.get_state())
         if preempted:
           checkpoints.wait()
           if lead:

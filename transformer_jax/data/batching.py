@@ -19,14 +19,15 @@ each pair's decoder inputs start with PAD_ID. Longer pairs keep one row each, in
 above `pack_length`. Evaluation batches are never packed.
 
 Each epoch's plan is a pure function of (seed, epoch), so an iterator's position is two
-integers that restore it exactly. With several processes every process computes the same plan
-and reads only its own block of rows of each batch: disjoint shards that together cover the
-batch.
+integers that restore it exactly under the same batching. With several processes every process
+computes the same plan and reads only its own block of rows of each batch: disjoint shards
+that together cover the batch.
 """
 
 import dataclasses
 from typing import Iterator, Sequence
 
+from absl import logging
 import numpy as np
 
 from transformer_jax.model_config import PAD_ID
@@ -180,7 +181,9 @@ class TrainIterator(Iterator[dict]):
   """Endless training batches, epoch after epoch, for this process's block of rows.
 
   `get_state()` / `set_state()` save and restore the position; a restored iterator yields
-  exactly the batches the uninterrupted one would have.
+  exactly the batches the uninterrupted one would have. The position comes with what the plan
+  depends on (`batching()`); restored under other batching (another device count, batch size
+  or seed), the iterator continues its epoch at the same fraction of it, with a warning.
   """
 
   def __init__(self, batcher: Batcher, seed: int, process_index: int = 0,
@@ -192,19 +195,40 @@ class TrainIterator(Iterator[dict]):
     self._seed = seed
     self._process_index = process_index
     self._process_count = process_count
-    self._epoch, self._index = 0, 0
-    self._plan = batcher.plan(seed, 0)
+    self._start_epoch(0)
+
+  def batching(self) -> dict:
+    """What an epoch's plan depends on besides the epoch."""
+    b = self._batcher
+    return {'seed': self._seed, 'pairs': len(b.split), 'max_length': b.max_length,
+            'tokens_per_batch': b.tokens_per_batch, 'rows_multiple': b.rows_multiple,
+            'pack_length': b.pack_length}
 
   def get_state(self) -> dict:
-    return {'epoch': self._epoch, 'index': self._index}
+    return {'epoch': self._epoch, 'index': self._index, 'batches': len(self._plan),
+            'batching': self.batching()}
 
   def set_state(self, state: dict) -> None:
-    self._epoch, self._index = int(state['epoch']), int(state['index'])
-    self._plan = self._batcher.plan(self._seed, self._epoch)
+    self._start_epoch(int(state['epoch']))
+    self._index = int(state['index'])
+    saved = state.get('batching')  # absent from checkpoints written before it was saved
+    if saved is not None and saved != self.batching():
+      changes = ', '.join(f'{name} {saved.get(name)} -> {value}'
+                          for name, value in self.batching().items() if saved.get(name) != value)
+      index = min(round(self._index * len(self._plan) / state['batches']), len(self._plan))
+      logging.warning('The batching changed since this data position was saved (%s): epoch %d '
+                      'continues at batch %d of %d, the same fraction of it as batch %d of %d.',
+                      changes, self._epoch, index, len(self._plan), self._index,
+                      state['batches'])
+      self._index = index
+
+  def _start_epoch(self, epoch: int) -> None:
+    self._epoch, self._index = epoch, 0
+    self._plan = self._batcher.plan(self._seed, epoch)
 
   def __next__(self) -> dict:
     if self._index == len(self._plan):
-      self.set_state({'epoch': self._epoch + 1, 'index': 0})
+      self._start_epoch(self._epoch + 1)
     length, indices = self._plan[self._index]
     self._index += 1
     return self._batcher.assemble(

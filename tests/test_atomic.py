@@ -1,0 +1,35 @@
+"""atomic: a file is replaced whole or not at all, with the permissions `open` would give it."""
+
+import os
+import stat
+
+import pytest
+
+from transformer_jax import atomic
+
+
+@pytest.fixture
+def umask_027():
+  previous = os.umask(0o027)
+  yield
+  os.umask(previous)
+
+
+def test_a_written_file_has_its_text_and_opens_permissions(tmp_path, umask_027):
+  path = tmp_path / 'result.json'
+  atomic.write(str(path), '{"bleu": 41.0}')
+  assert path.read_text() == '{"bleu": 41.0}'
+  assert stat.S_IMODE(path.stat().st_mode) == 0o640  # 0o666 less the umask 0o027
+  assert os.listdir(tmp_path) == ['result.json']
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+  path = tmp_path / 'config.json'
+  path.write_text('old')
+  with pytest.raises(RuntimeError, match='interrupted'):
+    with atomic.replacing(str(path)) as temporary:
+      with open(temporary, 'w') as f:
+        f.write('half')
+      raise RuntimeError('interrupted')
+  assert path.read_text() == 'old'
+  assert os.listdir(tmp_path) == ['config.json']
