@@ -30,14 +30,6 @@ from absl import flags
 
 from transformer_jax import atomic, cli, config_lib, metrics_log
 
-_SWEEP = flags.DEFINE_string('sweep', None, 'A sweep file (see the module docstring).',
-                             required=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'One workdir per row goes under it.',
-                               required=True)
-_ROWS = flags.DEFINE_list('rows', None, 'Only these rows (default: all, in order).')
-_RESULTS = flags.DEFINE_string('results', None, 'Where each finished row\'s JSON goes '
-                               '(default: WORKDIR/rows).')
-
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
 EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_last=1')
 
@@ -187,9 +179,13 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
   return results
 
 
-def main():
-  run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value)
-
-
 if __name__ == '__main__':
-  cli.run(main)
+  _SWEEP = flags.DEFINE_string('sweep', None, 'A sweep file (see the module docstring).',
+                               required=True)
+  _WORKDIR = flags.DEFINE_string('workdir', None, 'One workdir per row goes under it.',
+                                 required=True)
+  _ROWS = flags.DEFINE_list('rows', None, 'Only these rows (default: all, in order).')
+  _RESULTS = flags.DEFINE_string('results', None, 'Where each finished row\'s JSON goes '
+                                 '(default: WORKDIR/rows).')
+  cli.run(lambda: run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value,
+                      _RESULTS.value))
