@@ -76,7 +76,8 @@ def test_inspect_command_json(config):
        '--json', f'--config.data.tfds_data_dir={config.data.tfds_data_dir}'],
       cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
-  stats = json.loads(result.stdout)
+  # The last line: TFDS announces on stdout a dataset it prepares first.
+  stats = json.loads(result.stdout.strip().splitlines()[-1])
   assert stats['vocab_size'] == 1000
   sizes = {split: len(pairs) for split, pairs in builtin_grammar.splits(seed=0).items()}
   for split, counts in stats['pairs'].items():
