@@ -1,9 +1,11 @@
 """The dataset layer: Multi30k from its raw files, the built-in corpus, WMT14 through TFDS's
 mock data, and the checks on raw parallel files."""
 
+import concurrent.futures
 import gzip
 import logging
 import re
+import time
 from pathlib import Path
 
 import ml_collections
@@ -92,6 +94,28 @@ def test_builtin_translation_is_the_grammar_corpus(data_dir):
     examples = datasets.load_split(config, split)
     assert len(examples) == len(pairs)
     assert [datasets.source_target(example, config) for example in examples] == pairs
+
+
+def test_two_runs_preparing_one_dataset_at_once_both_get_it(tmp_path, monkeypatch):
+  # Two sweep runners on a fresh machine: both find the dataset missing. Each preparation is
+  # held up for a second first, so without the lock both write the dataset and the second to
+  # finish fails ("Cannot rename ... already exists").
+  prepare = tfds.core.DatasetBuilder.download_and_prepare
+
+  def slow_prepare(self, *args, **kwargs):
+    time.sleep(1.0)
+    return prepare(self, *args, **kwargs)
+
+  monkeypatch.setattr(tfds.core.DatasetBuilder, 'download_and_prepare', slow_prepare)
+  config = data_config(dataset='builtin', source_lang='en', target_lang='de',
+                       tfds_data_dir=str(tmp_path))
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    loaded = [pool.submit(lambda: list(datasets.load_split(config, 'validation')))
+              for _ in range(2)]
+    first, second = (future.result() for future in loaded)
+  expected = builtin_grammar.splits(seed=0)['validation']
+  assert [datasets.source_target(example, config) for example in first] == expected
+  assert second == first
 
 
 def test_wmt14_examples_are_strings_in_both_languages():

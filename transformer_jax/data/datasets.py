@@ -31,7 +31,10 @@ not UTF-8 or a corpus with no pairs is an error naming the file (and line).
 """
 
 import collections.abc
+import contextlib
+import fcntl
 import gzip
+import os
 import zlib
 
 from absl import logging
@@ -251,23 +254,47 @@ def _download_config(manual_dir: str | None) -> tfds.download.DownloadConfig:
   return tfds.download.DownloadConfig(manual_dir=manual_dir)
 
 
+@contextlib.contextmanager
+def _preparing(builder: tfds.core.DatasetBuilder) -> collections.abc.Iterator[None]:
+  """Holds an exclusive lock beside the dataset's directory while it is prepared.
+
+  Two processes that prepare the same dataset at once (two sweep runners on a fresh machine)
+  would both write it, and the second to finish fails: TFDS cannot rename its directory onto
+  the first one's. With the lock, the second waits and then reuses the first one's dataset.
+  Only local directories are locked (fcntl locks mean nothing on gs:// and other remote paths).
+  """
+  directory = os.path.dirname(str(builder.data_dir))
+  if '://' in directory:
+    yield
+    return
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, '.prepare.lock'), 'w', encoding='utf-8') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    yield  # closing the file releases the lock
+
+
 def load_split(data_config: ml_collections.ConfigDict,
                split: str) -> collections.abc.Sequence[dict[str, str]]:
   """The examples of `split` ('train', 'validation', 'test') of `data_config.dataset`.
 
-  Prepares the dataset first if `data_config.tfds_data_dir` does not hold it yet. Each example
-  is {language: sentence} with both languages; `source_target` orders them for translation.
+  Prepares the dataset first if `data_config.tfds_data_dir` does not hold it yet (one process
+  at a time; others wait for it). Each example is {language: sentence} with both languages;
+  `source_target` orders them for translation.
   """
   builder = tfds.builder(_tfds_name(data_config), data_dir=data_config.tfds_data_dir)
   _check_languages(data_config, list(builder.info.features.keys()))
-  try:
-    builder.download_and_prepare(file_format='array_record',
-                                 download_config=_download_config(data_config.manual_dir))
-  except requests.exceptions.RequestException as e:
-    raise RuntimeError(
-        f'{builder.name} is not prepared in {builder.data_dir} and downloading it failed '
-        f'({type(e).__name__}: {e}). Prepare it where the network is reachable and set '
-        'config.data.tfds_data_dir, or give config.data.manual_dir') from e
+  if not builder.is_prepared():
+    with _preparing(builder):
+      # A builder made before another process finished preparing does not know its splits.
+      builder = tfds.builder(_tfds_name(data_config), data_dir=data_config.tfds_data_dir)
+      try:
+        builder.download_and_prepare(file_format='array_record',
+                                     download_config=_download_config(data_config.manual_dir))
+      except requests.exceptions.RequestException as e:
+        raise RuntimeError(
+            f'{builder.name} is not prepared in {builder.data_dir} and downloading it failed '
+            f'({type(e).__name__}: {e}). Prepare it where the network is reachable and set '
+            'config.data.tfds_data_dir, or give config.data.manual_dir') from e
   return _Examples(builder.as_data_source(split=split))
 
 
