@@ -1,7 +1,7 @@
 """Packed rows (several sentence pairs per row, told apart by segment ids): each pair's logits
 are those it has alone, so no attention crosses a pair and positions restart per sentence; a
-packed epoch holds every pair once within the row length; a packed batch has the loss and
-gradients of its pairs unpacked."""
+packed epoch holds every pair once within the row length, placed first-fit decreasing; a packed
+batch has the loss and gradients of its pairs unpacked."""
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +11,8 @@ import pytest
 from conftest import init_params, tiny_config, train_config
 from transformer_jax import loss, metrics_log, train
 from transformer_jax.attention import segment_positions
-from transformer_jax.data.batching import Batcher, TokenizedSplit, padding_fraction
+from transformer_jax.data.batching import (Batcher, TokenizedSplit, _first_fit_decreasing,
+                                           padding_fraction)
 from transformer_jax.model import Transformer
 
 
@@ -98,6 +99,25 @@ def test_a_packed_epoch_holds_every_pair_once_within_the_row_length():
   assert (padding_fraction(batcher, plan)
           < padding_fraction(unpacked, unpacked.plan(seed=3, epoch=1)) / 2)
   assert batcher.plan(seed=3, epoch=1)[0][1].tolist() == plan[0][1].tolist()  # deterministic
+
+
+@pytest.mark.parametrize('length', [6, 24, 64])
+def test_packing_is_first_fit_decreasing(length):
+  # The definition, scanning every row: longest pairs first (a stable sort keeps ties in the
+  # given order), each into the first row with room on both sides, else into a new row.
+  rng = np.random.default_rng(length)
+  sources, targets = rng.integers(1, length + 1, (2, 3000))
+  order = rng.permutation(3000)
+  expected, used = [], []
+  for i in sorted(order.tolist(), key=lambda i: -(sources[i] + targets[i])):
+    r = next((r for r, (s, t) in enumerate(used)
+              if s + sources[i] <= length and t + targets[i] <= length), len(used))
+    if r == len(used):
+      expected.append([])
+      used.append((0, 0))
+    expected[r].append(i)
+    used[r] = (used[r][0] + sources[i], used[r][1] + targets[i])
+  assert _first_fit_decreasing(order, sources, targets, length) == expected
 
 
 @pytest.mark.slow
