@@ -166,3 +166,20 @@ def test_attention_over_blocks_matches_numpy(rng):
   expected = np.einsum('nhqk,nhkd->nqhd', expected_weights, value)
   np.testing.assert_allclose(weights, expected_weights, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(heads, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_blocks_in_bfloat16_round_once_like_one_block(rng):
+  """In bfloat16 the blocks' weighted values are summed in float32 and rounded once, so the
+  cache's split into blocks does not change the result: it equals attention over the same
+  positions as one block, element for element (rounding each block's share to bfloat16 before
+  summing changed about half of them)."""
+  n, q, h, d, sizes = 8, 1, 4, 32, (40, 24, 8)
+  query = jnp.asarray(rng.normal(size=(n, q, h, d)), jnp.bfloat16)
+  keys = [jnp.asarray(rng.normal(size=(n, h, d, k)), jnp.bfloat16) for k in sizes]
+  values = [jnp.asarray(rng.normal(size=(n, h, k, d)), jnp.bfloat16) for k in sizes]
+  mask = jnp.ones((1, 1, q, sum(sizes)), bool)
+  blocks, _ = attention_over_blocks(query, keys, values, mask)
+  one, _ = attention_over_blocks(query, [jnp.concatenate(keys, -1)],
+                                 [jnp.concatenate(values, 2)], mask)
+  assert blocks.dtype == jnp.bfloat16
+  np.testing.assert_array_equal(np.asarray(blocks, np.float32), np.asarray(one, np.float32))

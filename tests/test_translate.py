@@ -1,6 +1,7 @@
 """Checkpoint averaging, the Translator, and the translate / evaluate / average commands, on a
 small model trained once for this module."""
 
+import io
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import train_config
-from transformer_jax import bleu, checkpointing, decoding, train
+from transformer_jax import bleu, checkpointing, decoding, train, translate
 from transformer_jax.data import batching, datasets
 from transformer_jax.translator import Translator
 
@@ -112,6 +113,10 @@ def test_long_lines_are_truncated_with_a_warning_naming_the_line(workdir, caplog
     ids = translator.encode(['a dog .', long_line], source='input.txt')
   assert len(ids[1]) == translator.config.data.max_length
   assert [r.getMessage().split(':')[:2] for r in caplog.records] == [['input.txt', '2']]
+  # Ids not truncated by `encode` are refused, not silently left untranslated.
+  max_length = translator.config.data.max_length
+  with pytest.raises(ValueError, match=f'source 1 has {max_length + 1} tokens'):
+    translator.translate_ids([ids[0], np.full(max_length + 1, 5, np.int32)])
 
 
 def _run(*args, stdin: bytes = b'') -> subprocess.CompletedProcess:
@@ -180,3 +185,19 @@ def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
   saved = figures['hypotheses'][:-len('.txt')] + '.json'
   with open(saved) as f:
     assert json.load(f) == figures
+
+
+@pytest.mark.parametrize('data, expected', [
+    (b'', []),
+    (b'\n', ['']),
+    (b'ein Hund .\n\nzwei Katzen .', ['ein Hund .', '', 'zwei Katzen .']),
+    (b'ein Hund .\r\nzwei Katzen .\r\n', ['ein Hund .', 'zwei Katzen .']),  # CRLF
+    (b'ein\rHund .\n', ['ein\rHund .']),  # a stray carriage return does not split its line
+    (b'a\x85b\n', None),  # not UTF-8 (U+0085, NEL, is b'\xc2\x85')
+])
+def test_input_lines_end_at_newlines_only(data, expected):
+  if expected is None:
+    with pytest.raises(ValueError, match='in.txt:1: not valid UTF-8'):
+      translate.read_lines(io.BytesIO(data), 'in.txt')
+  else:
+    assert translate.read_lines(io.BytesIO(data), 'in.txt') == expected

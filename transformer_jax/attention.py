@@ -129,8 +129,9 @@ def attention_over_blocks(query, keys, values, mask):
   weights = jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), axis=-1)
   ends = np.cumsum([value.shape[2] for value in values])
   shares = jnp.split(weights.astype(values[0].dtype), ends[:-1], axis=-1)
-  heads = sum(jnp.einsum('nhqk,nhkd->nhqd', share, value) for share, value in zip(shares, values))
-  return jnp.swapaxes(heads, 1, 2), weights
+  heads = sum(jnp.einsum('nhqk,nhkd->nhqd', share, value, preferred_element_type=jnp.float32)
+              for share, value in zip(shares, values))  # summed in float32, rounded once
+  return jnp.swapaxes(heads, 1, 2).astype(values[0].dtype), weights
 
 
 class MultiHeadAttention(nn.Module):

@@ -18,16 +18,20 @@ from absl import flags
 
 from transformer_jax import atomic, cli
 
-_TRANSLATOR = cli.define_translator_flags()
-_INPUT = flags.DEFINE_string('input', None, 'Source sentences, one per line (default: stdin).')
-_OUTPUT = flags.DEFINE_string('output', None, 'Where to write translations (default: stdout).')
-
 
 def read_lines(stream: BinaryIO, name: str) -> list[str]:
   """The lines of a byte stream as text, without line ends; a line that is not valid UTF-8 is
-  a ValueError naming `name` and the line number."""
+  a ValueError naming `name` and the line number.
+
+  Lines end at '\n' (or '\r\n') only: a stray '\r' inside a line, common in crawled text,
+  stays in it, so there is one output line per input line.
+  """
+  raw_lines = stream.read().split(b'\n')
+  if raw_lines[-1] == b'':  # a final newline does not start another line
+    raw_lines.pop()
   lines = []
-  for number, raw in enumerate(stream.read().splitlines(), start=1):
+  for number, raw in enumerate(raw_lines, start=1):
+    raw = raw[:-1] if raw.endswith(b'\r') else raw
     try:
       lines.append(raw.decode('utf-8'))
     except UnicodeDecodeError as e:
@@ -56,4 +60,7 @@ def main():
 
 
 if __name__ == '__main__':
+  _TRANSLATOR = cli.define_translator_flags()
+  _INPUT = flags.DEFINE_string('input', None, 'Source sentences, one per line (default: stdin).')
+  _OUTPUT = flags.DEFINE_string('output', None, 'Where to write translations (default: stdout).')
   cli.run(main)

@@ -74,8 +74,14 @@ class Translator:
 
   def translate_ids(self, sources: Sequence[np.ndarray], progress: bool = False
                     ) -> list[list[int]]:
-    """Output ids (without EOS) of each source; [] for an empty source."""
-    lengths = batching.bucket_lengths(self.config.data.max_length)
+    """Output ids (without EOS) of each source; [] for an empty source. A source longer than
+    `config.data.max_length` is a ValueError (`encode` truncates texts to it)."""
+    max_length = self.config.data.max_length
+    too_long = [i for i, s in enumerate(sources) if len(s) > max_length]
+    if too_long:
+      raise ValueError(f'source {too_long[0]} has {len(sources[too_long[0]])} tokens, more than '
+                       f'config.data.max_length={max_length} ({len(too_long)} such sources)')
+    lengths = batching.bucket_lengths(max_length)
     bucket = np.searchsorted(lengths, [len(s) for s in sources])
     outputs = [[] for _ in sources]
     process, processes = jax.process_index(), jax.process_count()
