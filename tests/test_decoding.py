@@ -235,6 +235,26 @@ def test_beam_search_finds_what_greedy_misses():
   np.testing.assert_allclose(score[0], np.log(0.38), rtol=1e-6)
 
 
+def test_search_stops_once_no_live_hypothesis_can_overtake_the_best_finished_one():
+  # "EOS" finishes at the first step, scoring log 0.9. After "a" only "a" can follow, so
+  # nothing else ever finishes, and the live hypothesis scores at most log 0.1 / lp(20) =
+  # -0.98, below -0.11: the search must stop after that step, not run to `length` waiting
+  # for k finished hypotheses.
+  table = _table({PAD_ID: {EOS_ID: 0.9, A: 0.1}, A: {A: 1.0}})
+  scorer, positions = _table_scorer(table, 2), []
+
+  def step(state, tokens, i, bound):
+    jax.debug.callback(lambda i: positions.append(int(i)), i)
+    return scorer.step(state, tokens, i, bound)
+
+  counted = search.Scorer(scorer.state, step, scorer.reorder)
+  tokens, score = jax.jit(lambda: search.beam_search(counted, 2, 0.6, 20, jnp.ones(1, bool)))()
+  jax.effects_barrier()
+  assert _as_sequence(np.asarray(tokens[0])) == (EOS_ID,)
+  np.testing.assert_allclose(score[0], np.log(0.9), rtol=1e-6)
+  assert positions == [0]
+
+
 @pytest.mark.parametrize('alpha, expected', [(0.0, (EOS_ID,)), (0.6, (EOS_ID,)),
                                              (0.9, (EOS_ID,)), (0.95, (A, EOS_ID)),
                                              (2.0, (A, EOS_ID))])

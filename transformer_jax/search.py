@@ -99,11 +99,12 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
   "among the best k" rule (fairseq's, where tensor2tensor takes all 2k) makes a beam of one
   exactly greedy decoding when α = 0.
 
-  A sentence is done when its k finished hypotheses all score at least the best live
+  A sentence is done when its best finished hypothesis scores at least the best live
   hypothesis's upper bound, its log-probability / lp(length): log-probabilities only fall as a
-  hypothesis grows, and lp is largest at the longest output because α >= 0 (early
-  termination, §6.1). The search stops when every sentence is done or at `length` tokens;
-  a sentence with no finished hypothesis then returns its best live one.
+  hypothesis grows, and lp is largest at the longest output because α >= 0, so no live
+  hypothesis can overtake it (early termination, §6.1; tensor2tensor's `stop_early`). The
+  search stops when every sentence is done or at `length` tokens; a sentence with no finished
+  hypothesis then returns its best live one.
 
   Args:
     scorer: `beam_size` rows per sentence, sentence-major.
@@ -144,7 +145,7 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     state = scorer.reorder(state, rows.reshape(-1))
 
     bound = live_log_probs[:, 0] / max_penalty
-    done = ~active | (finished_scores[:, -1] >= bound)
+    done = ~active | (finished_scores[:, 0] >= bound)
     return i + 1, live, live_log_probs, finished, finished_scores, done, state
 
   def running(carry):
