@@ -3,6 +3,7 @@ kill, NaN handling, input errors, and two processes training as one."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,28 +64,44 @@ def test_a_short_run_learns_and_saves_everything(uninterrupted):
 
 
 def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupted, tmp_path):
+  # The killed run is the same run made longer (eq. 3 and the batches do not depend on the
+  # run's length) and keeps every checkpoint, so that the kill lands mid-run however the two
+  # processes are scheduled. Checkpoints after step 8 are then removed (whatever step 8's
+  # save had reached stays), and the run resumes from step 4 or 8 to the uninterrupted 12.
   workdir = str(tmp_path)
-  process = subprocess.Popen(train_command(overrides, workdir), cwd=REPO, stdout=subprocess.DEVNULL,
+  longer = {**overrides, 'train.num_train_steps': 400, 'train.keep_checkpoints': 100}
+  process = subprocess.Popen(train_command(longer, workdir), cwd=REPO, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
   metrics = os.path.join(workdir, 'metrics.jsonl')
+  checkpoints = os.path.join(workdir, 'checkpoints')
   deadline = time.time() + 240
   while time.time() < deadline and process.poll() is None:
     done = os.path.exists(metrics) and max(_losses(workdir), default=0) >= 6
-    if done and os.path.isdir(os.path.join(workdir, 'checkpoints', '4')):
+    if done and os.path.isdir(os.path.join(checkpoints, '4')):
       break
     time.sleep(0.2)
   assert process.poll() is None, process.stderr.read().decode()[-2000:]
   process.send_signal(signal.SIGKILL)
   process.wait()
-  killed_at = max(_losses(workdir))
-  assert killed_at < STEPS
+  assert max(_losses(workdir)) < 400
+  for name in os.listdir(checkpoints):
+    if name.split('.')[0].isdigit() and int(name.split('.')[0]) > 8:  # any save after step 8,
+      # finished or still being written
+      shutil.rmtree(os.path.join(checkpoints, name))
+  with open(metrics) as f:
+    logged_before = len(f.readlines())
 
   train.train_and_evaluate(train_config(**overrides), workdir)
-  resumed, expected = _losses(workdir), _losses(uninterrupted)
-  assert sorted(resumed) == sorted(expected)
+  with open(metrics) as f:
+    records = [json.loads(line) for line in f.readlines()[logged_before:]]
+  resumed = {r['step']: r['loss'] for r in records if r['split'] == 'train'}
+  expected = _losses(uninterrupted)
+  assert min(resumed) in (5, 9)  # the first step after checkpoint 4 or 8
+  assert sorted(resumed) == [s for s in sorted(expected) if s >= min(resumed)]
   np.testing.assert_allclose([resumed[s] for s in sorted(resumed)],
-                             [expected[s] for s in sorted(expected)], rtol=1e-6)
-  assert _losses(workdir, 'validation') == pytest.approx(_losses(uninterrupted, 'validation'))
+                             [expected[s] for s in sorted(resumed)], rtol=1e-6)
+  validation = {r['step']: r['loss'] for r in records if r['split'] == 'validation'}
+  assert validation == pytest.approx(_losses(uninterrupted, 'validation'))
 
 
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, tmp_path,
