@@ -36,10 +36,11 @@ Step budget, from a measured curve: base (seed 0), trained as a probe, had dev p
 16.95, 8.23, 6.82, 6.30, 6.00, 5.85, 5.85 and 5.81 at steps 500, 1000, ..., 4000: flat over the
 last 20% of 4000 steps (-0.7% from step 3500). The probe's checkpoint at step 4000 is the base
 row's (eq. 3 does not depend on the run's length, so it is the same run). The probe's median
-step took 0.68 s over steps 2001-4000 on a 2-core Intel Xeon; the rows
-cost about 42 base rows of 4000 steps (forward FLOPs per token relative to base, at length 16:
-C1 0.57, C2 0.78, C3 1.22, C4 0.43, C5 2.54, C6 0.82, C7 1.36, B1 0.89, B2 0.93, big 3.26),
-about 32 hours if time follows FLOPs: the sweep resumes from the committed rows, across sessions.
+step took 0.68 s over steps 2001-4000 on a 2-core Intel Xeon; the 41 rows
+cost about 46.6 base rows of 4000 steps (forward FLOPs per token relative to base, at length
+16: C1 0.57, C2 0.78, C3 1.22, C4 0.43, C5 2.54, C6 0.82, C7 1.36, B1 0.89, B2 0.93, big 3.26),
+about 35 hours if time follows FLOPs: the sweep resumes from the committed rows, across
+sessions.
 
 An earlier version of this file (commit 03ccae1: 700 steps, separate Q/K/V initialisation, one
 seed) produced experiments/results/table3_multi30k_700steps.md.
@@ -84,6 +85,7 @@ BASE = {
     'train.checkpoint_every_steps': 500,
     'train.keep_checkpoints': 1,
     'decode.average_last': 1,
+    'decode.beam_size': 4,  # as the sweep evaluates (Table 3: beam 4, no averaging)
 }
 
 

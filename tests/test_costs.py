@@ -1,4 +1,4 @@
-"""FLOPs and parameter counts, and the summary command."""
+"""FLOPs and parameter counts, the summary command, and the benchmark's input check."""
 
 import json
 import os
@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import init_params, tiny_config
-from transformer_jax import costs
+from conftest import init_params, tiny_config, train_config
+from transformer_jax import benchmark, costs
 from transformer_jax.model import Transformer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,3 +94,9 @@ def test_summary_rejects_bad_overrides_naming_the_field(override, message):
   assert result.returncode != 0
   assert message in result.stderr
   assert 'Traceback' not in result.stderr
+
+
+def test_benchmark_refuses_a_batch_smaller_than_its_data_shards():
+  # 4 rows cannot be split over the 8 test devices; rounding down would time an empty batch.
+  with pytest.raises(ValueError, match='--batch_size .* at least 8 rows'):
+    benchmark.run(train_config(), batch_size=4, length=8, num_steps=1, warmup=1)

@@ -25,14 +25,6 @@ from transformer_jax import cli, config_lib, costs
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
-_BATCH_SIZE = flags.DEFINE_integer(
-    'batch_size', None, 'Sentence pairs per step (default: tokens_per_batch // length).')
-_LENGTH = flags.DEFINE_integer('length', 32, 'Source and target length of every pair.')
-_STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps; the median is reported.')
-_WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed steps first (compilation included).')
-_JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.')
-
 
 def _median_seconds(fn, repeats: int) -> float:
   times = []
@@ -63,6 +55,10 @@ def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int
   trainer = Trainer(model)
   rows = batch_size or config.data.tokens_per_batch // length
   rows -= rows % trainer.rows_multiple
+  if rows == 0:
+    raise ValueError(f'--batch_size (or config.data.tokens_per_batch // --length) must be at '
+                     f'least {trainer.rows_multiple} rows, the batch shards times the '
+                     'accumulation steps')
   rng = np.random.default_rng(0)
   tokens = lambda: rng.integers(1, config.data.vocab_size, (rows, length), dtype=np.int32)
   targets = tokens()
@@ -112,5 +108,12 @@ def main():
 
 
 if __name__ == '__main__':
+  _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
+  _BATCH_SIZE = flags.DEFINE_integer(
+      'batch_size', None, 'Sentence pairs per step (default: tokens_per_batch // length).')
+  _LENGTH = flags.DEFINE_integer('length', 32, 'Source and target length of every pair.')
+  _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps; the median is reported.')
+  _WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed steps first (compilation included).')
+  _JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.')
   flags.mark_flag_as_required('config')
   cli.run(main)
