@@ -9,7 +9,10 @@ corpus BLEU (sacreBLEU on detokenized text) of translations decoded as `config.d
 (beam search, or greedy with beam_size 1). Its references are the target token ids decoded
 back to text, so BLEU there follows the vocabulary's round trip (exact for SentencePiece
 except for unknown characters) and is computed on preprocessed text when
-`config.data.preprocessing` is set.
+`config.data.preprocessing` is set. It decodes the loss's batches, padded to the bucket of
+each pair's longer side, so the output cap (padded input length + 50) can be a bucket longer
+than `evaluate`'s, which pads by the source alone: the two BLEU figures of one checkpoint can
+differ slightly, and `evaluate`'s is the one to report.
 
 `evaluate`, after training: a `Translator`'s averaged checkpoints translate every source
 sentence of the split (one too long for the model is truncated, with a warning), scored
