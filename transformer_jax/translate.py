@@ -31,9 +31,8 @@ def read_lines(stream: BinaryIO, name: str) -> list[str]:
     raw_lines.pop()
   lines = []
   for number, raw in enumerate(raw_lines, start=1):
-    raw = raw[:-1] if raw.endswith(b'\r') else raw
     try:
-      lines.append(raw.decode('utf-8'))
+      lines.append(raw.removesuffix(b'\r').decode('utf-8'))
     except UnicodeDecodeError as e:
       raise ValueError(f'{name}:{number}: not valid UTF-8 ({e.reason} at byte {e.start})') from e
   return lines

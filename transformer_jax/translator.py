@@ -76,19 +76,19 @@ class Translator:
                     ) -> list[list[int]]:
     """Output ids (without EOS) of each source; [] for an empty source. A source longer than
     `config.data.max_length` is a ValueError (`encode` truncates texts to it)."""
-    max_length = self.config.data.max_length
-    too_long = [i for i, s in enumerate(sources) if len(s) > max_length]
-    if too_long:
-      raise ValueError(f'source {too_long[0]} has {len(sources[too_long[0]])} tokens, more than '
+    max_length, sizes = self.config.data.max_length, np.array([len(s) for s in sources])
+    too_long = np.flatnonzero(sizes > max_length)
+    if len(too_long):
+      raise ValueError(f'source {too_long[0]} has {sizes[too_long[0]]} tokens, more than '
                        f'config.data.max_length={max_length} ({len(too_long)} such sources)')
     lengths = batching.bucket_lengths(max_length)
-    bucket = np.searchsorted(lengths, [len(s) for s in sources])
+    bucket = np.searchsorted(lengths, sizes)
     outputs = [[] for _ in sources]
     process, processes = jax.process_index(), jax.process_count()
     with tqdm.tqdm(total=len(sources), disable=not progress, unit='sentence',
                    dynamic_ncols=True) as bar:
       for b in reversed(range(len(lengths))):  # longest first: the slowest batches show early
-        members = [i for i in np.flatnonzero(bucket == b) if len(sources[i])]
+        members = [i for i in np.flatnonzero(bucket == b) if sizes[i]]
         for start in range(0, len(members), self.rows):
           chunk = members[start:start + self.rows]
           inputs = np.full((self.rows, lengths[b]), PAD_ID, np.int32)

@@ -180,9 +180,7 @@ def _first_fit_decreasing(order: np.ndarray, sources: np.ndarray, targets: np.nd
 
   def update(a: int, b: int) -> None:
     first[a, b] = with_room[a, b][0] if with_room[a, b] else none
-    first_from[a, :b + 1] = np.minimum.accumulate(first[a, b::-1])[::-1]
-    if b < length:
-      np.minimum(first_from[a, :b + 1], first_from[a, b + 1], out=first_from[a, :b + 1])
+    first_from[a] = np.minimum.accumulate(first[a, ::-1])[::-1]
 
   for i in order:
     s, t = int(sources[i]), int(targets[i])
