@@ -115,8 +115,9 @@ def get_config() -> ml_collections.ConfigDict:
   # tokens_per_batch is the batch of one optimizer step on any hardware: when the devices
   # cannot hold it at once, each step accumulates gradients over this many micro-batches.
   config.train.grad_accum_steps = 1
-  # Logging, evaluation on the dev split (loss, per-token perplexity, token accuracy and greedy
-  # BLEU; num_eval_steps = -1 evaluates the whole split) and checkpoints. §6.1 averages the
+  # Logging, evaluation on the dev split (loss, per-token perplexity, token accuracy and BLEU
+  # decoded as config.decode says; num_eval_steps = -1 evaluates the whole split) and
+  # checkpoints. §6.1 averages the
   # last 5 (base) or 20 (big) checkpoints, "written at 10-minute intervals": at base's 0.4 s
   # per step (§5.2) that is every 1500 steps (big: 600, configs/big.py). Counted in steps here,
   # so the averaged stretch is the paper's on any hardware; the last step is saved too.

@@ -20,7 +20,7 @@ does differently:
 post_fairseq_all   the four together;
 and the _seed1 rows repeat a row with another seed (initialisation, dropout, batch order).
 `pre` is the pre-norm model of the earlier configs/multi30k.py at the same cadence, the target.
-Every row: 4000 steps, dev perplexity every 500 steps (greedy BLEU is not computed during
+Every row: 4000 steps, dev perplexity every 500 steps (BLEU is not computed during
 training; the runner scores the last checkpoint with beam 4 at the end). Measured on a 2-core
 Intel Xeon: about 0.67 s per step (4680 target tokens/s), so a row takes about 47 minutes of
 training and under a minute of evaluation (post_fairseq_batch and post_fairseq_all, by

@@ -81,7 +81,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
   # What a preempted training run leaves: exit status 0, checkpoints short of the last step.
   workdir = tmp_path / 'row'
 
-  def fake_run(command, log_path):
+  def fake_run(command, log_path, timing_path=None):
     assert command[2] == 'transformer_jax.train', f'ran {command[2]} after an unfinished run'
     (workdir / 'config.json').write_text(json.dumps({'train': {'num_train_steps': 20}}))
     for step in ('10', '12', '20.orbax-checkpoint-tmp-1'):  # step 20 never finished writing
@@ -91,6 +91,27 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
   monkeypatch.setattr(sweep_lib, '_run', fake_run)
   with pytest.raises(RuntimeError, match='row stopped at step 12 of 20'):
     sweep_lib.run_row('sweep.py', 'row', str(workdir))
+
+
+def test_training_time_is_saved_while_it_runs_and_adds_up_over_attempts(tmp_path, monkeypatch):
+  # A runner killed part-way loses nothing but the last few seconds: the child reads the
+  # timing file while it runs and finds an earlier attempt's 100 s plus its own time so far.
+  monkeypatch.setattr(sweep_lib, 'SAVE_SECONDS_EVERY', 0.05)
+  timing = tmp_path / 'seconds.json'
+  timing.write_text('100.0')
+  child = ('import json, sys, time; time.sleep(1.0); '
+           f'print(json.load(open({str(timing)!r})))')
+  seconds, output = sweep_lib._run([sys.executable, '-c', child], str(tmp_path / 'log'),
+                                   str(timing))
+  seen = float(output)
+  assert 100.5 < seen < seconds
+  assert json.loads(timing.read_text()) == seconds
+  assert str(seen) in (tmp_path / 'log').read_text()  # stdout is kept in the log too
+
+
+def test_a_failed_command_names_its_log(tmp_path):
+  with pytest.raises(RuntimeError, match='see .*log'):
+    sweep_lib._run([sys.executable, '-c', 'raise SystemExit(3)'], str(tmp_path / 'log'))
 
 
 def test_unknown_rows_are_an_error_before_training(tmp_path):

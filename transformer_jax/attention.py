@@ -152,8 +152,9 @@ class MultiHeadAttention(nn.Module):
 
   Incremental decoding (`decode`, a `DecodeStep`) keeps keys and values in the 'cache'
   collection. The first such call creates the cache and later ones take one new position per
-  row (q = 1) at `decode.position`. The cache is stored heads-major, (..., h, k, d): the layout
-  that the products of eq. (1) read, so that a step never transposes it.
+  row (q = 1) at `decode.position`. The cache is stored heads-major, keys (n, h, d_k, k) and
+  values (n, h, k, d_v): the layouts that the products of eq. (1) read, so that a step never
+  transposes it.
   - Encoder-decoder attention (§3.2.3) computes the keys and values of the encoder output
     once, (n, h, s, d) for n source sentences, and the `copies` rows of a sentence attend to
     them together, as `copies` queries of one sentence.

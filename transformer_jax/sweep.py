@@ -23,6 +23,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -32,6 +33,8 @@ from transformer_jax import atomic, cli, config_lib, metrics_log
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
 EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_last=1')
+# How often a training run's time so far is saved (see `_run`).
+SAVE_SECONDS_EVERY = 30.0
 
 
 def _versions() -> dict:
@@ -39,32 +42,44 @@ def _versions() -> dict:
           **{name: metadata.version(name) for name in ('jax', 'flax', 'optax', 'sacrebleu')}}
 
 
-def _run(command: list[str], log_path: str) -> tuple[float, str]:
-  """Runs a command, its stderr appended to `log_path`; returns its wall time and stdout.
-  Raises RuntimeError naming the log if it fails."""
+def _run(command: list[str], log_path: str, timing_path: str | None = None) -> tuple[float, str]:
+  """Runs a command, its stderr and stdout appended to `log_path`; returns its wall time and
+  stdout. With `timing_path`, the seconds spent so far, added to those the file holds from
+  earlier attempts, are written there every `SAVE_SECONDS_EVERY` seconds and at the end, so an
+  attempt that is killed still counts when the row resumes. Raises RuntimeError naming the log
+  if the command fails."""
+  previous = 0.0
+  if timing_path and os.path.exists(timing_path):
+    with open(timing_path) as f:
+      previous = json.load(f)
   start = time.perf_counter()
-  with open(log_path, 'a') as log:
-    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True, check=False)
-    log.write(result.stdout)
-  if result.returncode:
-    raise RuntimeError(f'{" ".join(command[2:4])} failed (exit {result.returncode}); see '
-                       f'{log_path}')
-  return time.perf_counter() - start, result.stdout
+  with open(log_path, 'a') as log, tempfile.TemporaryFile('w+') as stdout:
+    process = subprocess.Popen(command, stdout=stdout, stderr=log, text=True)
+    returncode = None
+    while returncode is None:
+      try:
+        returncode = process.wait(timeout=SAVE_SECONDS_EVERY)
+      except subprocess.TimeoutExpired:
+        pass
+      seconds = previous + time.perf_counter() - start
+      if timing_path:
+        atomic.write(timing_path, json.dumps(seconds))
+    stdout.seek(0)
+    output = stdout.read()
+    log.write(output)
+  if returncode:
+    raise RuntimeError(f'{" ".join(command[2:4])} failed (exit {returncode}); see {log_path}')
+  return seconds, output
 
 
 def run_row(sweep_path: str, row: str, workdir: str) -> dict:
-  """Trains (or resumes) and evaluates one row; returns its figures."""
+  """Trains (or resumes) and evaluates one row; returns its figures. Its `train_seconds` are
+  the wall time of every training attempt, dev evaluations during training included."""
   os.makedirs(workdir, exist_ok=True)
   log_path = os.path.join(workdir, 'sweep.log')
-  timing_path = os.path.join(workdir, 'sweep_train_seconds.json')
-  previous = 0.0
-  if os.path.exists(timing_path):
-    with open(timing_path) as f:
-      previous = json.load(f)
-  seconds, _ = _run([sys.executable, '-m', 'transformer_jax.train',
-                     f'--config={sweep_path}:{row}', f'--workdir={workdir}'], log_path)
-  train_seconds = previous + seconds
-  atomic.write(timing_path, json.dumps(train_seconds))
+  train_seconds, _ = _run([sys.executable, '-m', 'transformer_jax.train',
+                           f'--config={sweep_path}:{row}', f'--workdir={workdir}'], log_path,
+                          os.path.join(workdir, 'sweep_train_seconds.json'))
   with open(os.path.join(workdir, 'config.json')) as f:
     config = json.load(f)
   # A training run stopped by SIGTERM (preemption) saves and exits normally, unfinished. Its
