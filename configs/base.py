@@ -117,10 +117,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.grad_accum_steps = 1
   # Logging, evaluation on the dev split (loss, per-token perplexity, token accuracy and BLEU
   # decoded as config.decode says; num_eval_steps = -1 evaluates the whole split) and
-  # checkpoints. §6.1 averages the
-  # last 5 (base) or 20 (big) checkpoints, "written at 10-minute intervals": at base's 0.4 s
-  # per step (§5.2) that is every 1500 steps (big: 600, configs/big.py). Counted in steps here,
-  # so the averaged stretch is the paper's on any hardware; the last step is saved too.
+  # checkpoints. §6.1 averages the last 5 (base) or 20 (big) checkpoints, "written at
+  # 10-minute intervals": at base's 0.4 s per step (§5.2) that is every 1500 steps (big: 600,
+  # configs/big.py). Counted in steps here, so the averaged stretch is the paper's on any
+  # hardware; the last step is saved too.
   config.train.log_every_steps = 100
   config.train.eval_every_steps = 1000
   config.train.num_eval_steps = -1
