@@ -13,7 +13,8 @@ the same batches of source ids (attention mask on padding), its key/value cache 
 model never chooses when to stop, so each batch is made to generate exactly as many tokens
 as our longest output of that batch (EOS included; `min_new_tokens = max_new_tokens`):
 their work per batch is at most ours, since our search may run on past its longest output.
-Both use every core. The two alternate `--repeats` times over the whole split (ours compiled
+Both use every core, or both the GPU where there is one (theirs in float32 with TF32 matmuls,
+as JAX's default precision does there). The two alternate `--repeats` times over the whole split (ours compiled
 beforehand, one batch per bucket shape); the faster pass of each is reported, as sentences/s
 and output tokens/s (our output tokens, EOS included, for both).
 """
@@ -40,6 +41,8 @@ _BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Sentences per batch, both.
 _REPEATS = flags.DEFINE_integer('repeats', 2, 'Alternating passes over the split, each.')
 _JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
 
+_DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
+
 
 def _batches(translator: Translator, sources: list[np.ndarray]) -> list[tuple[list[int], int]]:
   """(sentence indices, padded length) of each batch, as `Translator.translate_ids` forms
@@ -65,13 +68,14 @@ def _marian(config) -> transformers.MarianMTModel:
       eos_token_id=1, decoder_start_token_id=PAD_ID, forced_eos_token_id=None,
       scale_embedding=True, share_encoder_decoder_embeddings=True)
   torch.manual_seed(0)
-  return transformers.MarianMTModel(marian).eval()
+  return transformers.MarianMTModel(marian).to(_DEVICE).eval()
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   torch.set_num_threads(os.cpu_count())
+  torch.backends.cuda.matmul.allow_tf32 = True
   translator = Translator(_WORKDIR.value, beam_size=_BEAM_SIZE.value, average_last=1,
                           batch_size=_BATCH_SIZE.value)
   pairs = datasets.load_pairs(translator.config.data, _SPLIT.value)
@@ -90,10 +94,12 @@ def main(argv):
         ids[row, :len(sources[i])] = sources[i]
       tokens = max(len(outputs[i]) + 1 for i in members)
       with torch.inference_mode():
-        marian.generate(input_ids=torch.from_numpy(ids),
-                        attention_mask=torch.from_numpy(ids != PAD_ID),
+        marian.generate(input_ids=torch.from_numpy(ids).to(_DEVICE),
+                        attention_mask=torch.from_numpy(ids != PAD_ID).to(_DEVICE),
                         num_beams=_BEAM_SIZE.value, do_sample=False,
                         max_new_tokens=tokens, min_new_tokens=tokens, use_cache=True)
+    if _DEVICE == 'cuda':
+      torch.cuda.synchronize()
 
   seconds = {'transformer_jax': [], 'transformers_marian': []}
   outputs = None
@@ -110,6 +116,8 @@ def main(argv):
   figures = {'split': _SPLIT.value, 'beam_size': _BEAM_SIZE.value,
              'batch_size': _BATCH_SIZE.value, 'sentences': count, 'output_tokens': tokens,
              'machine': platform.processor() or platform.machine(), 'cpu_count': os.cpu_count(),
+             'jax_device': jax.devices()[0].device_kind,
+             'torch_device': torch.cuda.get_device_name() if _DEVICE == 'cuda' else 'cpu',
              'jax': jax.__version__, 'torch': torch.__version__,
              'transformers': transformers.__version__}
   for name, passes in seconds.items():

@@ -88,3 +88,32 @@ def test_projection_gradients_equal_the_float64_formula(dtype):
   np.testing.assert_allclose(np.float64(grad_y), upstream @ table, **tolerance)
   np.testing.assert_allclose(np.float64(grad_table), np.einsum('btv,btd->vd', upstream, y),
                              **tolerance)
+
+
+def test_bfloat16_embedding_gradient_accumulates_in_float32():
+  """A token used 1000 times gets the sum of 1000 row gradients. Summed in bfloat16 (8-bit
+  significand) the sum of 1000 × 8.0 stops growing at 2048; gathered from the float32 matrix,
+  the scatter-add of the gradient sums in float32 and gives 8000 exactly."""
+  cfg = tiny_config(vocab_size=50, d_model=64, dtype=jnp.bfloat16)
+  module = Embeddings(cfg)
+  tokens = jnp.full((4, 250), 7)
+  variables = module.init(jax.random.key(0), tokens, 'source', method='embed')
+  grad = jax.grad(lambda v: jnp.sum(
+      module.apply(v, tokens, 'source', method='embed').astype(jnp.float32)))(variables)
+  table_grad = np.asarray(jax.tree.leaves(grad)[0])
+  assert table_grad.dtype == np.float32
+  np.testing.assert_array_equal(table_grad[7], np.full(64, 1000 * 8.0))
+  assert not table_grad[np.arange(50) != 7].any()
+
+
+def test_bfloat16_projection_backward_runs_its_products_in_bfloat16():
+  """The float32 logit gradient is cast to the compute dtype before the two products, so no
+  product mixes float32 with bfloat16 (which would run in float32)."""
+  y = jnp.ones((2, 3, 8), jnp.bfloat16)
+  table = jnp.ones((11, 8), jnp.bfloat16)
+  _, vjp = jax.vjp(project, y, table)
+  jaxpr = jax.make_jaxpr(vjp)(jnp.ones((2, 3, 11), jnp.float32))
+  dots = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == 'dot_general']
+  assert len(dots) == 2
+  for dot in dots:
+    assert [v.aval.dtype for v in dot.invars] == [jnp.bfloat16, jnp.bfloat16]

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The accelerator figures of docs/performance.md in one command, on whatever device JAX finds:
+#
+#   bash experiments/accelerator_figures.sh OUT_DIR [TRAINED_WORKDIR]
+#
+# 1. Training throughput and MFU (`transformer_jax.benchmark`) of the paper's base and big
+#    models at its batch of about 25000 source + 25000 target tokens (section 5.1; 781 pairs of
+#    32 + 32 tokens), in bfloat16 and float32: OUT_DIR/benchmark_{base,big}_{dtype}.json.
+# 2. With a trained workdir: beam-4 decoding speed on Multi30k test2016
+#    (experiments/decode_speed.py, cached decoder only) and the same beside Hugging Face
+#    transformers' MarianMTModel (experiments/decode_vs_torch.py, needs torch and
+#    transformers): OUT_DIR/decode_speed.json, OUT_DIR/decode_vs_torch.json.
+#
+# Each command runs on even if an earlier one failed; a failure is reported at the end.
+set -u
+out=${1:?usage: accelerator_figures.sh OUT_DIR [TRAINED_WORKDIR]}
+workdir=${2:-}
+python=${PYTHON:-python3}
+mkdir -p "$out"
+failed=()
+
+for config in base big; do
+  for dtype in bfloat16 float32; do
+    name=benchmark_${config}_${dtype}
+    echo "== $name"
+    if "$python" -m transformer_jax.benchmark --config="configs/$config.py" \
+        --config.dtype="$dtype" --json > "$out/$name.json"; then
+      cat "$out/$name.json"
+    else
+      failed+=("$name")
+    fi
+  done
+done
+
+if [[ -n "$workdir" ]]; then
+  echo "== decode_speed"
+  "$python" experiments/decode_speed.py --workdir="$workdir" --split=test --beam_size=4 \
+      --batch_size=64 --nouncached --json="$out/decode_speed.json" || failed+=(decode_speed)
+  echo "== decode_vs_torch"
+  "$python" experiments/decode_vs_torch.py --workdir="$workdir" --split=test --beam_size=4 \
+      --batch_size=64 --repeats=2 --json="$out/decode_vs_torch.json" || failed+=(decode_vs_torch)
+fi
+
+if (( ${#failed[@]} )); then
+  echo "failed: ${failed[*]}"
+  exit 1
+fi
