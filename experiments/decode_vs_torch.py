@@ -14,9 +14,9 @@ model never chooses when to stop, so each batch is made to generate exactly as m
 as our longest output of that batch (EOS included; `min_new_tokens = max_new_tokens`):
 their work per batch is at most ours, since our search may run on past its longest output.
 Both use every core, or both the GPU where there is one (theirs in float32 with TF32 matmuls,
-as JAX's default precision does there). The two alternate `--repeats` times over the whole split (ours compiled
-beforehand, one batch per bucket shape); the faster pass of each is reported, as sentences/s
-and output tokens/s (our output tokens, EOS included, for both).
+as JAX's default precision does there). The two alternate `--repeats` times over the whole
+split (ours compiled beforehand, one batch per bucket shape); the faster pass of each is
+reported, as sentences/s and output tokens/s (our output tokens, EOS included, for both).
 """
 
 import json
