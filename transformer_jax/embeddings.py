@@ -126,10 +126,12 @@ def _project_backward(residuals, g):
   y, table = residuals
   # The products take the logit gradient in the compute dtype, as they would the gradient of a
   # compute-dtype output: float32 with bfloat16 operands would run them in float32 (TF32 on a
-  # GPU), 6.0 ms of a 46 ms base step on an H200 (docs/performance.md).
+  # GPU), 6.0 ms of a 46 ms base step on an H200 (docs/performance.md). Their results are
+  # wanted in the compute dtype, so none asks for a float32 result (XLA's CPU backend has no
+  # bfloat16 x bfloat16 -> float32 kernel for the table's product over (b, t)).
   g = g.astype(y.dtype)
-  dy = jnp.einsum('btv,vd->btd', g, table, preferred_element_type=jnp.float32)
-  dtable = jnp.einsum('btd,btv->dv', y, g, preferred_element_type=jnp.float32).T
+  dy = jnp.einsum('btv,vd->btd', g, table)
+  dtable = jnp.einsum('btd,btv->dv', y, g).T
   return dy.astype(y.dtype), dtable.astype(table.dtype)
 
 
