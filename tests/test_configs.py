@@ -120,7 +120,8 @@ def test_unknown_row_is_an_error():
     ('dtype', 'float16', 'config.dtype must be one of'),
     ('model.max_len', 300, 'config.model.max_len=300 positions cannot hold the longest output, '
      r'config.data.max_length \+ config.decode.max_extra_length = 306'),
-    ('decode.beam_size', 18501, 'config.decode.beam_size=18501 needs a vocabulary of at least'),
+    ('decode.beam_size', 18500, 'config.decode.beam_size=18500 needs a vocabulary of at least '
+     '37001 tokens'),
     ('data.pack_length', 257, 'config.data.pack_length must be 0 .* at most '
      'config.data.max_length=256, got 257'),
 ])

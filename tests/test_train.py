@@ -139,6 +139,28 @@ def test_a_non_finite_update_with_a_finite_loss_is_never_saved(overrides, tmp_pa
   assert os.listdir(tmp_path / 'checkpoints') == ['4']
 
 
+def test_a_nan_is_caught_before_an_evaluation_between_logged_steps(overrides, tmp_path,
+                                                                   monkeypatch):
+  # Evaluation at step 6, logging and checkpoints every 100 steps: the NaN of step 5 must stop
+  # the run before the dev split is evaluated with its parameters.
+  original = Trainer._train_step
+
+  def poisoned(self, state, batch):
+    new_state, metrics = original(self, state, batch)
+    metrics['loss'] = jax.numpy.where(state.step >= 4, jax.numpy.nan, metrics['loss'])
+    return new_state, metrics
+
+  evaluated = []
+  monkeypatch.setattr(Trainer, '_train_step', poisoned)
+  monkeypatch.setattr(train.evaluate.Evaluator, '__call__',
+                      lambda self, *args: evaluated.append(args) or {})
+  config = train_config(**{**overrides, 'train.log_every_steps': 100,
+                           'train.checkpoint_every_steps': 100, 'train.eval_every_steps': 6})
+  with pytest.raises(FloatingPointError, match='at step 5'):
+    train.train_and_evaluate(config, str(tmp_path))
+  assert not evaluated
+
+
 def test_a_model_of_other_shapes_cannot_resume(overrides, uninterrupted):
   config = train_config(**{**overrides, 'model.d_ff': 128, 'train.num_train_steps': 20})
   with pytest.raises(ValueError, match='model.d_ff 64 -> 128'):
@@ -196,3 +218,16 @@ def test_time_spent_evaluating_is_not_counted_in_the_step_time(monkeypatch):
   summary = pending.summary()
   assert summary['step_time'] == pytest.approx(1.5)
   assert summary['target_tokens_per_second'] == pytest.approx(200.0)
+
+
+def test_the_logged_loss_is_per_target_token_over_the_steps():
+  pending = train._TrainMetrics()  # pylint: disable=protected-access
+  for step, (value, tokens, norm) in enumerate([(1.0, 100.0, 2.0), (4.0, 300.0, 4.0)], 1):
+    pending.add(step, {'loss': value, 'nll': value / 2, 'accuracy': value / 8, 'grad_norm': norm,
+                       'learning_rate': 1e-3 * step, 'tokens': tokens})
+  summary = pending.summary()
+  assert summary['loss'] == pytest.approx((1.0 * 100 + 4.0 * 300) / 400)
+  assert summary['accuracy'] == pytest.approx((1.0 * 100 + 4.0 * 300) / 400 / 8)
+  assert summary['perplexity'] == pytest.approx(np.exp((0.5 * 100 + 2.0 * 300) / 400))
+  assert summary['grad_norm'] == pytest.approx(3.0)
+  assert summary['learning_rate'] == pytest.approx(2e-3)

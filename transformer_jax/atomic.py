@@ -5,6 +5,7 @@ the permissions of one made by `open` (0o666 less the umask), not the temporary 
 
 import contextlib
 import os
+import shutil
 import tempfile
 from typing import Iterator
 
@@ -31,6 +32,12 @@ def _umask() -> int:
   mask = os.umask(0)
   os.umask(mask)
   return mask
+
+
+def copy(source: str, path: str) -> None:
+  """Copies the file `source` to `path` atomically."""
+  with replacing(path) as temporary:
+    shutil.copyfile(source, temporary)
 
 
 def write(path: str, text: str) -> None:

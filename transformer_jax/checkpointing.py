@@ -14,7 +14,6 @@ vocabulary.
 import contextlib
 import json
 import os
-import shutil
 from typing import Any, Iterator, Sequence
 
 from absl import logging
@@ -47,10 +46,14 @@ class Checkpoints:
   def save(self, step: int, state: Any, data_state: dict) -> None:
     """Starts writing in the background; the arrays are copied off the devices first, so the
     state may be updated (or donated) as soon as this returns. A failed write (of this save or
-    of the previous one, still in the background) is an OSError naming the directory."""
+    of the previous one, still in the background) is an OSError naming the directory; a step
+    not newer than the newest saved one, which orbax skips, is a RuntimeError."""
     with self._write_errors():
-      self._manager.save(step, args=ocp.args.Composite(
+      saved = self._manager.save(step, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)))
+    if not saved:
+      raise RuntimeError(f'step {step} was not saved in {self._manager.directory}: it already '
+                         f'holds step {self._manager.latest_step()}')
 
   def restore(self, step: int, abstract_state: Any | None = None) -> tuple[Any, dict]:
     """The state of `step`, placed with `abstract_state`'s shardings (None: as a tree of
@@ -77,11 +80,14 @@ class Checkpoints:
   def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
     """(step, state, iterator state) of the newest readable checkpoint, None if there is no
     checkpoint. Newer ones that cannot be read are warned about and moved aside to
-    `<step>.corrupt`; RuntimeError if none can be read (then nothing is moved)."""
+    `<step>.corrupt`; RuntimeError if none can be read (then nothing is moved). Running out of
+    memory while restoring says nothing about the checkpoint: it is raised as it is."""
     unreadable = []
     for step in reversed(self.all_steps()):
       try:
         state, data_state = self.restore(step, abstract_state)
+      except (MemoryError, jax.errors.JaxRuntimeError):
+        raise  # the device or host is short of memory: the checkpoint may be fine
       except Exception as e:  # pylint: disable=broad-except  (TensorStore raises many types)
         self._warn_unreadable(step, e)
         unreadable.append((step, e))
@@ -212,7 +218,7 @@ def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
   atomic.write(os.path.join(workdir, CONFIG_FILENAME), config.to_json_best_effort(indent=2))
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
   if config.data.spm_model and os.path.abspath(config.data.spm_model) != vocabulary:
-    shutil.copyfile(config.data.spm_model, vocabulary)
+    atomic.copy(config.data.spm_model, vocabulary)
 
 
 def save_average(workdir: str, last: int | None, output: str) -> list[int]:
@@ -233,8 +239,8 @@ def save_average(workdir: str, last: int | None, output: str) -> list[int]:
   source.close()
   os.makedirs(output, exist_ok=True)
   write_config(config, output)
-  shutil.copyfile(os.path.join(workdir, tokenizer.MODEL_FILENAME),
-                  os.path.join(output, tokenizer.MODEL_FILENAME))
+  atomic.copy(os.path.join(workdir, tokenizer.MODEL_FILENAME),
+              os.path.join(output, tokenizer.MODEL_FILENAME))
   target = Checkpoints(output, keep=1)
   target.save(averaged[-1], state, data_state)
   target.wait()

@@ -86,10 +86,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ValueError(
         f'config.model.max_len={config.model.max_len} positions cannot hold the longest output, '
         f'config.data.max_length + config.decode.max_extra_length = {longest}')
-  if 2 * config.decode.beam_size > config.data.vocab_size:
+  # A search step keeps 2k candidates from the tokens a hypothesis can take: all but PAD.
+  if 2 * config.decode.beam_size + 1 > config.data.vocab_size:
     raise ValueError(f'config.decode.beam_size={config.decode.beam_size} needs a vocabulary of '
-                     f'at least {2 * config.decode.beam_size} tokens, config.data.vocab_size is '
-                     f'{config.data.vocab_size}')
+                     f'at least {2 * config.decode.beam_size + 1} tokens (2k candidates and PAD), '
+                     f'config.data.vocab_size is {config.data.vocab_size}')
   pack_length = config.data.pack_length
   if isinstance(pack_length, bool) or not isinstance(pack_length, int) or not (
       pack_length == 0 or 1 <= pack_length <= config.data.max_length):

@@ -110,10 +110,12 @@ class Embeddings(nn.Module):
 def project(y: jax.Array, table: jax.Array) -> jax.Array:
   """(b, t, d_model) x (vocab, d_model) -> (b, t, vocab) float32: y times the table transposed.
 
-  Autodiff's own gradient, with the same products; only the table's gradient is written as
-  (y^T g)^T. Left to itself, XLA's CPU backend copied the (b·t, vocab) logit gradient into a
-  transposed layout for that product; without the copy a `configs/multi30k.py` training step
-  takes about 6% less time (docs/performance.md).
+  The backward pass is autodiff's but for two things: the table's gradient is written as
+  (y^T g)^T, and the float32 logit gradient is rounded to the compute dtype before both
+  products, as the gradient of a compute-dtype output would be (a precision trade-off in
+  bfloat16, none in float32). Left to itself, XLA's CPU backend copied the (b·t, vocab) logit
+  gradient into a transposed layout for the table's product; without the copy a
+  `configs/multi30k.py` training step takes about 6% less time (docs/performance.md).
   """
   return jnp.einsum('btd,vd->btv', y, table, preferred_element_type=jnp.float32)
 

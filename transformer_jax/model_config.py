@@ -32,7 +32,7 @@ class TransformerConfig:
   layerdrop_rate: float = 0.0
   drophead_rate: float = 0.0
   position_encoding: str = 'sinusoid'  # or 'learned' (Table 3 row E)
-  max_len: int = 512  # rows of the learned position table
+  max_len: int = 512  # the most positions either encoding accepts (rows of a learned table)
   share_embeddings: bool = True  # §3.4
   qkv_init: str = 'fused'  # tensor2tensor v1's fused Q/K/V projections, or 'separate'
   attention_bias: bool = False  # biases on W^Q, W^K, W^V and W^O

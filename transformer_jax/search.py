@@ -102,9 +102,11 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
   A sentence is done when its best finished hypothesis scores at least the best live
   hypothesis's upper bound, its log-probability / lp(length): log-probabilities only fall as a
   hypothesis grows, and lp is largest at the longest output because α >= 0, so no live
-  hypothesis can overtake it (early termination, §6.1; tensor2tensor's `stop_early`). The
-  search stops when every sentence is done or at `length` tokens; a sentence with no finished
-  hypothesis then returns its best live one.
+  hypothesis can overtake it (early termination, §6.1). tensor2tensor's `stop_early` waits until
+  the lowest of the k finished scores clears that bound, which settles the whole k-best list;
+  only the best hypothesis is returned here, so the search stops as soon as that one is settled
+  (searching on could not change it). The search stops when every sentence is done or at
+  `length` tokens; a sentence with no finished hypothesis then returns its best live one.
 
   Args:
     scorer: `beam_size` rows per sentence, sentence-major.
@@ -144,8 +146,8 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     rows = jnp.take_along_axis(beam, best, axis=1) + jnp.arange(batch)[:, None] * k
     state = scorer.reorder(state, rows.reshape(-1))
 
-    bound = live_log_probs[:, 0] / max_penalty
-    done = ~active | (finished_scores[:, 0] >= bound)
+    upper_bound = live_log_probs[:, 0] / max_penalty
+    done = ~active | (finished_scores[:, 0] >= upper_bound)
     return i + 1, live, live_log_probs, finished, finished_scores, done, state
 
   def running(carry):

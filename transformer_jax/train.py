@@ -56,7 +56,8 @@ class _TrainMetrics:
 
   @contextlib.contextmanager
   def paused(self):
-    """Time spent inside (evaluation) is not counted in tokens/s and step time."""
+    """Time spent inside (evaluation, starting a save) is not counted in tokens/s and step
+    time."""
     start = time.perf_counter()
     try:
       yield
@@ -64,7 +65,8 @@ class _TrainMetrics:
       self._paused += time.perf_counter() - start
 
   def summary(self) -> dict | None:
-    """Means over the steps since the last call, with tokens/s and step time; None if empty."""
+    """Over the steps since the last call: loss, nll and accuracy per target token, the mean
+    gradient norm, tokens/s and step time; None if empty."""
     if not self._pending:
       return None
     fetched = jax.device_get(self._pending)
@@ -76,11 +78,13 @@ class _TrainMetrics:
             f'{metrics["grad_norm"]} at step {step}; stopping, the last checkpoint before it '
             'is kept')
     steps_done = len(fetched)
-    names = ('loss', 'nll', 'accuracy', 'grad_norm')
-    summary = {name: float(np.mean([m[name] for _, m in fetched])) for name in names}
+    tokens = np.array([m['tokens'] for _, m in fetched], np.float64)
+    summary = {name: float(np.dot([m[name] for _, m in fetched], tokens) / max(tokens.sum(), 1.0))
+               for name in ('loss', 'nll', 'accuracy')}
+    summary['grad_norm'] = float(np.mean([m['grad_norm'] for _, m in fetched]))
     summary['perplexity'] = float(np.exp(summary['nll']))
     summary['learning_rate'] = float(fetched[-1][1]['learning_rate'])
-    summary['target_tokens_per_second'] = sum(float(m['tokens']) for _, m in fetched) / elapsed
+    summary['target_tokens_per_second'] = float(tokens.sum()) / elapsed
     summary['step_time'] = elapsed / steps_done
     self._pending = []
     self._start, self._paused = time.perf_counter(), 0.0
@@ -89,7 +93,7 @@ class _TrainMetrics:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains for `config.train.num_train_steps` steps (resuming from `workdir`) and returns
-  the last dev-split metrics. Holds the workdir's lock throughout (`workdirs.lock`); on SIGTERM
+  the last dev-split metrics ({} if the run had no step left). Holds the workdir's lock throughout (`workdirs.lock`); on SIGTERM
   saves a checkpoint at the next step boundary and returns (`preemption`)."""
   config_lib.validate(config)
   if config.parallel.distributed:
@@ -137,18 +141,20 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
         progress.update()
         last = step == train.num_train_steps
         preempted = notice.reached(step)
-        if step % train.log_every_steps == 0 or last:
+        save = step % train.checkpoint_every_steps == 0 or last or preempted
+        evaluate_now = (step % train.eval_every_steps == 0 or last) and not preempted
+        # Fetching the metrics checks the steps for NaN, so no bad state is saved or evaluated.
+        if step % train.log_every_steps == 0 or save or evaluate_now:
           summary = pending.summary()
           log.write(step, 'train', summary)
           progress.set_postfix(loss=f'{summary["loss"]:.3f}',
                                lr=f'{summary["learning_rate"]:.2e}',
                                tok_s=f'{summary["target_tokens_per_second"]:.0f}')
         # Saved before evaluating, so that a failed evaluation loses no training.
-        if step % train.checkpoint_every_steps == 0 or last or preempted:
-          if (summary := pending.summary()) is not None:  # also checks the step before saving
-            log.write(step, 'train', summary)
-          checkpoints.save(step, state, iterator.get_state())
-        if (step % train.eval_every_steps == 0 or last) and not preempted:
+        if save:
+          with pending.paused():
+            checkpoints.save(step, state, iterator.get_state())
+        if evaluate_now:
           with pending.paused():
             eval_metrics = evaluator(state.params, 'validation', train.num_eval_steps,
                                      train.eval_bleu)
