@@ -9,6 +9,7 @@ import sys
 
 from conftest import SMALL
 from flax import traverse_util
+import jax
 import pytest
 
 from transformer_jax import config_lib
@@ -56,6 +57,8 @@ def test_rows_run_are_tabulated_and_skipped_when_done(tmp_path):
   assert wide['model']['d_ff'] == 128 and wide['steps'] == 20 and wide['beam_size'] == 4
   assert wide['split'] == 'validation' and wide['checkpoint_steps'] == [20]
   assert wide['perplexity'] > 1 and 0 <= wide['bleu_tokenized'] <= 100
+  assert wide['versions']['device'] == jax.devices()[0].device_kind
+  assert wide['versions']['processor']
   with open(workdir / 'wide' / 'metrics.jsonl') as f:
     logged = [json.loads(line) for line in f]
   assert wide['dev_curve'] == [{'step': r['step'], 'perplexity': r['perplexity']}

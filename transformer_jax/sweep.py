@@ -37,8 +37,20 @@ EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_l
 SAVE_SECONDS_EVERY = 30.0
 
 
+def _processor() -> str:
+  """The CPU's model name (Linux), else what `platform` knows."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      return next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
+  except (OSError, StopIteration):
+    return platform.processor()
+
+
 def _versions() -> dict:
-  return {'python': platform.python_version(),
+  """Package versions and the machine a row ran on: training times compare only on one."""
+  import jax  # pylint: disable=import-outside-toplevel
+  return {'python': platform.python_version(), 'device': jax.devices()[0].device_kind,
+          'processor': _processor(),
           **{name: metadata.version(name) for name in ('jax', 'flax', 'optax', 'sacrebleu')}}
 
 
