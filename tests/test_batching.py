@@ -113,6 +113,10 @@ def test_a_position_saved_under_other_batching_keeps_its_fraction_of_the_epoch()
   # A position saved without its batching (older checkpoints) is taken as it is.
   resumed.set_state({'epoch': 1, 'index': 3})
   assert resumed.get_state()['index'] == 3
+  # ... also when it lies beyond this plan's end: the next epoch starts.
+  resumed.set_state({'epoch': 0, 'index': wide_batches + 3})
+  assert _pair_ids(next(resumed)) == _pair_ids(wide.assemble(*wide.plan(seed=7, epoch=1)[0]))
+  assert resumed.get_state()['epoch'] == 1
 
 
 def test_epochs_are_shuffled_differently_and_deterministically():
@@ -162,5 +166,13 @@ def test_padding_fraction_counts_empty_slots():
 
 
 def test_too_small_token_budget_is_an_error_naming_the_fields():
-  with pytest.raises(ValueError, match='config.data.tokens_per_batch=100'):
+  with pytest.raises(ValueError, match=r'100 tokens \(config.data.tokens_per_batch.*2 row\(s\) '
+                     'of config.data.max_length=64'):
     Batcher(_split(), max_length=64, tokens_per_batch=100, rows_multiple=2)
+
+
+def test_rows_that_processes_cannot_share_evenly_are_an_error_naming_the_fields():
+  batcher = Batcher(_split(), max_length=64, tokens_per_batch=512, rows_multiple=4)
+  with pytest.raises(ValueError, match='multiples of 4 .*config.parallel.*grad_accum_steps.*3 '
+                     'processes'):
+    TrainIterator(batcher, seed=0, process_index=0, process_count=3)

@@ -45,7 +45,7 @@ def test_vocabulary_is_saved_in_the_workdir_and_reused(config, workdir, data, mo
   assert again.serialized_model_proto() == data.tokenizer.serialized_model_proto()
 
 
-def test_batches_hold_the_corpus_translated_both_ways(config, data):
+def test_eval_batches_hold_every_kept_pair_once(config, data):
   splits = builtin_grammar.splits(seed=0)
   for split in ('validation', 'test'):
     decoded = set()
@@ -67,6 +67,21 @@ def test_train_iterator_respects_the_token_budget(config, data):
     rows, length = batch['inputs'].shape
     assert rows * length <= config.data.tokens_per_batch and length <= config.data.max_length
     np.testing.assert_array_equal(batch['decoder_inputs'][:, 1:], batch['targets'][:, :-1])
+
+
+def test_evaluation_batches_are_one_micro_batch(config, workdir, data):
+  """With gradient accumulation a training batch holds grad_accum_steps micro-batches; an
+  evaluation batch holds one: a k-th of the tokens, its rows a multiple of the batch shards."""
+  accumulating = config.copy_and_resolve_references()
+  accumulating.train.grad_accum_steps = 2
+  accumulating.data.spm_model = os.path.join(workdir, tokenizer.MODEL_FILENAME)
+  batchers = pipeline.load(accumulating, workdir, rows_multiple=4).batchers  # 2 shards x 2
+  assert batchers['train'].tokens_per_batch == config.data.tokens_per_batch
+  assert batchers['train'].rows_multiple == 4
+  for split in ('validation', 'test'):
+    assert batchers[split].tokens_per_batch == config.data.tokens_per_batch // 2
+    assert batchers[split].rows_multiple == 2
+    assert data.batchers[split].tokens_per_batch == config.data.tokens_per_batch
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -201,3 +202,46 @@ def test_input_lines_end_at_newlines_only(data, expected):
       translate.read_lines(io.BytesIO(data), 'in.txt')
   else:
     assert translate.read_lines(io.BytesIO(data), 'in.txt') == expected
+
+
+_TWO_PROCESS_TRANSLATION = '''
+import json, os, sys
+os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
+import jax, numpy as np
+process, port, workdir, sentences = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+jax.distributed.initialize(f'127.0.0.1:{port}', num_processes=2, process_id=process)
+from transformer_jax import partitioning
+from transformer_jax.translator import Translator
+# The data axis alternates between the processes, as a pod's topology-ordered mesh may:
+# process 0's devices hold global rows 0 and 2 of every four.
+by_process = [[d for d in jax.devices() if d.process_index == p] for p in (0, 1)]
+devices = [device for pair in zip(*by_process) for device in pair]
+make_mesh = partitioning.make_mesh
+partitioning.make_mesh = lambda config, devices_=None: make_mesh(config, devices)
+translator = Translator(workdir, average_last=1, batch_size=8)
+assert [d.process_index for d in translator.model.mesh.devices.flat] == [0, 1, 0, 1]
+print(json.dumps(translator.translate(sentences)))
+'''
+
+
+def test_translations_over_two_processes_follow_the_input_order(workdir, tmp_path):
+  """Two processes whose devices interleave on the data axis translate the same sentences,
+  in the same order, as one process does."""
+  sentences = ['the man sees a dog .', 'a small cat sleeps .', 'the dogs run .',
+               'the woman eats .', 'a big dog sleeps .', 'the cats see the man .',
+               'a child runs .', 'the man eats a cat .']
+  expected = Translator(workdir, average_last=1).translate(sentences)
+  assert len(set(expected)) > 2  # so a wrong order shows
+  script = tmp_path / 'translate.py'
+  script.write_text(_TWO_PROCESS_TRANSLATION)
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    port = probe.getsockname()[1]
+  processes = [subprocess.Popen([sys.executable, str(script), str(i), str(port), workdir,
+                                 *sentences], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for i in range(2)]
+  results = [process.communicate(timeout=600) for process in processes]
+  for process, (_, stderr) in zip(processes, results):
+    assert process.returncode == 0, stderr[-3000:]
+  assert [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in results] == [expected] * 2

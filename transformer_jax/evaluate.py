@@ -7,8 +7,8 @@ the command below, which scores a trained workdir as the paper did, §6.1).
 `Evaluator`, during training: loss, per-token perplexity (Table 3's PPL), token accuracy, and
 corpus BLEU (sacreBLEU on detokenized text) of translations decoded as `config.decode` says
 (beam search, or greedy with beam_size 1). Its references are the target token ids decoded
-back to text, so BLEU there follows the vocabulary's round trip (exact for SentencePiece
-except for unknown characters) and is computed on preprocessed text when
+back to text, so BLEU there follows the vocabulary's round trip (SentencePiece's NFKC
+normalisation and unknown characters change a few; docs/data.md) and is computed on preprocessed text when
 `config.data.preprocessing` is set. It decodes the loss's batches, padded to the bucket of
 each pair's longer side, so the output cap (padded input length + 50) can be a bucket longer
 than `evaluate`'s, which pads by the source alone: the two BLEU figures of one checkpoint can
@@ -26,7 +26,6 @@ the name records the split, checkpoints and decoding settings.
 
 import itertools
 import json
-import math
 import os
 import time
 
@@ -58,8 +57,11 @@ class Evaluator:
     self._decode = decoding.jit_decode(model, decode.beam_size, decode.alpha,
                                        decode.max_extra_length)
 
-  def __call__(self, params, split: str, num_batches: int = -1, bleu: bool = True) -> dict:
-    """Metrics over the first `num_batches` batches of `split` (-1: all of it)."""
+  def __call__(self, params, split: str, num_batches: int = -1, with_bleu: bool = True
+               ) -> dict:
+    """Metrics over the first `num_batches` batches of `split` (-1: all of it). The batches
+    come shortest bucket first, so a part of a split is a quick check, biased towards short
+    sentences, not an estimate of the whole."""
     batches = self._data.eval_batches(split, jax.process_index(), jax.process_count())
     if num_batches > 0:
       batches = itertools.islice(batches, num_batches)
@@ -68,7 +70,7 @@ class Evaluator:
     for local_batch in batches:
       batch = self._model.put_batch(local_batch)
       totals = _add_sums(totals, self._model.loss_sums(params, batch))
-      if bleu:
+      if with_bleu:
         outputs = partitioning.gather_rows(self._decode(params, batch['inputs']))
         targets = partitioning.gather_rows(batch['targets'])
         for output, target in zip(outputs, targets):
@@ -76,8 +78,8 @@ class Evaluator:
             hypotheses.append(tokenizer.decode(self._data.tokenizer, decoding.strip(output)))
             references.append(tokenizer.decode(self._data.tokenizer, decoding.strip(target)))
     metrics = _per_token(totals)
-    if bleu:
-      metrics['bleu'] = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    if with_bleu:
+      metrics['bleu'] = bleu.detokenized.corpus_bleu(hypotheses, [references]).score
     return metrics
 
 

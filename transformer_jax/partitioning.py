@@ -94,13 +94,24 @@ def placed_shapes(abstract_state: Any, shardings: Any) -> Any:
 
 def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict:
   """This process's rows -> global arrays sharded over the batch axes. With one process the
-  local rows are the whole batch."""
+  local rows are the whole batch; with several, each process's rows go to the global rows its
+  devices hold, so the rows' order follows the mesh's device order (see `whole_batch`)."""
   processes = jax.process_count()
   return {
       name: jax.make_array_from_process_local_data(
           sharding, value, (value.shape[0] * processes,) + value.shape[1:])
       for name, value in local_batch.items()
   }
+
+
+def whole_batch(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict:
+  """A batch that every process holds whole -> global arrays sharded over the batch axes.
+  Each device takes the rows its shard covers, wherever the mesh puts this process's devices
+  (`global_batch` places a process's rows on whichever rows its devices hold, which keeps a
+  batch's content but not its order, so it is for training and loss sums only)."""
+  return {name: jax.make_array_from_callback(value.shape, sharding,
+                                             lambda index, value=value: value[index])
+          for name, value in batch.items()}
 
 
 def gather_rows(array: jax.Array) -> np.ndarray:

@@ -59,3 +59,7 @@ class ShardedModel:
   def put_batch(self, local_batch: dict) -> dict:
     """This process's rows of a batch -> global arrays on the mesh."""
     return partitioning.global_batch(local_batch, self.batch_sharding)
+
+  def put_whole_batch(self, batch: dict) -> dict:
+    """A batch every process holds whole -> global arrays on the mesh, rows in order."""
+    return partitioning.whole_batch(batch, self.batch_sharding)

@@ -13,7 +13,6 @@ import os
 from typing import Sequence
 
 from absl import logging
-import jax
 import numpy as np
 import tqdm
 
@@ -84,7 +83,6 @@ class Translator:
     lengths = batching.bucket_lengths(max_length)
     bucket = np.searchsorted(lengths, sizes)
     outputs = [[] for _ in sources]
-    process, processes = jax.process_index(), jax.process_count()
     with tqdm.tqdm(total=len(sources), disable=not progress, unit='sentence',
                    dynamic_ncols=True) as bar:
       for b in reversed(range(len(lengths))):  # longest first: the slowest batches show early
@@ -94,8 +92,7 @@ class Translator:
           inputs = np.full((self.rows, lengths[b]), PAD_ID, np.int32)
           for row, i in enumerate(chunk):
             inputs[row, :len(sources[i])] = sources[i]
-          local = {'inputs': batching.process_rows(inputs, process, processes)}
-          batch = self.model.put_batch(local)
+          batch = self.model.put_whole_batch({'inputs': inputs})
           result = partitioning.gather_rows(self._decode(self.params, batch['inputs']))
           for row, i in enumerate(chunk):
             outputs[i] = decoding.strip(result[row])

@@ -4,8 +4,8 @@ approximately 25000 source tokens and 25000 target tokens.").
 
 A pair goes to the smallest bucket whose length L holds both its sides. A batch of bucket L
 has a fixed number of rows, the most that keep rows x L <= tokens_per_batch on each side
-(padding included), rounded down to a multiple of `rows_multiple` (the data-parallel shard
-count), so the training step sees one shape per bucket and compiles a bounded number of times.
+(padding included), rounded down to a multiple of `rows_multiple` (in training the batch
+shards times the gradient accumulation steps: every micro-batch splits over the devices), so the training step sees one shape per bucket and compiles a bounded number of times.
 A bucket's last batch of an epoch is filled up with empty (all-padding) rows, which the loss
 ignores: no pair is dropped.
 
@@ -76,8 +76,10 @@ class Batcher:
   def __post_init__(self):
     if self.tokens_per_batch < self.max_length * self.rows_multiple:
       raise ValueError(
-          f'config.data.tokens_per_batch={self.tokens_per_batch} cannot hold '
-          f'{self.rows_multiple} row(s) of config.data.max_length={self.max_length} tokens')
+          f'a batch of {self.tokens_per_batch} tokens (config.data.tokens_per_batch; for '
+          'evaluation divided by config.train.grad_accum_steps) cannot hold '
+          f'{self.rows_multiple} row(s) of config.data.max_length={self.max_length} tokens '
+          '(rows come in multiples of the batch shards times the accumulation steps)')
 
   @property
   def lengths(self) -> list[int]:
@@ -210,8 +212,9 @@ class TrainIterator(Iterator[dict]):
   def __init__(self, batcher: Batcher, seed: int, process_index: int = 0,
                process_count: int = 1):
     if batcher.rows_multiple % process_count:
-      raise ValueError(f'rows_multiple={batcher.rows_multiple} must be a multiple of the '
-                       f'process count {process_count}')
+      raise ValueError(f'a batch\'s rows come in multiples of {batcher.rows_multiple} (the batch '
+                       'shards of config.parallel times config.train.grad_accum_steps), which '
+                       f'the {process_count} processes cannot share evenly')
     self._batcher = batcher
     self._seed = seed
     self._process_index = process_index
@@ -248,7 +251,7 @@ class TrainIterator(Iterator[dict]):
     self._plan = self._batcher.plan(self._seed, epoch)
 
   def __next__(self) -> dict:
-    if self._index == len(self._plan):
+    if self._index >= len(self._plan):  # also a position restored from a longer plan
       self._start_epoch(self._epoch + 1)
     length, indices = self._plan[self._index]
     self._index += 1

@@ -285,7 +285,7 @@ def generate_pairs(seed: int, num_pairs: int) -> list[tuple[str, str]]:
 
   Pairs are sampled until there are enough, skipping any whose English or German sentence was
   drawn before, so no sentence occurs twice. Raises ValueError if `num_pairs` is negative or
-  more than the grammar's `capacity()` (about 3e25).
+  more than the grammar's `capacity()` (about 1e25).
   """
   if not 0 <= num_pairs <= capacity():
     raise ValueError(f'num_pairs={num_pairs}: the built-in grammar can produce between 0 and '

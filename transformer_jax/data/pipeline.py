@@ -1,6 +1,6 @@
 """The data pipeline: dataset splits -> one shared vocabulary -> token ids -> batches.
 
-  data = pipeline.load(config, workdir, rows_multiple=num_data_shards)
+  data = pipeline.load(config, workdir, rows_multiple=trainer.rows_multiple)
   train = data.train_iterator(seed=config.seed)   # endless, restorable batches
   for batch in data.eval_batches('validation'): ...
 
@@ -60,19 +60,30 @@ def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1
                    for source, target in datasets.load_pairs(config.data, split)]
            for split in SPLITS}
   processor = vocabulary(config, workdir, pairs['train'])
-  return Data(processor, {split: batcher(config, processor, pairs[split], rows_multiple, split)
-                          for split in SPLITS})
+  # A training batch's rows split into grad_accum_steps micro-batches over the batch axes; an
+  # evaluation batch is one micro-batch.
+  eval_rows_multiple = max(1, rows_multiple // config.train.grad_accum_steps)
+  return Data(processor, {
+      split: batcher(config, processor, pairs[split],
+                     rows_multiple if split == 'train' else eval_rows_multiple, split)
+      for split in SPLITS})
 
 
 def batcher(config: ml_collections.ConfigDict, processor: spm.SentencePieceProcessor,
             pairs: list[tuple[str, str]], rows_multiple: int = 1,
             name: str = 'split') -> batching.Batcher:
   """Tokenizes (source, target) text pairs and plans their batches; pairs with a side longer
-  than `config.data.max_length` tokens are dropped."""
+  than `config.data.max_length` tokens are dropped. Batches other than the 'train' split's
+  hold one micro-batch's tokens (`tokens_per_batch / grad_accum_steps`): evaluation runs no
+  accumulation, and beam search multiplies its rows by the beam."""
   sources = tokenizer.encode(processor, [source for source, _ in pairs])
   targets = tokenizer.encode(processor, [target for _, target in pairs])
   tokenized = batching.TokenizedSplit.from_pairs(sources, targets, config.data.max_length)
   logging.info('%s: %d pairs kept, %d longer than %d tokens dropped', name, len(tokenized),
                tokenized.num_dropped, config.data.max_length)
-  return batching.Batcher(tokenized, config.data.max_length, config.data.tokens_per_batch,
-                          rows_multiple, config.data.pack_length if name == 'train' else 0)
+  train = name == 'train'
+  tokens_per_batch = config.data.tokens_per_batch
+  if not train:
+    tokens_per_batch //= config.train.grad_accum_steps
+  return batching.Batcher(tokenized, config.data.max_length, tokens_per_batch, rows_multiple,
+                          config.data.pack_length if train else 0)
