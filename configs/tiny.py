@@ -34,5 +34,6 @@ def get_config() -> ml_collections.ConfigDict:
       'train.eval_every_steps': 400,
       'train.checkpoint_every_steps': 400,
       'train.keep_checkpoints': 5,
+      'decode.average_last': 3,  # the run's three checkpoints (steps 400, 800, 1200)
   })
   return config

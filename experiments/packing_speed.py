@@ -1,6 +1,6 @@
 r"""Real target tokens per second of training with and without packing, interleaved.
 
-  python experiments/packing_speed.py --manual_dir=../shared/data/multi30k \
+  python experiments/packing_speed.py --manual_dir=DIR \
       [--config=configs/multi30k.py] [--pack_lengths=0,64] [--steps=300] [--repeats=2] \
       [--json=experiments/results/packing_speed_cpu.json]
 

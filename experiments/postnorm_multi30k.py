@@ -9,7 +9,7 @@ initialisation, pinned here), trained with the paper's recipe (eq. 3 with warmup
 1000, so a peak of 0.0028; batches of 4096 + 4096 tokens; Adam ε 1e-9). Each row changes one
 thing that a public fairseq run of the same post-norm model, which reaches 41.0 test BLEU,
 does differently:
-  post              nothing: the recipe as it is (issue 6's attempt 1 ran it for 9000 steps);
+  post              nothing: the recipe as it is (the first post-norm Multi30k run, results/multi30k.md's attempt 1, ran it for 9000 steps);
   post_fused        W^Q, W^K, W^V drawn as blocks of tensor2tensor v1's fused projections,
                     variance 1/(2·d_model) in self-attention (fairseq: the same variance);
   post_bias         biases on the four attention projections (fairseq, tensor2tensor v1);
@@ -17,7 +17,7 @@ does differently:
                     0.005·sqrt(2000/step), which is eq. 3 with warmup 2000 times 2.53;
   post_fairseq_batch twice the tokens per update (8192 + 8192 tokens with padding,
                     by arithmetic about 6300 real target tokens; fairseq's about 7100);
-post_fairseq_all   the four together;
+  post_fairseq_all  the four together;
 and the _seed1 rows repeat a row with another seed (initialisation, dropout, batch order).
 `pre` is the pre-norm model of the earlier configs/multi30k.py at the same cadence, the target.
 Every row: 4000 steps, dev perplexity every 500 steps (BLEU is not computed during
@@ -37,11 +37,12 @@ from transformer_jax import config_lib
 
 multi30k = config_lib.import_sibling(__file__, '../configs/multi30k')
 
-MULTI30K = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared', 'data',
-                        'multi30k')
+# As in table3_multi30k.py: the raw files beside the repository if there, else a download.
+MULTI30K = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..',
+                                         'shared', 'data', 'multi30k'))
 
 BASE = {
-    'data.manual_dir': os.path.normpath(MULTI30K),
+    'data.manual_dir': MULTI30K if os.path.isdir(MULTI30K) else None,
     'model.norm_position': 'post',
     'model.qkv_init': 'separate',  # the initialisation the stalled runs had
     'train.num_train_steps': 4000,

@@ -39,8 +39,8 @@ row's (eq. 3 does not depend on the run's length, so it is the same run). The pr
 step took 0.68 s over steps 2001-4000 on a 2-core Intel Xeon; the 41 rows
 cost about 46.6 base rows of 4000 steps (forward FLOPs per token relative to base, at length
 16: C1 0.57, C2 0.78, C3 1.22, C4 0.43, C5 2.54, C6 0.82, C7 1.36, B1 0.89, B2 0.93, big 3.26),
-about 35 hours if time follows FLOPs: the sweep resumes from the committed rows, across
-sessions.
+about 35 hours if time follows FLOPs: the sweep resumes from the committed rows, so it can
+run in parts, on any machine.
 
 An earlier version of this file (commit 03ccae1: 700 steps, separate Q/K/V initialisation, one
 seed) produced experiments/results/table3_multi30k_700steps.md.
@@ -55,10 +55,10 @@ from transformer_jax import config_lib
 multi30k = config_lib.import_sibling(__file__, '../configs/multi30k')
 table3 = config_lib.import_sibling(__file__, '../configs/table3')
 
-# The Multi30k files beside the repository (../shared/data/multi30k); without them TFDS
-# downloads the corpus.
-MULTI30K = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared', 'data',
-                        'multi30k')
+# Multi30k's raw files from a folder shared/data/multi30k beside the repository when there is
+# one (train, val, test_2016_flickr x en, de, gzipped); else TFDS downloads the corpus.
+MULTI30K = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..',
+                                         'shared', 'data', 'multi30k'))
 
 STEPS = 4000
 D_MODEL = 128
@@ -66,7 +66,7 @@ D_MODEL = 128
 # Every field the sweep depends on is pinned here, so configs/multi30k.py (the best-effort
 # Multi30k model) can change without changing the sweep.
 BASE = {
-    'data.manual_dir': os.path.normpath(MULTI30K),
+    'data.manual_dir': MULTI30K if os.path.isdir(MULTI30K) else None,
     'data.vocab_size': 6000,
     'data.tokens_per_batch': 4096,
     'model.num_layers': 3,
