@@ -49,12 +49,14 @@ def _sweep(*args) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_rows_run_are_tabulated_and_skipped_when_done(tmp_path):
   sweep, workdir, results = _sweep_file(tmp_path), tmp_path / 'run', tmp_path / 'results'
-  done = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}')
+  done = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}',
+                '--override=model.dropout_rate=0.2')
   assert done.returncode == 0, done.stderr[-3000:]
   assert sorted(os.listdir(results)) == ['small.json', 'wide.json']
   with open(results / 'wide.json') as f:
     wide = json.load(f)
   assert wide['model']['d_ff'] == 128 and wide['steps'] == 20 and wide['beam_size'] == 4
+  assert wide['model']['dropout_rate'] == 0.2 and wide['overrides'] == ['model.dropout_rate=0.2']
   assert wide['split'] == 'validation' and wide['checkpoint_steps'] == [20]
   assert wide['perplexity'] > 1 and 0 <= wide['bleu_tokenized'] <= 100
   assert wide['versions']['device'] == jax.devices()[0].device_kind
@@ -122,6 +124,28 @@ def test_unknown_rows_are_an_error_before_training(tmp_path):
                   '--rows=small,F9')
   assert result.returncode != 0
   assert 'F9 not in' in result.stderr
+  assert not (tmp_path / 'run').exists()
+
+
+def test_overrides_are_parsed_as_train_parses_them(tmp_path):
+  sweep = config_lib.load_sweep(_sweep_file(tmp_path))
+  config = sweep_lib.with_overrides(sweep.get_config('wide'),
+                                    ['model.dropout_rate=0.25', 'train.grad_accum_steps=2'])
+  assert config.model.dropout_rate == 0.25 and config.train.grad_accum_steps == 2
+  assert config.model.d_ff == 128  # the row's own change stays
+  with pytest.raises(ValueError, match='must be a positive integer'):
+    sweep_lib.with_overrides(sweep.get_config('wide'), ['train.grad_accum_steps=0'])
+
+
+@pytest.mark.parametrize('override, error', [
+    ('model.nope=1', 'config.model.nope does not exist'),
+    ('model.num_layers=two', "invalid literal for int"),
+])
+def test_bad_overrides_are_an_error_before_training(tmp_path, override, error):
+  result = _sweep(f'--sweep={_sweep_file(tmp_path)}', f'--workdir={tmp_path / "run"}',
+                  f'--override={override}')
+  assert result.returncode != 0
+  assert error in result.stderr
   assert not (tmp_path / 'run').exists()
 
 

@@ -24,7 +24,7 @@ import ml_collections
 from transformer_jax import config_lib, translator
 
 
-def _unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str | None:
+def unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str | None:
   """The first `--config.<field>=...` argument whose field is not in `config`, if any."""
   for arg in argv[1:]:
     if not arg.startswith('--config.'):
@@ -49,7 +49,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
   except OSError as e:  # a missing config file
     sys.exit(f'error: {e}')
   except (AttributeError, KeyError, TypeError, ValueError) as e:
-    unknown = _unknown_override(argv, flags.FLAGS['config'].value)
+    unknown = unknown_override(argv, flags.FLAGS['config'].value)
     sys.exit(f'error: {unknown or e}')
   return remaining
 

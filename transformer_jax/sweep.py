@@ -1,7 +1,8 @@
 r"""Runs the rows of a sweep one after another and tabulates them beside the paper's figures.
 
   python -m transformer_jax.sweep --sweep=experiments/table3_multi30k.py --workdir=DIR \
-      [--rows=A1,C3] [--results=experiments/results/table3_multi30k]
+      [--rows=A1,C3] [--results=experiments/results/table3_multi30k] \
+      [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
 
 A sweep file is a config file whose `get_config(row)` gives each row's config, with
     ROWS   the row ids, in table order (a dict or a sequence);
@@ -14,6 +15,11 @@ with the dev perplexities logged during training, go to `<results>/<row>.json` (
 crashed or interrupted sweep resumes where it stopped (an unfinished row resumes from its last
 checkpoint), and committed JSON files let a fresh machine resume too. After every row the
 table is rewritten: `DIR/table3.md`, `table3.csv` and `table3.png`.
+
+`--override=FIELD=VALUE` sets a config field in every row, as `--config.FIELD=VALUE` does for
+`train` (precision, memory, devices: what should not change a row's result, though nothing
+stops it); each is checked against every row before anything trains, and a row's JSON lists
+the overrides it ran with.
 """
 
 import csv
@@ -28,6 +34,7 @@ import time
 from typing import Any
 
 from absl import flags
+from ml_collections import config_flags
 
 from transformer_jax import atomic, cli, config_lib, metrics_log
 
@@ -84,13 +91,35 @@ def _run(command: list[str], log_path: str, timing_path: str | None = None) -> t
   return seconds, output
 
 
-def run_row(sweep_path: str, row: str, workdir: str) -> dict:
+def _override_args(overrides: list[str]) -> list[str]:
+  return [f'--config.{override}' for override in overrides]
+
+
+def with_overrides(config: Any, overrides: list[str]) -> Any:
+  """`config` with `FIELD=VALUE` overrides applied by the parser `train` uses for
+  `--config.FIELD=VALUE`, then validated; raises ValueError naming a bad one."""
+  argv = ['sweep', *_override_args(overrides)]
+  unknown = cli.unknown_override(argv, config)
+  if unknown:
+    raise ValueError(f'--override: {unknown}')
+  flag_values = flags.FlagValues()
+  try:
+    config_flags.DEFINE_config_dict('config', config, flag_values=flag_values, sys_argv=argv)
+    flag_values(argv)
+  except flags.Error as e:
+    raise ValueError(f'--override: {str(e).strip().splitlines()[-1]}') from e
+  config_lib.validate(flag_values.config)
+  return flag_values.config
+
+
+def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = ()) -> dict:
   """Trains (or resumes) and evaluates one row; returns its figures. Its `train_seconds` are
   the wall time of every training attempt, dev evaluations during training included."""
   os.makedirs(workdir, exist_ok=True)
   log_path = os.path.join(workdir, 'sweep.log')
   train_seconds, _ = _run([sys.executable, '-m', 'transformer_jax.train',
-                           f'--config={sweep_path}:{row}', f'--workdir={workdir}'], log_path,
+                           f'--config={sweep_path}:{row}', f'--workdir={workdir}',
+                           *_override_args(overrides)], log_path,
                           os.path.join(workdir, 'sweep_train_seconds.json'))
   with open(os.path.join(workdir, 'config.json')) as f:
     config = json.load(f)
@@ -111,7 +140,7 @@ def run_row(sweep_path: str, row: str, workdir: str) -> dict:
   return {'row': row, 'train_seconds': train_seconds, 'eval_seconds': eval_seconds,
           'steps': config['train']['num_train_steps'], 'model': config['model'],
           'label_smoothing': config['train']['label_smoothing'], **figures,
-          'dev_curve': dev_curve, 'versions': _versions()}
+          'dev_curve': dev_curve, 'overrides': list(overrides), 'versions': _versions()}
 
 
 def _table_rows(sweep: Any, results: dict) -> list[dict]:
@@ -173,8 +202,10 @@ def _plot(table: list[dict], path: str) -> None:
   plt.close(figure)
 
 
-def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str | None) -> dict:
-  """Runs the rows not finished yet; returns every finished row's figures."""
+def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str | None,
+        overrides: list[str] = ()) -> dict:
+  """Runs the rows not finished yet, with `overrides` (`FIELD=VALUE`) in every row; returns
+  every finished row's figures."""
   sweep = config_lib.load_sweep(sweep_path)
   rows = list(sweep.ROWS) if rows is None else rows
   unknown = [row for row in rows if row not in sweep.ROWS]
@@ -182,7 +213,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
     raise ValueError(f'--rows: {", ".join(unknown)} not in {sweep_path} '
                      f'(rows: {", ".join(sweep.ROWS)})')
   for row in rows:  # every row's config is valid before anything trains
-    sweep.get_config(row)
+    with_overrides(sweep.get_config(row), list(overrides))
   results_dir = results_dir or os.path.join(workdir, 'rows')
   os.makedirs(results_dir, exist_ok=True)
   results = {}
@@ -196,7 +227,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
       print(f'{row}: done already ({os.path.join(results_dir, row + ".json")})', flush=True)
       continue
     print(f'{row}: training in {os.path.join(workdir, row)}', flush=True)
-    results[row] = run_row(sweep_path, row, os.path.join(workdir, row))
+    results[row] = run_row(sweep_path, row, os.path.join(workdir, row), overrides)
     atomic.write(os.path.join(results_dir, f'{row}.json'), json.dumps(results[row], indent=2))
     print(f'{row}: dev PPL {results[row]["perplexity"]:.2f}, BLEU '
           f'{results[row]["bleu_tokenized"]:.2f}, {results[row]["train_seconds"] / 60:.1f} min',
@@ -214,5 +245,7 @@ if __name__ == '__main__':
   _ROWS = flags.DEFINE_list('rows', None, 'Only these rows (default: all, in order).')
   _RESULTS = flags.DEFINE_string('results', None, 'Where each finished row\'s JSON goes '
                                  '(default: WORKDIR/rows).')
+  _OVERRIDE = flags.DEFINE_multi_string('override', [], 'FIELD=VALUE: a config field set in '
+                                        'every row (as train\'s --config.FIELD=VALUE).')
   cli.run(lambda: run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value,
-                      _RESULTS.value))
+                      _RESULTS.value, _OVERRIDE.value))
