@@ -79,7 +79,7 @@ class Evaluator:
             references.append(tokenizer.decode(self._data.tokenizer, decoding.strip(target)))
     metrics = _per_token(totals)
     if with_bleu:
-      metrics['bleu'] = bleu.detokenized.corpus_bleu(hypotheses, [references]).score
+      metrics['bleu'] = sacrebleu.corpus_bleu(hypotheses, [references]).score
     return metrics
 
 
