@@ -51,6 +51,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.attention_bias = False
   # One matrix for source embedding, target embedding and pre-softmax projection (§3.4).
   config.model.share_embeddings = True
+  # The decoder's first input, before the position encoding (§3.1 says only that the outputs
+  # are shifted right): 'zero' as tensor2tensor (the embedded targets shifted right; the padding
+  # id 0 embeds to zeros everywhere), or 'learned' (the padding id's row of the matrix).
+  config.model.decoder_start = 'zero'
   # 'post': LayerNorm(x + Dropout(Sublayer(x))) as in §3.1; 'pre' normalises the sub-layer
   # input and adds a final norm to each stack ("Transformers without Tears"; option).
   config.model.norm_position = 'post'

@@ -45,6 +45,7 @@ BASE = {
     'data.manual_dir': MULTI30K if os.path.isdir(MULTI30K) else None,
     'model.norm_position': 'post',
     'model.qkv_init': 'separate',  # the initialisation the stalled runs had
+    'model.decoder_start': 'learned',  # the start vector they had
     'train.num_train_steps': 4000,
     'train.eval_every_steps': 500,
     'train.eval_bleu': False,

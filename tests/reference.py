@@ -80,8 +80,10 @@ class Reference:
   """transformer(inputs, decoder_inputs) for one example, with the model's options. After a
   call, `attention[(stack, layer, name)]` holds each head's (q, k) attention weights."""
 
-  def __init__(self, params, num_layers, pre_norm=False, norm='layer_norm', fixnorm=False):
+  def __init__(self, params, num_layers, pre_norm=False, norm='layer_norm', fixnorm=False,
+               decoder_start='zero'):
     self.p = as_numpy(params)
+    self.zero_padding_embedding = decoder_start == 'zero'
     self.num_layers = num_layers
     self.attention = {}
     self.pre_norm = pre_norm
@@ -101,6 +103,8 @@ class Reference:
   def embed(self, tokens, role, position_params):
     d_model = self.tables[role].shape[1]
     x = self.tables[role][tokens] * np.sqrt(d_model)
+    if self.zero_padding_embedding:  # id 0, the start symbol, embeds to zeros
+      x = x * (tokens != 0)[:, None]
     if position_params is not None:
       return x + position_params['embedding'][: len(tokens)]
     return x + sinusoid(len(tokens), d_model)

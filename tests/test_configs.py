@@ -117,6 +117,7 @@ def test_unknown_row_is_an_error():
     ('train.label_smoothing', -0.1, r'config.train.label_smoothing must be in \[0, 1\)'),
     ('model.norm_position', 'middle', 'config.model.norm_position must be one of'),
     ('model.qkv_init', 'orthogonal', 'config.model.qkv_init must be one of'),
+    ('model.decoder_start', 'bos', 'config.model.decoder_start must be one of'),
     ('dtype', 'float16', 'config.dtype must be one of'),
     ('model.max_len', 300, 'config.model.max_len=300 positions cannot hold the longest output, '
      r'config.data.max_length \+ config.decode.max_extra_length = 306'),
@@ -144,10 +145,11 @@ def test_a_saved_config_without_a_newer_model_option_gets_its_default(tmp_path):
   config.model.qkv_init = 'fused'
   checkpointing.write_config(config, str(tmp_path))
   saved = json.loads((tmp_path / 'config.json').read_text())
-  del saved['model']['attention_bias']
+  del saved['model']['attention_bias'], saved['model']['decoder_start']
   (tmp_path / 'config.json').write_text(json.dumps(saved))
   loaded = checkpointing.load_config(str(tmp_path))
   assert loaded.model.attention_bias is False
+  assert loaded.model.decoder_start == 'learned'  # the embedding before the option existed
   assert loaded.model.qkv_init == 'fused'
   checkpointing.check_compatible(config, str(tmp_path))
 

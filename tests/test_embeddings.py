@@ -31,16 +31,46 @@ def test_learned_positions_have_their_shape_in_each_stack():
   assert 'position' not in init_params(tiny_config())['encoder']  # the sinusoid has no params
 
 
-def test_embedding_init_and_sqrt_d_model_scale():
-  cfg = tiny_config(vocab_size=4000, d_model=64)
+@pytest.mark.parametrize('decoder_start', ['zero', 'learned'])
+def test_embedding_init_and_sqrt_d_model_scale(decoder_start):
+  """Rows times sqrt(d_model); the padding id 0 (the decoder's start symbol) embeds to zeros
+  as in tensor2tensor, or to its own row with decoder_start='learned'."""
+  cfg = tiny_config(vocab_size=4000, d_model=64, decoder_start=decoder_start)
   module = Embeddings(cfg)
-  tokens = jnp.arange(10)[None]
+  tokens = jnp.array([[0, 1, 2, 3, 0, 9, 3999]])
   variables = module.init(jax.random.key(0), tokens, 'source', method='embed')
-  table = np.asarray(jax.tree.leaves(variables)[0])
+  table = np.asarray(jax.tree.leaves(variables)[0], np.float64)
   assert table.shape == (4000, 64)
   assert table.std() == pytest.approx(64**-0.5, rel=0.02)  # normal(0, d_model^-0.5)
-  embedded = module.apply(variables, tokens, 'source', method='embed')
-  np.testing.assert_allclose(embedded[0], table[:10] * 8.0, rtol=1e-6)
+  expected = table[np.asarray(tokens[0])] * 8.0
+  if decoder_start == 'zero':
+    expected[[0, 4]] = 0.0
+  assert np.abs(table[0]).max() > 0  # so the zero rows above are the option's doing
+  for role in ('source', 'target'):
+    embedded = module.apply(variables, tokens, role, method='embed')
+    np.testing.assert_allclose(embedded[0], expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize('decoder_start', ['zero', 'learned'])
+def test_the_start_row_reaches_the_outputs_only_when_learned(rng, decoder_start):
+  """With a zero start vector, the padding id's row of the shared matrix is used only as the
+  pre-softmax row of the padding id: changing it changes logit column 0 alone. A learned start
+  vector feeds it into every position's decoder input."""
+  cfg = tiny_config(decoder_start=decoder_start)
+  params = init_params(cfg)
+  inputs = random_tokens(rng, (2, 5), cfg.vocab_size)  # no padding
+  decoder_inputs = random_tokens(rng, (2, 4), cfg.vocab_size)
+  decoder_inputs[:, 0] = 0
+
+  def logits(shared):
+    tree = {**params, 'embeddings': {'shared': shared}}
+    return np.asarray(Transformer(cfg).apply({'params': tree}, inputs, decoder_inputs))
+
+  shared = params['embeddings']['shared']
+  before, after = logits(shared), logits(shared.at[0].add(rng.normal(size=cfg.d_model)))
+  assert not np.allclose(before[..., 0], after[..., 0])
+  changed = not np.allclose(before[..., 1:], after[..., 1:], rtol=0, atol=1e-6)
+  assert changed == (decoder_start == 'learned')
 
 
 @pytest.mark.slow

@@ -21,7 +21,9 @@ def _logits(cfg, params, inputs, decoder_inputs, seed=0):
     dict(norm_position='pre'),
     dict(norm_position='pre', norm_type='scale_norm', fixnorm=True),
     dict(position_encoding='learned', share_embeddings=False),
-], ids=['post-norm', 'pre-norm', 'pre-norm-scalenorm-fixnorm', 'learned-untied'])
+    dict(decoder_start='learned'),
+], ids=['post-norm', 'pre-norm', 'pre-norm-scalenorm-fixnorm', 'learned-untied',
+        'learned-start'])
 def test_logits_match_numpy_reference(rng, options):
   cfg = tiny_config(**options)
   params = init_params(cfg)
@@ -30,7 +32,8 @@ def test_logits_match_numpy_reference(rng, options):
   decoder_inputs[:, 0] = 0  # targets shifted right behind PAD_ID
   got = _logits(cfg, params, inputs, decoder_inputs)
   reference = Reference(params, cfg.num_layers, pre_norm=options.get('norm_position') == 'pre',
-                        norm=cfg.norm_type, fixnorm=cfg.fixnorm)
+                        norm=cfg.norm_type, fixnorm=cfg.fixnorm,
+                        decoder_start=cfg.decoder_start)
   for b in range(2):
     np.testing.assert_allclose(got[b], reference(inputs[b], decoder_inputs[b]),
                                rtol=1e-4, atol=1e-4)

@@ -30,6 +30,7 @@ from transformer_jax.sharded_model import ShardedModel
 CONFIG_FILENAME = 'config.json'
 # Config fields newer than some saved runs, with the behaviour those runs had.
 _ADDED_FIELDS = {'model.qkv_init': 'separate', 'model.attention_bias': False,
+                 'model.decoder_start': 'learned',
                  'data.preprocessing': 'none', 'data.pack_length': 0}
 
 

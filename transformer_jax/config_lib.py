@@ -38,6 +38,7 @@ _CHOICES = {
     'model.norm_position': ('post', 'pre'),
     'model.norm_type': ('layer_norm', 'scale_norm'),
     'model.qkv_init': ('separate', 'fused'),
+    'model.decoder_start': ('zero', 'learned'),
     'data.dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'multi30k', 'builtin'),
     'data.spm_model_type': ('bpe', 'unigram'),
     'data.preprocessing': preprocessing.CHOICES,

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax.model_config import TransformerConfig
+from transformer_jax.model_config import PAD_ID, TransformerConfig
 
 
 def sinusoid(length: int, d_model: int) -> np.ndarray:
@@ -70,6 +70,11 @@ class Embeddings(nn.Module):
   embeddings are multiplied by sqrt(d_model). `share_embeddings=False` gives each role its own
   matrix. With `fixnorm` (an option from "Transformers without Tears") every row is scaled to
   unit length before use.
+
+  The padding id 0 is also the decoder's start symbol (the targets shifted right). With
+  `decoder_start='zero'` it embeds to zeros, as in tensor2tensor, whose symbol modality zeroes
+  id 0's embedding and whose decoder input is the embedded targets shifted right, a zero vector
+  first; with 'learned' it embeds to its row of the matrix like any other token.
   """
 
   config: TransformerConfig
@@ -99,7 +104,10 @@ class Embeddings(nn.Module):
     step on an H200 (docs/performance.md).
     """
     scale = jnp.asarray(self.config.d_model**0.5, self.config.dtype)
-    return jnp.take(self._table(role), tokens, axis=0).astype(self.config.dtype) * scale
+    embedded = jnp.take(self._table(role), tokens, axis=0).astype(self.config.dtype) * scale
+    if self.config.decoder_start == 'zero':
+      embedded = jnp.where((tokens != PAD_ID)[..., None], embedded, 0)
+    return embedded
 
   def logits(self, y: jax.Array) -> jax.Array:
     """The pre-softmax projection: (b, t, d_model) -> (b, t, vocab) float32 logits."""

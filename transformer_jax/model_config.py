@@ -34,6 +34,7 @@ class TransformerConfig:
   position_encoding: str = 'sinusoid'  # or 'learned' (Table 3 row E)
   max_len: int = 512  # the most positions either encoding accepts (rows of a learned table)
   share_embeddings: bool = True  # §3.4
+  decoder_start: str = 'zero'  # the padding id's input embedding: zero (tensor2tensor) or 'learned'
   qkv_init: str = 'fused'  # tensor2tensor v1's fused Q/K/V projections, or 'separate'
   attention_bias: bool = False  # biases on W^Q, W^K, W^V and W^O
   norm_position: str = 'post'  # 'post' (§3.1) or 'pre'
