@@ -154,6 +154,55 @@ def test_a_saved_config_without_a_newer_model_option_gets_its_default(tmp_path):
   checkpointing.check_compatible(config, str(tmp_path))
 
 
+def _workdir_with_checkpoint(tmp_path, config):
+  checkpointing.write_config(config, str(tmp_path))
+  (tmp_path / 'checkpoints' / '4').mkdir(parents=True)
+  return str(tmp_path)
+
+
+@pytest.mark.parametrize('field, value', [
+    ('data.target_lang', 'fr'), ('data.preprocessing', 'lowercase_moses'),
+    ('data.spm_model_type', 'unigram'),
+])
+def test_checkpoints_cannot_resume_on_other_data(tmp_path, field, value):
+  workdir = _workdir_with_checkpoint(tmp_path, multi30k.get_config())
+  config = multi30k.get_config()
+  config.update_from_flattened_dict({field: value})
+  with pytest.raises(ValueError, match=f'trained on other data \\({field} '):
+    checkpointing.check_compatible(config, workdir)
+
+
+def test_checkpoints_cannot_resume_with_another_vocabulary_file(tmp_path):
+  workdir = _workdir_with_checkpoint(tmp_path, multi30k.get_config())
+  (tmp_path / 'spm.model').write_bytes(b'the run\'s vocabulary')
+  config = multi30k.get_config()
+  config.data.spm_model = str(tmp_path / 'other.model')
+  (tmp_path / 'other.model').write_bytes(b'another vocabulary')
+  with pytest.raises(ValueError, match='data.spm_model .*other.model is not .*spm.model'):
+    checkpointing.check_compatible(config, workdir)
+  (tmp_path / 'other.model').write_bytes(b'the run\'s vocabulary')  # a copy: the same file
+  checkpointing.check_compatible(config, workdir)
+
+
+def test_other_changes_resume_and_are_named_in_a_warning(tmp_path, caplog):
+  workdir = _workdir_with_checkpoint(tmp_path, multi30k.get_config())
+  config = multi30k.get_config()
+  config.train.lr_scale, config.model.dropout_rate = 0.5, 0.1
+  checkpointing.check_compatible(config, workdir)
+  assert 'model.dropout_rate 0.3 -> 0.1, train.lr_scale 1.0 -> 0.5' in caplog.text
+
+
+def test_without_checkpoints_a_saved_config_binds_nothing(tmp_path):
+  """A first run that stopped before its first checkpoint left only config.json behind."""
+  checkpointing.write_config(multi30k.get_config(), str(tmp_path))
+  config = multi30k.get_config()
+  config.model.d_ff, config.data.target_lang = 512, 'fr'
+  checkpointing.check_compatible(config, str(tmp_path))
+  (tmp_path / 'checkpoints' / '4').mkdir(parents=True)
+  with pytest.raises(ValueError, match='model.d_ff 256 -> 512'):
+    checkpointing.check_compatible(config, str(tmp_path))
+
+
 @pytest.mark.parametrize('text', ['{"model": {"d_model": 1', '[]', '{"data": {}}'])
 def test_a_damaged_saved_config_is_an_error_naming_the_file(tmp_path, text):
   (tmp_path / 'config.json').write_text(text)

@@ -84,6 +84,15 @@ def test_evaluation_batches_are_one_micro_batch(config, workdir, data):
     assert data.batchers[split].tokens_per_batch == config.data.tokens_per_batch
 
 
+def test_a_split_with_every_pair_too_long_is_an_error_naming_the_field(config, data):
+  short = config.copy_and_resolve_references()
+  short.data.max_length = 1  # every tokenized sentence ends with EOS: 2 tokens at least
+  pairs = builtin_grammar.splits(seed=0)['validation']
+  with pytest.raises(ValueError, match=f'the validation split has no pairs left: all '
+                     f'{len(pairs)} have a side longer than config.data.max_length=1'):
+    pipeline.batcher(short, data.tokenizer, pairs, name='validation')
+
+
 @pytest.mark.slow
 def test_inspect_command_json(config):
   result = subprocess.run(

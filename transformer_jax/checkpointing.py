@@ -12,6 +12,7 @@ vocabulary.
 """
 
 import contextlib
+import filecmp
 import json
 import os
 from typing import Any, Iterator, Sequence
@@ -170,21 +171,63 @@ def _parameter_shapes(config: ml_collections.ConfigDict) -> dict:
   return {jax.tree_util.keystr(path): leaf.shape for path, leaf in flat}
 
 
+# What the token ids mean and which text they stand for: checkpoints trained under other
+# values hold embeddings of another vocabulary or language pair, so they cannot be resumed.
+_DATA_FIELDS = ('data.dataset', 'data.source_lang', 'data.target_lang', 'data.preprocessing',
+                'data.vocab_size', 'data.spm_model_type', 'data.max_corpus_chars')
+
+
 def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Raises ValueError if the workdir's saved config has parameters of other shapes than
-  `config`'s (a different model cannot resume its checkpoints), naming the differing fields."""
+  """Checks `config` against the config saved with `workdir`'s checkpoints, if it has any.
+
+  Raises ValueError naming the differing fields if the model's parameters have other shapes,
+  if a data field that defines the vocabulary or the language pair differs, or if
+  `data.spm_model` is another file than the workdir's vocabulary. Other changes (steps,
+  learning rate, dropout, ...) are allowed and logged as a warning, naming them."""
   path = os.path.join(workdir, CONFIG_FILENAME)
-  if not os.path.exists(path):
+  if not (os.path.exists(path) and _has_checkpoints(workdir)):
     return
   saved = _read_config(path)
-  if _parameter_shapes(saved) == _parameter_shapes(config):
-    return
-  fields = [f'data.vocab_size {saved.data.vocab_size} -> {config.data.vocab_size}'
-            ] if saved.data.vocab_size != config.data.vocab_size else []
-  fields += [f'model.{name} {saved.model[name]!r} -> {value!r}'
-             for name, value in config.model.items() if saved.model.get(name) != value]
-  raise ValueError(f'{path} describes a model with other parameter shapes ({", ".join(fields)}); '
-                   'use a new --workdir, or the same model config to resume')
+  changed = _changed_fields(saved, config)
+  if _parameter_shapes(saved) != _parameter_shapes(config):
+    fields = [c for c in changed if c.startswith(('model.', 'data.vocab_size '))]
+    raise ValueError(f'{path} describes a model with other parameter shapes '
+                     f'({", ".join(fields)}); use a new --workdir, or the same model config to '
+                     'resume')
+  data_fields = [c for c in changed if c.split(' ')[0] in _DATA_FIELDS]
+  vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
+  if (config.data.spm_model and os.path.exists(vocabulary)
+      and not filecmp.cmp(config.data.spm_model, vocabulary, shallow=False)):
+    data_fields.append(f'data.spm_model {config.data.spm_model} is not {vocabulary}')
+  if data_fields:
+    raise ValueError(f'the checkpoints in {workdir} were trained on other data '
+                     f'({", ".join(data_fields)}); use a new --workdir, or the same data config '
+                     'to resume')
+  if changed:
+    logging.warning('resuming %s with changed config fields: %s', workdir, ', '.join(changed))
+
+
+def _has_checkpoints(workdir: str) -> bool:
+  directory = os.path.join(workdir, 'checkpoints')
+  return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
+
+
+def _changed_fields(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict
+                    ) -> list[str]:
+  """'field old -> new' for every leaf field that differs (compared as saved to JSON)."""
+  before, after = (_flatten(json.loads(c.to_json_best_effort())) for c in (saved, config))
+  return [f'{name} {before.get(name)!r} -> {after.get(name)!r}'
+          for name in sorted(before.keys() | after.keys()) if before.get(name) != after.get(name)]
+
+
+def _flatten(tree: dict, prefix: str = '') -> dict:
+  flat = {}
+  for name, value in tree.items():
+    if isinstance(value, dict):
+      flat.update(_flatten(value, f'{prefix}{name}.'))
+    else:
+      flat[prefix + name] = value
+  return flat
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:

@@ -2,7 +2,8 @@
 TensorBoard event files in `workdir/tensorboard/` (tensorboardX, no TensorFlow needed).
 
 Only process 0 writes. A resumed run appends, so steps between the last checkpoint and a crash
-appear twice; readers keep the last record of each (step, split).
+appear twice; readers keep the last record of each (step, split). A line left partly written
+by a crash (a full disk) is cut off before the resumed run appends.
 """
 
 import json
@@ -17,7 +18,9 @@ class MetricsLog:
   def __init__(self, workdir: str):
     self._enabled = jax.process_index() == 0
     if self._enabled:
-      self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a')
+      path = os.path.join(workdir, 'metrics.jsonl')
+      _cut_partial_line(path)
+      self._jsonl = open(path, 'a')
       self._tensorboard = tensorboardX.SummaryWriter(os.path.join(workdir, 'tensorboard'))
 
   def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
@@ -39,11 +42,25 @@ class MetricsLog:
       self._tensorboard.close()
 
 
+def _cut_partial_line(path: str) -> None:
+  """Truncates `path` after its last newline, if it has any bytes after it."""
+  if not os.path.exists(path):
+    return
+  with open(path, 'rb+') as f:
+    data = f.read()
+    end = data.rfind(b'\n') + 1
+    if end < len(data):
+      f.truncate(end)
+
+
 def read(path: str) -> list[dict]:
   """The records of a metrics.jsonl, keeping the last record of each (step, split)."""
   records = {}
   with open(path) as f:
-    for line in f:
-      record = json.loads(line)
-      records[record['step'], record['split']] = record
+    for number, line in enumerate(f, start=1):
+      try:
+        record = json.loads(line)
+        records[record['step'], record['split']] = record
+      except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f'{path}:{number}: not a metrics record ({e})') from e
   return sorted(records.values(), key=lambda r: (r['step'], r['split']))

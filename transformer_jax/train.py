@@ -76,7 +76,8 @@ class _TrainMetrics:
         raise FloatingPointError(
             f'the training loss is {metrics["loss"]} and the gradient norm '
             f'{metrics["grad_norm"]} at step {step}; stopping, the last checkpoint before it '
-            'is kept')
+            'is kept. Resumed as it is, the run repeats the same batches and dropout: resume '
+            'with a changed train.lr_scale or train.warmup_steps, or start a new --workdir')
     steps_done = len(fetched)
     tokens = np.array([m['tokens'] for _, m in fetched], np.float64)
     summary = {name: float(np.dot([m[name] for _, m in fetched], tokens) / max(tokens.sum(), 1.0))

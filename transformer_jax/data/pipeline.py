@@ -81,6 +81,9 @@ def batcher(config: ml_collections.ConfigDict, processor: spm.SentencePieceProce
   tokenized = batching.TokenizedSplit.from_pairs(sources, targets, config.data.max_length)
   logging.info('%s: %d pairs kept, %d longer than %d tokens dropped', name, len(tokenized),
                tokenized.num_dropped, config.data.max_length)
+  if not len(tokenized):
+    raise ValueError(f'the {name} split has no pairs left: all {tokenized.num_dropped} have a '
+                     f'side longer than config.data.max_length={config.data.max_length} tokens')
   train = name == 'train'
   tokens_per_batch = config.data.tokens_per_batch
   if not train:
