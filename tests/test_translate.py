@@ -152,6 +152,17 @@ def test_undecodable_input_is_an_error_naming_the_line(workdir):
   assert '<stdin>:2: not valid UTF-8' in result.stderr.decode()
 
 
+def test_an_unwritable_output_is_reported_before_anything_is_read_or_decoded(workdir, tmp_path):
+  blocker = tmp_path / 'file'
+  blocker.write_text('')
+  output = blocker / 'translations.txt'  # its directory would be a regular file
+  result = _run('transformer_jax.translate', f'--workdir={workdir}', f'--output={output}',
+                stdin=b'the cat \xff sleeps .\n')  # undecodable: reading it would fail too
+  assert result.returncode != 0
+  assert f'{blocker} (--output) is not a writable directory' in result.stderr.decode()
+  assert not blocker.read_text()
+
+
 def test_a_workdir_without_checkpoints_is_an_error(workdir, tmp_path):
   empty = tmp_path / 'empty'
   empty.mkdir()

@@ -33,7 +33,7 @@ from absl import flags
 import jax
 import sacrebleu
 
-from transformer_jax import atomic, bleu, cli, decoding, loss, partitioning
+from transformer_jax import atomic, bleu, cli, decoding, loss, partitioning, workdirs
 from transformer_jax.data import batching, datasets, pipeline, tokenizer
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.translator import Translator
@@ -83,12 +83,13 @@ class Evaluator:
     return metrics
 
 
-def perplexity(translator: Translator, pairs: list[tuple[str, str]]) -> dict:
+def perplexity(translator: Translator, pairs: list[tuple[str, str]], split: str) -> dict:
   """Per-token perplexity of the references given their sources (teacher forcing, no
-  dropout), over the pairs that fit config.data.max_length."""
+  dropout), over the pairs of `split` that fit config.data.max_length."""
   model = translator.model
   pairs = [translator.preprocessing.pair(source, target) for source, target in pairs]
-  batcher = pipeline.batcher(translator.config, translator.tokenizer, pairs, model.batch_shards)
+  batcher = pipeline.batcher(translator.config, translator.tokenizer, pairs, model.batch_shards,
+                             split)
   totals = {}
   for batch in batching.eval_batches(batcher, jax.process_index(), jax.process_count()):
     totals = _add_sums(totals, model.loss_sums(translator.params, model.put_batch(batch)))
@@ -100,6 +101,10 @@ def evaluate(translator: Translator, split: str) -> dict:
   """Translates and scores `split`; writes the translations and the figures under
   `<the translator's workdir>/eval/` and returns the figures."""
   config = translator.config
+  directory = os.path.join(translator.workdir, 'eval')
+  lead = jax.process_index() == 0
+  if lead:  # before decoding, which can take long
+    workdirs.check_writable(directory, 'evaluation output')
   pairs = datasets.load_pairs(config.data, split)
   sources, references = [s for s, _ in pairs], [t for _, t in pairs]
   start = time.perf_counter()
@@ -108,11 +113,8 @@ def evaluate(translator: Translator, split: str) -> dict:
   decode = config.decode
   name = (f'{split}-step{translator.steps[-1]}-avg{len(translator.steps)}'
           f'-beam{decode.beam_size}-alpha{decode.alpha:g}')
-  directory = os.path.join(translator.workdir, 'eval')
   hypothesis_path = os.path.join(directory, f'{name}.txt')
-  lead = jax.process_index() == 0
   if lead:
-    os.makedirs(directory, exist_ok=True)
     atomic.write(hypothesis_path, ''.join(line + '\n' for line in hypotheses))
   scores = bleu.scores(hypotheses, references, config.data.target_lang)
   result = {
@@ -125,7 +127,7 @@ def evaluate(translator: Translator, split: str) -> dict:
       'sacrebleu_signature': scores['signature'],
       'bleu_tokenized': scores['tokenized'],
       'bleu_tokenized_lowercase': scores['tokenized_lowercase'],
-      **perplexity(translator, pairs),
+      **perplexity(translator, pairs, split),
       'decode_seconds': seconds,
       'sentences_per_second': len(sources) / seconds,
       'hypotheses': hypothesis_path,

@@ -11,12 +11,13 @@ maximum length is truncated with a warning naming it; bytes that are not UTF-8 s
 with an error naming the line.
 """
 
+import os
 import sys
 from typing import BinaryIO
 
 from absl import flags
 
-from transformer_jax import atomic, cli
+from transformer_jax import atomic, cli, workdirs
 
 
 def read_lines(stream: BinaryIO, name: str) -> list[str]:
@@ -49,6 +50,8 @@ def write_lines(lines: list[str], path: str | None) -> None:
 
 
 def main():
+  if _OUTPUT.value is not None:  # before decoding, which can take long
+    workdirs.check_writable(os.path.dirname(os.path.abspath(_OUTPUT.value)), '--output')
   if _INPUT.value is None:
     name, lines = '<stdin>', read_lines(sys.stdin.buffer, '<stdin>')
   else:

@@ -29,15 +29,15 @@ import numpy as np
 LOCK_FILENAME = 'lock'
 
 
-def check_writable(workdir: str) -> None:
-  """Creates `workdir` if needed; OSError naming it if it cannot be written."""
+def check_writable(directory: str, role: str = '--workdir') -> None:
+  """Creates `directory` if needed; OSError naming it and its `role` if it cannot be written."""
   try:
-    os.makedirs(workdir, exist_ok=True)
+    os.makedirs(directory, exist_ok=True)
     # A uniquely named probe: several processes of one run check the same workdir at once.
-    with tempfile.NamedTemporaryFile(dir=workdir, prefix='.writable-'):
+    with tempfile.NamedTemporaryFile(dir=directory, prefix='.writable-'):
       pass
   except OSError as e:
-    raise OSError(f'--workdir={workdir} is not a writable directory: {e}') from e
+    raise OSError(f'{directory} ({role}) is not a writable directory: {e}') from e
 
 
 def _acquire(path: str) -> int:
