@@ -8,7 +8,8 @@ Reads stdin and writes stdout unless --input/--output are given (a progress bar 
 files). Decoding settings default to the workdir's `config.decode` (§6.1: beam 4, α 0.6, the
 last 5 checkpoints averaged). An empty line gives an empty line; a line longer than the model's
 maximum length is truncated with a warning naming it; bytes that are not UTF-8 stop the command
-with an error naming the line.
+with an error naming the line; an --output that cannot be written is reported before anything is
+read or decoded.
 """
 
 import os
