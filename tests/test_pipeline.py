@@ -84,6 +84,18 @@ def test_evaluation_batches_are_one_micro_batch(config, workdir, data):
     assert data.batchers[split].tokens_per_batch == config.data.tokens_per_batch
 
 
+def test_a_bad_vocabulary_file_is_reported_before_the_data_is_read(config, tmp_path,
+                                                                    monkeypatch):
+  def must_not_read(*args, **kwargs):
+    raise AssertionError('the data was read before the vocabulary was checked')
+
+  monkeypatch.setattr(pipeline.datasets, 'load_pairs', must_not_read)
+  missing = config.copy_and_resolve_references()
+  missing.data.spm_model = str(tmp_path / 'missing.model')
+  with pytest.raises(OSError, match='missing.model'):
+    pipeline.load(missing, str(tmp_path))
+
+
 def test_a_split_with_every_pair_too_long_is_an_error_naming_the_field(config, data):
   short = config.copy_and_resolve_references()
   short.data.max_length = 1  # every tokenized sentence ends with EOS: 2 tokens at least

@@ -56,10 +56,15 @@ def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1
   """Reads, preprocesses, tokenizes and plans every split; all input errors surface here,
   before training."""
   preprocess = preprocessing.from_config(config.data)
+  # A given or saved vocabulary is checked first, before the (possibly long) data preparation.
+  processor = None
+  if config.data.spm_model or os.path.exists(os.path.join(workdir, tokenizer.MODEL_FILENAME)):
+    processor = vocabulary(config, workdir, train_pairs=[])
   pairs = {split: [preprocess.pair(source, target)
                    for source, target in datasets.load_pairs(config.data, split)]
            for split in SPLITS}
-  processor = vocabulary(config, workdir, pairs['train'])
+  if processor is None:
+    processor = vocabulary(config, workdir, pairs['train'])
   # A training batch's rows split into grad_accum_steps micro-batches over the batch axes; an
   # evaluation batch is one micro-batch.
   eval_rows_multiple = max(1, rows_multiple // config.train.grad_accum_steps)
