@@ -185,39 +185,48 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   `data.spm_model` is another file than the workdir's vocabulary. Other changes (steps,
   learning rate, dropout, ...) are allowed and logged as a warning, naming them."""
   path = os.path.join(workdir, CONFIG_FILENAME)
-  if not (os.path.exists(path) and _has_checkpoints(workdir)):
+  if not (os.path.exists(path) and saved_steps(workdir)):
     return
   saved = _read_config(path)
   changed = _changed_fields(saved, config)
+
+  def listed(names) -> str:
+    return ', '.join(f'{name} {changed[name][0]!r} -> {changed[name][1]!r}' for name in names)
+
   if _parameter_shapes(saved) != _parameter_shapes(config):
-    fields = [c for c in changed if c.startswith(('model.', 'data.vocab_size '))]
-    raise ValueError(f'{path} describes a model with other parameter shapes '
-                     f'({", ".join(fields)}); use a new --workdir, or the same model config to '
-                     'resume')
-  data_fields = [c for c in changed if c.split(' ')[0] in _DATA_FIELDS]
+    shaping = [n for n in changed if n.startswith('model.') or n == 'data.vocab_size']
+    raise ValueError(f'{path} describes a model with other parameter shapes ({listed(shaping)}); '
+                     'use a new --workdir, or the same model config to resume')
+  other_data = [n for n in changed if n in _DATA_FIELDS]
+  reasons = [listed(other_data)] if other_data else []
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
   if (config.data.spm_model and os.path.exists(vocabulary)
       and not filecmp.cmp(config.data.spm_model, vocabulary, shallow=False)):
-    data_fields.append(f'data.spm_model {config.data.spm_model} is not {vocabulary}')
-  if data_fields:
+    reasons.append(f'data.spm_model {config.data.spm_model} is not {vocabulary}')
+  if reasons:
     raise ValueError(f'the checkpoints in {workdir} were trained on other data '
-                     f'({", ".join(data_fields)}); use a new --workdir, or the same data config '
+                     f'({", ".join(reasons)}); use a new --workdir, or the same data config '
                      'to resume')
   if changed:
-    logging.warning('resuming %s with changed config fields: %s', workdir, ', '.join(changed))
+    logging.warning('resuming %s with changed config fields: %s', workdir, listed(changed))
 
 
-def _has_checkpoints(workdir: str) -> bool:
+def saved_steps(workdir: str) -> list[int]:
+  """The steps of `workdir`'s finished checkpoints, read from the directory names (orbax
+  gives a checkpoint being written a suffix), without opening any."""
   directory = os.path.join(workdir, 'checkpoints')
-  return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
+  if not os.path.isdir(directory):
+    return []
+  return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
 
 
 def _changed_fields(saved: ml_collections.ConfigDict, config: ml_collections.ConfigDict
-                    ) -> list[str]:
-  """'field old -> new' for every leaf field that differs (compared as saved to JSON)."""
+                    ) -> dict[str, tuple[Any, Any]]:
+  """{field: (saved value, new value)} for every leaf field that differs, in name order
+  (compared as written to JSON)."""
   before, after = (_flatten(json.loads(c.to_json_best_effort())) for c in (saved, config))
-  return [f'{name} {before.get(name)!r} -> {after.get(name)!r}'
-          for name in sorted(before.keys() | after.keys()) if before.get(name) != after.get(name)]
+  return {name: (before.get(name), after.get(name))
+          for name in sorted(before.keys() | after.keys()) if before.get(name) != after.get(name)}
 
 
 def _flatten(tree: dict, prefix: str = '') -> dict:

@@ -36,7 +36,7 @@ from typing import Any
 from absl import flags
 from ml_collections import config_flags
 
-from transformer_jax import atomic, cli, config_lib, metrics_log
+from transformer_jax import atomic, checkpointing, cli, config_lib, metrics_log
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
 EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_last=1')
@@ -123,10 +123,8 @@ def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = ()) 
                           os.path.join(workdir, 'sweep_train_seconds.json'))
   with open(os.path.join(workdir, 'config.json')) as f:
     config = json.load(f)
-  # A training run stopped by SIGTERM (preemption) saves and exits normally, unfinished. Its
-  # checkpoints are directories named by step (those being written have a suffix).
-  trained = max((int(name) for name in os.listdir(os.path.join(workdir, 'checkpoints'))
-                 if name.isdigit()), default=0)
+  # A training run stopped by SIGTERM (preemption) saves and exits normally, unfinished.
+  trained = max(checkpointing.saved_steps(workdir), default=0)
   if trained < config['train']['num_train_steps']:
     raise RuntimeError(f'{row} stopped at step {trained} of '
                        f'{config["train"]["num_train_steps"]} (preempted); run the sweep again '

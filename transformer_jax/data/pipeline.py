@@ -41,7 +41,7 @@ def vocabulary(config: ml_collections.ConfigDict, workdir: str,
                train_pairs: list[tuple[str, str]]) -> spm.SentencePieceProcessor:
   """`config.data.spm_model` if given, else `workdir/spm.model`, learned first if missing."""
   path = config.data.spm_model or os.path.join(workdir, tokenizer.MODEL_FILENAME)
-  if not config.data.spm_model and not os.path.exists(path):
+  if _to_learn(config, workdir):
     texts = [text for pair in train_pairs for text in pair]
     tokenizer.train(texts, path, config.data.vocab_size, config.data.spm_model_type,
                     config.data.max_corpus_chars, config.seed)
@@ -52,14 +52,18 @@ def vocabulary(config: ml_collections.ConfigDict, workdir: str,
   return processor
 
 
+def _to_learn(config: ml_collections.ConfigDict, workdir: str) -> bool:
+  """Whether the vocabulary is neither given nor saved in `workdir`, so must be learned."""
+  return not (config.data.spm_model
+              or os.path.exists(os.path.join(workdir, tokenizer.MODEL_FILENAME)))
+
+
 def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1) -> Data:
   """Reads, preprocesses, tokenizes and plans every split; all input errors surface here,
   before training."""
   preprocess = preprocessing.from_config(config.data)
   # A given or saved vocabulary is checked first, before the (possibly long) data preparation.
-  processor = None
-  if config.data.spm_model or os.path.exists(os.path.join(workdir, tokenizer.MODEL_FILENAME)):
-    processor = vocabulary(config, workdir, train_pairs=[])
+  processor = None if _to_learn(config, workdir) else vocabulary(config, workdir, train_pairs=[])
   pairs = {split: [preprocess.pair(source, target)
                    for source, target in datasets.load_pairs(config.data, split)]
            for split in SPLITS}
