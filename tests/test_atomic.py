@@ -23,6 +23,24 @@ def test_a_written_file_has_its_text_and_opens_permissions(tmp_path, umask_027):
   assert os.listdir(tmp_path) == ['result.json']
 
 
+def test_the_file_and_then_its_renamed_entry_are_flushed_to_disk(tmp_path, monkeypatch):
+  # A rename is durable only once its directory is flushed, after the rename.
+  path = tmp_path / 'result.json'
+  flushed = []
+  fsync = os.fsync
+
+  def recording_fsync(descriptor):
+    if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+      flushed.append(('directory', os.fstat(descriptor).st_ino, path.exists() and path.read_text()))
+    else:
+      flushed.append(('file', None, None))
+    fsync(descriptor)
+
+  monkeypatch.setattr(os, 'fsync', recording_fsync)
+  atomic.write(str(path), 'new')
+  assert flushed == [('file', None, None), ('directory', tmp_path.stat().st_ino, 'new')]
+
+
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
   path = tmp_path / 'config.json'
   path.write_text('old')

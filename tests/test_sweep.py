@@ -4,8 +4,11 @@ miniature Table 3 sweep scales the paper's rows faithfully."""
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 from conftest import SMALL
 from flax import traverse_util
@@ -112,6 +115,35 @@ def test_training_time_is_saved_while_it_runs_and_adds_up_over_attempts(tmp_path
   assert 100.5 < seen < seconds
   assert json.loads(timing.read_text()) == seconds
   assert str(seen) in (tmp_path / 'log').read_text()  # stdout is kept in the log too
+
+
+def test_a_sigterm_to_the_sweep_reaches_the_running_command(tmp_path):
+  # The child exits 3 on SIGTERM, 0 if it never gets one; the sweep process itself survives.
+  # A handler of the test's own catches the signal should it not be passed on.
+  ready = tmp_path / 'ready'
+  child = ('import pathlib, signal, sys, time; '
+           'signal.signal(signal.SIGTERM, lambda *_: sys.exit(3)); '
+           f'pathlib.Path({str(ready)!r}).touch(); time.sleep(20)')
+  caught = []
+
+  def record(*_):
+    caught.append(True)
+
+  previous = signal.signal(signal.SIGTERM, record)
+
+  def terminate_when_ready():
+    while not ready.exists():
+      time.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+  threading.Thread(target=terminate_when_ready, daemon=True).start()
+  try:
+    with pytest.raises(RuntimeError, match=r'failed \(exit 3\)'):
+      sweep_lib._run([sys.executable, '-c', child], str(tmp_path / 'log'))
+    assert not caught
+    assert signal.getsignal(signal.SIGTERM) is record  # the sweep's handler is gone again
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 def test_a_failed_command_names_its_log(tmp_path):

@@ -1,6 +1,7 @@
 """Files written whole or not at all: the content goes to a temporary file in the same
 directory, which is flushed to disk and renamed over the destination once complete (a rename
-within one file system is atomic), so a crash never leaves a half-written file. The file gets
+within one file system is atomic), so a crash never leaves a half-written file; the directory
+is then flushed too, so that the rename itself survives a power loss. The file gets
 the permissions of one made by `open` (0o666 less the umask), not the temporary file's 0o600."""
 
 import contextlib
@@ -23,9 +24,18 @@ def replacing(path: str) -> Iterator[str]:
       os.fsync(written.fileno())
     os.chmod(temporary, 0o666 & ~_umask())
     os.replace(temporary, path)
+    _fsync_directory(directory)
   finally:
     if os.path.exists(temporary):
       os.remove(temporary)
+
+
+def _fsync_directory(directory: str) -> None:
+  descriptor = os.open(directory, os.O_RDONLY)
+  try:
+    os.fsync(descriptor)
+  finally:
+    os.close(descriptor)
 
 
 def _umask() -> int:

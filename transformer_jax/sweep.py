@@ -13,7 +13,9 @@ per-token perplexity (`python -m transformer_jax.evaluate --split=validation`). 
 with the dev perplexities logged during training, go to `<results>/<row>.json` (default
 `DIR/rows/`); a row whose JSON exists is skipped, so a
 crashed or interrupted sweep resumes where it stopped (an unfinished row resumes from its last
-checkpoint), and committed JSON files let a fresh machine resume too. After every row the
+checkpoint), and committed JSON files let a fresh machine resume too. A SIGTERM to the sweep
+reaches the training run, which saves and stops; the sweep then stops with an error saying to
+run it again. After every row the
 table is rewritten: `DIR/table3.md`, `table3.csv` and `table3.png`.
 
 `--override=FIELD=VALUE` sets a config field in every row, as `--config.FIELD=VALUE` does for
@@ -22,16 +24,19 @@ stops it); each is checked against every row before anything trains, and a row's
 the overrides it ran with.
 """
 
+import contextlib
 import csv
 from importlib import metadata
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from absl import flags
 from ml_collections import config_flags
@@ -65,8 +70,9 @@ def _run(command: list[str], log_path: str, timing_path: str | None = None) -> t
   """Runs a command, its stderr and stdout appended to `log_path`; returns its wall time and
   stdout. With `timing_path`, the seconds spent so far, added to those the file holds from
   earlier attempts, are written there every `SAVE_SECONDS_EVERY` seconds and at the end, so an
-  attempt that is killed still counts when the row resumes. Raises RuntimeError naming the log
-  if the command fails."""
+  attempt that is killed still counts when the row resumes. A SIGTERM sent to the sweep is
+  passed on to the command (training then saves and stops, as when preempted) and the sweep
+  waits for it. Raises RuntimeError naming the log if the command fails."""
   previous = 0.0
   if timing_path and os.path.exists(timing_path):
     with open(timing_path) as f:
@@ -74,21 +80,36 @@ def _run(command: list[str], log_path: str, timing_path: str | None = None) -> t
   start = time.perf_counter()
   with open(log_path, 'a') as log, tempfile.TemporaryFile('w+') as stdout:
     process = subprocess.Popen(command, stdout=stdout, stderr=log, text=True)
-    returncode = None
-    while returncode is None:
-      try:
-        returncode = process.wait(timeout=SAVE_SECONDS_EVERY)
-      except subprocess.TimeoutExpired:
-        pass
-      seconds = previous + time.perf_counter() - start
-      if timing_path:
-        atomic.write(timing_path, json.dumps(seconds))
+    with _passing_sigterm_to(process):
+      returncode = None
+      while returncode is None:
+        try:
+          returncode = process.wait(timeout=SAVE_SECONDS_EVERY)
+        except subprocess.TimeoutExpired:
+          pass
+        seconds = previous + time.perf_counter() - start
+        if timing_path:
+          atomic.write(timing_path, json.dumps(seconds))
     stdout.seek(0)
     output = stdout.read()
     log.write(output)
   if returncode:
     raise RuntimeError(f'{" ".join(command[2:4])} failed (exit {returncode}); see {log_path}')
   return seconds, output
+
+
+@contextlib.contextmanager
+def _passing_sigterm_to(process: subprocess.Popen) -> Iterator[None]:
+  """Within the block a SIGTERM to this process is sent on to `process` instead. Handlers can
+  be set only from the main thread; elsewhere SIGTERM keeps its action."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  previous = signal.signal(signal.SIGTERM, lambda *_: process.send_signal(signal.SIGTERM))
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 def _override_args(overrides: list[str]) -> list[str]:
