@@ -1,8 +1,14 @@
-"""checkpointing.Checkpoints on a small state: orbax's skipped saves are errors, and a restore
-that fails for want of memory is raised, not taken for a damaged checkpoint."""
+"""checkpointing.Checkpoints on a small state: orbax's skipped saves are errors, a restore
+that fails for want of memory is raised, not taken for a damaged checkpoint, and processes
+that disagree about a checkpoint all skip it."""
 
+import json
 import os
+import socket
+import subprocess
+import sys
 
+from conftest import REPO
 import jax
 import numpy as np
 import pytest
@@ -56,3 +62,57 @@ def test_a_copy_is_whole_and_leaves_no_temporary(tmp_path):
   atomic.copy(str(source), str(tmp_path / 'out' / 'spm.model'))
   assert (tmp_path / 'out' / 'spm.model').read_bytes() == source.read_bytes()
   assert os.listdir(tmp_path / 'out') == ['spm.model']
+
+
+_TWO_PROCESS_RESTORE = '''
+import json, os, sys
+os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
+import jax, numpy as np
+process, port, workdir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+jax.distributed.initialize(f'127.0.0.1:{port}', num_processes=2, process_id=process)
+from transformer_jax import checkpointing
+replicated = jax.sharding.NamedSharding(jax.sharding.Mesh(jax.devices(), ('data',)),
+                                        jax.sharding.PartitionSpec())
+abstract = {'params': {'w': jax.ShapeDtypeStruct((3, 2), np.float32, sharding=replicated)},
+            'step': jax.ShapeDtypeStruct((), np.int32, sharding=replicated)}
+checkpoints = checkpointing.Checkpoints(workdir, keep=5)
+
+def failing_on_process_1(read):
+  def read_or_fail(step, abstract_tree):
+    restored = read(step, abstract_tree)  # every process takes part in orbax's read
+    if process == 1 and step == 4:
+      raise ValueError('a damaged shard')
+    return restored
+  return read_or_fail
+
+checkpoints.restore = failing_on_process_1(checkpoints.restore)
+checkpoints.restore_params = failing_on_process_1(checkpoints.restore_params)
+average, steps = checkpoints.average_last(2, abstract['params'])  # moves nothing aside
+step, state, data_state = checkpoints.restore_latest(abstract)
+print(json.dumps({'step': step, 'w': float(state['params']['w'].addressable_data(0)[0, 0]),
+                  'position': data_state['position'], 'averaged': steps,
+                  'average': float(average['w'].addressable_data(0)[0, 0])}))
+'''
+
+
+def test_a_checkpoint_one_process_cannot_read_is_skipped_by_every_process(tmp_path):
+  _saved(tmp_path, [2, 4]).close()
+  script = tmp_path / 'restore.py'
+  script.write_text(_TWO_PROCESS_RESTORE)
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    port = probe.getsockname()[1]
+  processes = [subprocess.Popen([sys.executable, str(script), str(i), str(port), str(tmp_path)],
+                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for i in range(2)]
+  try:
+    results = [process.communicate(timeout=300) for process in processes]
+  finally:
+    for process in processes:
+      process.kill()
+  for process, (_, stderr) in zip(processes, results):
+    assert process.returncode == 0, stderr[-3000:]
+  expected = {'step': 2, 'w': 2.0, 'position': 2, 'averaged': [2], 'average': 2.0}
+  assert [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in results] == [expected] * 2
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['2', '4.corrupt']

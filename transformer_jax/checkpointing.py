@@ -6,7 +6,9 @@ temporary directory and renames it when complete, so a crash mid-save leaves the
 checkpoints intact. A checkpoint damaged later (truncated files from a full disk or a bad copy)
 is skipped with a one-line warning: training moves it aside to `<step>.corrupt` (nothing is
 deleted) and resumes from the newest readable one; readers (`translate`, `evaluate`,
-`average`) only skip it, since they may share the workdir with a running training.
+`average`) only skip it, since they may share the workdir with a running training. With several
+processes, each reading its own shards, a checkpoint that any of them cannot read is skipped by
+all.
 `workdir/config.json` is the resolved config of the latest run and `workdir/spm.model` its
 vocabulary.
 """
@@ -22,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import multihost_utils
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 
 from transformer_jax import atomic, config_lib, costs
@@ -86,13 +89,17 @@ class Checkpoints:
     memory while restoring says nothing about the checkpoint: it is raised as it is."""
     unreadable = []
     for step in reversed(self.all_steps()):
+      error = None
       try:
         state, data_state = self.restore(step, abstract_state)
       except (MemoryError, jax.errors.JaxRuntimeError):
         raise  # the device or host is short of memory: the checkpoint may be fine
       except Exception as e:  # pylint: disable=broad-except  (TensorStore raises many types)
-        self._warn_unreadable(step, e)
-        unreadable.append((step, e))
+        error = e
+      if not _on_every_process(error is None):
+        error = error or RuntimeError('another process cannot read it')
+        self._warn_unreadable(step, error)
+        unreadable.append((step, error))
         continue
       self._move_aside([bad for bad, _ in unreadable])
       return step, state, data_state
@@ -110,10 +117,13 @@ class Checkpoints:
     for step in reversed(self.all_steps()):
       if len(steps) == count:
         break
+      error = None
       try:
         params = self.restore_params(step, abstract_params)
       except Exception as e:  # pylint: disable=broad-except  (TensorStore raises many types)
-        self._warn_unreadable(step, e)
+        error = e
+      if not _on_every_process(error is None):
+        self._warn_unreadable(step, error or RuntimeError('another process cannot read it'))
         continue
       total = params if total is None else jax.tree.map(jnp.add, total, params)
       steps.append(step)
@@ -159,6 +169,14 @@ class Checkpoints:
 
   def close(self) -> None:
     self._manager.close()
+
+
+def _on_every_process(readable: bool) -> bool:
+  """Whether every process could read a checkpoint: one that a process cannot read (each reads
+  its own shards) is skipped by all, so that they all go on from the same step."""
+  if jax.process_count() == 1:
+    return readable
+  return bool(multihost_utils.process_allgather(np.array(readable)).all())
 
 
 def _first_line(error: Exception) -> str:
