@@ -50,8 +50,11 @@ def test_running_out_of_memory_while_restoring_moves_nothing_aside(tmp_path, mon
     raise error
 
   monkeypatch.setattr(checkpoints, 'restore', restore)
+  monkeypatch.setattr(checkpoints, 'restore_params', restore)
   with pytest.raises(type(error)):
     checkpoints.restore_latest(None)
+  with pytest.raises(type(error)):  # not skipped as unreadable either
+    checkpoints.average_last(2, None)
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['2', '4']
 
 

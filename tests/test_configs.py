@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from transformer_jax import checkpointing, config_lib, costs
+from transformer_jax import checkpointing, config_lib, costs, model_config
 
 base = config_lib.import_sibling(__file__, '../configs/base')
 big = config_lib.import_sibling(__file__, '../configs/big')
@@ -125,12 +125,33 @@ def test_unknown_row_is_an_error():
      '37001 tokens'),
     ('data.pack_length', 257, 'config.data.pack_length must be 0 .* at most '
      'config.data.max_length=256, got 257'),
+    ('parallel.axis_rules', (('batch', 'data'), ('mpl', 'model')),
+     r"config.parallel.axis_rules: \('mpl', 'model'\) is not"),
+    ('parallel.axis_rules', (('batch', 'data'), ('mlp', 'tensor')),
+     r"config.parallel.axis_rules: \('mlp', 'tensor'\) is not"),
+    ('parallel.axis_rules', (('batch', ('data', 'fdsp')),),
+     r"config.parallel.axis_rules: \('batch', \('data', 'fdsp'\)\) is not"),
+    ('parallel.axis_rules', (('mlp', 'model'), ('mlp', None)),
+     r"config.parallel.axis_rules: \('mlp', None\) is not .* named once"),
+    ('parallel.axis_rules', ('mlp',), r"config.parallel.axis_rules: 'mlp' is not"),
 ])
 def test_invalid_values_name_the_field(field, value, message):
   config = base.get_config()
   config.update_from_flattened_dict({field: value})
   with pytest.raises(ValueError, match=message):
     config_lib.validate(config)
+
+
+def test_a_model_config_built_directly_rejects_an_unknown_option():
+  with pytest.raises(ValueError,
+                     match=r"norm_position must be one of \('post', 'pre'\), got 'Pre'"):
+    model_config.TransformerConfig(vocab_size=8, norm_position='Pre')
+
+
+@pytest.mark.parametrize('field', model_config.CHOICES)
+def test_string_options_default_to_their_first_choice_here_and_in_base(field):
+  default = model_config.TransformerConfig(vocab_size=8)
+  assert getattr(default, field) == base.get_config().model[field] == model_config.CHOICES[field][0]
 
 
 def test_a_field_that_does_not_exist_cannot_be_set():

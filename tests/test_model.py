@@ -8,6 +8,7 @@ import pytest
 
 from conftest import init_params, random_tokens, tiny_config
 from reference import Reference
+from transformer_jax import partitioning
 from transformer_jax.model import Transformer
 
 
@@ -156,11 +157,14 @@ def test_every_parameter_has_logical_axis_names():
   tokens = jnp.ones((1, 4), jnp.int32)
   boxed = jax.eval_shape(Transformer(cfg).init, jax.random.key(0), tokens, tokens)['params']
   leaves = jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
-  known = {'vocab', 'embed', 'heads', 'kv', 'mlp', 'position'}
+  named = set()
   for leaf in leaves:
     assert isinstance(leaf, nn.LogicallyPartitioned), leaf
     assert len(leaf.names) == len(leaf.value.shape)
-    assert set(leaf.names) <= known
+    named |= set(leaf.names)
+  # The axes the config's rules may name (checked by config_lib.validate): the parameters' and
+  # the batch's, no other.
+  assert named | {'batch'} == set(partitioning.LOGICAL_AXES)
 
 
 def test_learned_positions_reject_sequences_longer_than_the_table():

@@ -17,7 +17,7 @@ import contextlib
 import filecmp
 import json
 import os
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from absl import logging
 import jax
@@ -89,20 +89,12 @@ class Checkpoints:
     memory while restoring says nothing about the checkpoint: it is raised as it is."""
     unreadable = []
     for step in reversed(self.all_steps()):
-      error = None
-      try:
-        state, data_state = self.restore(step, abstract_state)
-      except (MemoryError, jax.errors.JaxRuntimeError):
-        raise  # the device or host is short of memory: the checkpoint may be fine
-      except Exception as e:  # pylint: disable=broad-except  (TensorStore raises many types)
-        error = e
-      if not _on_every_process(error is None):
-        error = error or RuntimeError('another process cannot read it')
-        self._warn_unreadable(step, error)
+      restored, error = self._read(self.restore, step, abstract_state)
+      if error:
         unreadable.append((step, error))
         continue
       self._move_aside([bad for bad, _ in unreadable])
-      return step, state, data_state
+      return step, *restored
     if unreadable:
       step, error = unreadable[0]
       raise RuntimeError(f'no checkpoint in {self._manager.directory} can be read; the newest, '
@@ -112,18 +104,14 @@ class Checkpoints:
   def average_last(self, count: int, abstract_params: Any) -> tuple[Any, list[int]]:
     """The element-wise mean of the parameters of the newest `count` readable checkpoints
     (§6.1 averages the last 5 or 20), computed in memory one checkpoint at a time, and their
-    steps. Unreadable ones are skipped with a warning; nothing on disk changes."""
+    steps. Unreadable ones are skipped with a warning (running out of memory is raised);
+    nothing on disk changes."""
     total, steps = None, []
     for step in reversed(self.all_steps()):
       if len(steps) == count:
         break
-      error = None
-      try:
-        params = self.restore_params(step, abstract_params)
-      except Exception as e:  # pylint: disable=broad-except  (TensorStore raises many types)
-        error = e
-      if not _on_every_process(error is None):
-        self._warn_unreadable(step, error or RuntimeError('another process cannot read it'))
+      params, error = self._read(self.restore_params, step, abstract_params)
+      if error:
         continue
       total = params if total is None else jax.tree.map(jnp.add, total, params)
       steps.append(step)
@@ -134,9 +122,25 @@ class Checkpoints:
                               'transformer_jax.train first')
     return jax.tree.map(lambda x: x / len(steps), total), sorted(steps)
 
-  def _warn_unreadable(self, step: int, error: Exception) -> None:
-    logging.warning('checkpoint %s cannot be read, skipping it: %s',
-                    self._manager.directory / str(step), _first_line(error))
+  def _read(self, read: Callable[[int, Any], Any], step: int, abstract_tree: Any
+            ) -> tuple[Any, Exception | None]:
+    """(`read(step, abstract_tree)`, None), or (None, the error) with a warning if this process
+    or another cannot read `step`: one that any process cannot read (each reads its own
+    shards) is skipped by all, so that they all go on from the same step. Running out of
+    memory says nothing about the checkpoint: it is raised as it is."""
+    error = None
+    try:
+      result = read(step, abstract_tree)
+    except (MemoryError, jax.errors.JaxRuntimeError):
+      raise
+    except Exception as e:  # pylint: disable=broad-except  (TensorStore raises many types)
+      result, error = None, e
+    if not _on_every_process(error is None):
+      error = error or RuntimeError('another process cannot read it')
+      logging.warning('checkpoint %s cannot be read, skipping it: %s',
+                      self._manager.directory / str(step), _first_line(error))
+      return None, error
+    return result, None
 
   def _move_aside(self, steps: Sequence[int]) -> None:
     if not steps:
@@ -171,12 +175,11 @@ class Checkpoints:
     self._manager.close()
 
 
-def _on_every_process(readable: bool) -> bool:
-  """Whether every process could read a checkpoint: one that a process cannot read (each reads
-  its own shards) is skipped by all, so that they all go on from the same step."""
+def _on_every_process(flag: bool) -> bool:
+  """Whether `flag` holds on every process."""
   if jax.process_count() == 1:
-    return readable
-  return bool(multihost_utils.process_allgather(np.array(readable)).all())
+    return flag
+  return bool(multihost_utils.process_allgather(np.array(flag)).all())
 
 
 def _first_line(error: Exception) -> str:

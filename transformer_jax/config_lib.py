@@ -14,8 +14,9 @@ import types
 import jax.numpy as jnp
 import ml_collections
 
+from transformer_jax import partitioning
 from transformer_jax.data import preprocessing
-from transformer_jax.model_config import TransformerConfig
+from transformer_jax.model_config import CHOICES as MODEL_CHOICES, TransformerConfig
 
 _POSITIVE_INTS = (
     'model.num_layers', 'model.d_model', 'model.d_ff', 'model.num_heads', 'model.d_k',
@@ -34,11 +35,7 @@ _UNIT_INTERVAL = (  # values in [0, 1)
 _NON_NEGATIVE = ('train.lr_scale', 'train.adam_eps', 'decode.alpha', 'decode.max_extra_length')
 _CHOICES = {
     'dtype': ('float32', 'bfloat16'),
-    'model.position_encoding': ('sinusoid', 'learned'),
-    'model.norm_position': ('post', 'pre'),
-    'model.norm_type': ('layer_norm', 'scale_norm'),
-    'model.qkv_init': ('separate', 'fused'),
-    'model.decoder_start': ('zero', 'learned'),
+    **{f'model.{field}': choices for field, choices in MODEL_CHOICES.items()},
     'data.dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'multi30k', 'builtin'),
     'data.spm_model_type': ('bpe', 'unigram'),
     'data.preprocessing': preprocessing.CHOICES,
@@ -100,6 +97,23 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.data.source_lang == config.data.target_lang:
     raise ValueError('config.data.source_lang and config.data.target_lang must differ, both are '
                      f'{config.data.source_lang!r}')
+  _check_axis_rules(config.parallel.axis_rules)
+
+
+def _check_axis_rules(rules) -> None:
+  """Each rule maps one of the model's logical axes, once, to None, a mesh axis or a tuple of
+  them. flax would leave a misspelt logical or mesh axis replicated without a word."""
+  seen = set()
+  for rule in rules:
+    logical, mesh_axes = rule if isinstance(rule, (tuple, list)) and len(rule) == 2 else (None, 0)
+    names = (() if mesh_axes is None else (mesh_axes,) if isinstance(mesh_axes, str)
+             else mesh_axes if isinstance(mesh_axes, (tuple, list)) else (0,))
+    if logical not in partitioning.LOGICAL_AXES or logical in seen or not all(
+        name in partitioning.MESH_AXES for name in names):
+      raise ValueError(f'config.parallel.axis_rules: {rule!r} is not a (logical axis, mesh axes) '
+                       f'rule: the logical axis is one of {partitioning.LOGICAL_AXES}, named '
+                       f'once, and the mesh axes None or from {partitioning.MESH_AXES}')
+    seen.add(logical)
 
 
 def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:

@@ -8,7 +8,7 @@ values are computed once per sentence and each decoder self-attention appends on
 per step, so a step computes one new position, attending over the blocks of the cache written
 so far (the search runs one loop per block of attention.CACHE_BLOCK positions). Beam search
 never moves the cache: it reorders a small table that says where each hypothesis's history
-lies (see `Transformer.decode`). `cached=False` re-runs the decoder over the whole output
+lies (see `model.Decoder`). `cached=False` re-runs the decoder over the whole output
 buffer at every step instead: the reference the cache is tested and timed against.
 """
 
@@ -58,7 +58,7 @@ def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: j
 
   def reorder(cache, rows):
     # The cached keys and values stay where they were written; a hypothesis takes over the
-    # table of slots that holds its history (see `Transformer.decode`).
+    # table of slots that holds its history (see `model.Decoder`).
     decoder = dict(cache['decoder'], slots=_take_rows(cache['decoder']['slots'], rows))
     return dict(cache, decoder=decoder)
 

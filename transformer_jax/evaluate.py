@@ -8,11 +8,11 @@ the command below, which scores a trained workdir as the paper did, §6.1).
 corpus BLEU (sacreBLEU on detokenized text) of translations decoded as `config.decode` says
 (beam search, or greedy with beam_size 1). Its references are the target token ids decoded
 back to text, so BLEU there follows the vocabulary's round trip (SentencePiece's NFKC
-normalisation and unknown characters change a few; docs/data.md) and is computed on preprocessed text when
-`config.data.preprocessing` is set. It decodes the loss's batches, padded to the bucket of
-each pair's longer side, so the output cap (padded input length + 50) can be a bucket longer
-than `evaluate`'s, which pads by the source alone: the two BLEU figures of one checkpoint can
-differ slightly, and `evaluate`'s is the one to report.
+normalisation and unknown characters change a few; docs/data.md) and is computed on
+preprocessed text when `config.data.preprocessing` is set. It decodes the loss's batches,
+padded to the bucket of each pair's longer side, so the output cap (padded input length + 50)
+can be a bucket longer than `evaluate`'s, which pads by the source alone: the two BLEU figures
+of one checkpoint can differ slightly, and `evaluate`'s is the one to report.
 
 `evaluate`, after training: a `Translator`'s averaged checkpoints translate every source
 sentence of the split (one too long for the model is truncated, with a warning), scored
@@ -35,6 +35,7 @@ import sacrebleu
 
 from transformer_jax import atomic, bleu, cli, decoding, loss, partitioning, workdirs
 from transformer_jax.data import batching, datasets, pipeline, tokenizer
+from transformer_jax.model_config import PAD_ID
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.translator import Translator
 
@@ -74,9 +75,9 @@ class Evaluator:
         outputs = partitioning.gather_rows(self._decode(params, batch['inputs']))
         targets = partitioning.gather_rows(batch['targets'])
         for output, target in zip(outputs, targets):
-          if target[0] != 0:  # skip the empty rows that fill a bucket's last batch
-            hypotheses.append(tokenizer.decode(self._data.tokenizer, decoding.strip(output)))
-            references.append(tokenizer.decode(self._data.tokenizer, decoding.strip(target)))
+          if target[0] != PAD_ID:  # skip the empty rows that fill a bucket's last batch
+            hypotheses.append(tokenizer.decode(self._data.tokenizer, output))
+            references.append(tokenizer.decode(self._data.tokenizer, target))
     metrics = _per_token(totals)
     if with_bleu:
       metrics['bleu'] = sacrebleu.corpus_bleu(hypotheses, [references]).score

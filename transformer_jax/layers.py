@@ -94,7 +94,8 @@ class EncoderLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, mask: jax.Array) -> jax.Array:
-    """x: (b, s, d_model); mask: (b, 1, 1, s) source padding mask."""
+    """x: (b, s, d_model); mask: (b, 1, 1, s) source padding mask, or (b, 1, s, s) within the
+    segments of a packed batch."""
     cfg = self.config
     attention = MultiHeadAttention(cfg, name='self_attention')
     x = sublayer_connection(cfg, x, lambda y: attention(y, y, mask), 'self_attention')
@@ -112,7 +113,8 @@ class DecoderLayer(nn.Module):
       decode: DecodeStep | None = None,
   ) -> jax.Array:
     """y: (b, t, d_model); encoded: (b, s, d_model); self_mask: (1, 1, t, t) causal;
-    memory_mask: (b, 1, 1, s) source padding mask; decode: incremental decoding with the
+    memory_mask: (b, 1, 1, s) source padding mask (a packed batch: both (b, 1, t, ·), within
+    segments); decode: incremental decoding with the
     attentions' caches, the masks then those of `Decoder` (see MultiHeadAttention)."""
     cfg = self.config
     self_attention = MultiHeadAttention(cfg, name='self_attention')

@@ -13,6 +13,14 @@ import jax.numpy as jnp
 
 # Token id 0 is padding everywhere in the project (data pipeline, masks, loss).
 PAD_ID = 0
+# The values each string option takes (the first is the default).
+CHOICES = {
+    'position_encoding': ('sinusoid', 'learned'),
+    'norm_position': ('post', 'pre'),
+    'norm_type': ('layer_norm', 'scale_norm'),
+    'qkv_init': ('fused', 'separate'),
+    'decoder_start': ('zero', 'learned'),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +51,11 @@ class TransformerConfig:
   dtype: Any = jnp.float32  # compute dtype
   param_dtype: Any = jnp.float32
   deterministic: bool = False  # True disables every kind of dropout
+
+  def __post_init__(self):
+    for field, choices in CHOICES.items():
+      if getattr(self, field) not in choices:
+        raise ValueError(f'{field} must be one of {choices}, got {getattr(self, field)!r}')
 
   def replace(self, **changes) -> 'TransformerConfig':
     return dataclasses.replace(self, **changes)

@@ -19,6 +19,8 @@ import ml_collections
 import numpy as np
 
 MESH_AXES = ('data', 'fsdp', 'model')
+# The logical axes that parameters and activations name, which `axis_rules` maps.
+LOGICAL_AXES = ('batch', 'vocab', 'embed', 'heads', 'kv', 'mlp', 'position')
 
 
 def mesh_shape(config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int, int]:

@@ -94,8 +94,9 @@ class _TrainMetrics:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains for `config.train.num_train_steps` steps (resuming from `workdir`) and returns
-  the last dev-split metrics ({} if the run had no step left). Holds the workdir's lock throughout (`workdirs.lock`); on SIGTERM
-  saves a checkpoint at the next step boundary and returns (`preemption`)."""
+  the last dev-split metrics ({} if the run had no step left). Holds the workdir's lock
+  throughout (`workdirs.lock`); on SIGTERM saves a checkpoint at the next step boundary and
+  returns (`preemption`)."""
   config_lib.validate(config)
   if config.parallel.distributed:
     _initialize_distributed(config)

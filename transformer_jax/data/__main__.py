@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 from transformer_jax import cli
 from transformer_jax.data import batching, pipeline
+from transformer_jax.model_config import PAD_ID
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.')
 _INSPECT = flags.DEFINE_bool('inspect', False, 'Print statistics of the data pipeline.')
@@ -26,7 +27,7 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'Where the vocabulary is learned
 
 
 def _real_tokens(batch: dict) -> int:
-  return int((batch['inputs'] != 0).sum() + (batch['targets'] != 0).sum())
+  return int((batch['inputs'] != PAD_ID).sum() + (batch['targets'] != PAD_ID).sum())
 
 
 def inspect(data: pipeline.Data, seed: int) -> dict:

@@ -5,7 +5,8 @@ approximately 25000 source tokens and 25000 target tokens.").
 A pair goes to the smallest bucket whose length L holds both its sides. A batch of bucket L
 has a fixed number of rows, the most that keep rows x L <= tokens_per_batch on each side
 (padding included), rounded down to a multiple of `rows_multiple` (in training the batch
-shards times the gradient accumulation steps: every micro-batch splits over the devices), so the training step sees one shape per bucket and compiles a bounded number of times.
+shards times the gradient accumulation steps: every micro-batch splits over the devices), so
+the training step sees one shape per bucket and compiles a bounded number of times.
 A bucket's last batch of an epoch is filled up with empty (all-padding) rows, which the loss
 ignores: no pair is dropped.
 
