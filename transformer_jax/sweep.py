@@ -26,6 +26,7 @@ the overrides it ran with.
 
 import contextlib
 import csv
+import io
 from importlib import metadata
 import json
 import os
@@ -182,24 +183,26 @@ def _table_rows(sweep: Any, results: dict) -> list[dict]:
 
 
 def write_table(sweep: Any, results: dict, directory: str) -> None:
-  """table3.md, table3.csv and table3.png in `directory` from the finished rows."""
+  """table3.md, table3.csv and table3.png in `directory` from the finished rows (each
+  written whole or not at all)."""
   table = _table_rows(sweep, results)
   if not table:
     return
   columns = list(table[0])
-  with open(os.path.join(directory, 'table3.csv'), 'w', newline='') as f:
-    writer = csv.DictWriter(f, columns)
-    writer.writeheader()
-    writer.writerows(table)
+  text = io.StringIO()
+  writer = csv.DictWriter(text, columns, lineterminator='\n')
+  writer.writeheader()
+  writer.writerows(table)
+  atomic.write(os.path.join(directory, 'table3.csv'), text.getvalue())
   lines = ['| ' + ' | '.join(columns) + ' |', '|' + '---|' * len(columns)]
   lines += ['| ' + ' | '.join('' if r[c] is None else str(r[c]) for c in columns) + ' |'
             for r in table]
   note = ('dev_bleu: tokenized, compound-split, cased BLEU (the paper\'s); dev_sacrebleu: '
           'sacreBLEU on detokenized text; dev_ppl: per-token perplexity; beam 4, α 0.6, no '
           'checkpoint averaging. paper_*: Table 3 (newstest2013).')
-  with open(os.path.join(directory, 'table3.md'), 'w') as f:
-    f.write('\n'.join(lines) + '\n\n' + note + '\n')
-  _plot(table, os.path.join(directory, 'table3.png'))
+  atomic.write(os.path.join(directory, 'table3.md'), '\n'.join(lines) + '\n\n' + note + '\n')
+  with atomic.replacing(os.path.join(directory, 'table3.png')) as temporary:
+    _plot(table, temporary)
 
 
 def _plot(table: list[dict], path: str) -> None:
@@ -212,12 +215,13 @@ def _plot(table: list[dict], path: str) -> None:
                                  (axes[1], 'dev_ppl', 'paper_ppl', 'dev PPL')):
     x = range(len(rows))
     ax.bar([i - 0.2 for i in x], [r[ours] for r in table], 0.4, label='ours')
-    ax.bar([i + 0.2 for i in x], [r[paper] or 0 for r in table], 0.4, label='paper (WMT14)')
+    if any(r[paper] is not None for r in table):  # the sweep file gives PAPER's figures
+      ax.bar([i + 0.2 for i in x], [r[paper] or 0 for r in table], 0.4, label='paper (WMT14)')
     ax.set_ylabel(label)
     ax.legend()
   axes[1].set_xticks(range(len(rows)), rows)
   figure.tight_layout()
-  figure.savefig(path, dpi=100)
+  figure.savefig(path, dpi=100, format='png')
   plt.close(figure)
 
 
