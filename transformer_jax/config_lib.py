@@ -105,15 +105,16 @@ def _check_axis_rules(rules) -> None:
   them. flax would leave a misspelt logical or mesh axis replicated without a word."""
   seen = set()
   for rule in rules:
-    logical, mesh_axes = rule if isinstance(rule, (tuple, list)) and len(rule) == 2 else (None, 0)
-    names = (() if mesh_axes is None else (mesh_axes,) if isinstance(mesh_axes, str)
-             else mesh_axes if isinstance(mesh_axes, (tuple, list)) else (0,))
-    if logical not in partitioning.LOGICAL_AXES or logical in seen or not all(
-        name in partitioning.MESH_AXES for name in names):
+    valid = (isinstance(rule, (tuple, list)) and len(rule) == 2
+             and rule[0] in partitioning.LOGICAL_AXES and rule[0] not in seen
+             and isinstance(rule[1], (type(None), str, tuple, list))
+             and all(name in partitioning.MESH_AXES
+                     for name in partitioning.mesh_axis_names(rule[1])))
+    if not valid:
       raise ValueError(f'config.parallel.axis_rules: {rule!r} is not a (logical axis, mesh axes) '
                        f'rule: the logical axis is one of {partitioning.LOGICAL_AXES}, named '
                        f'once, and the mesh axes None or from {partitioning.MESH_AXES}')
-    seen.add(logical)
+    seen.add(rule[0])
 
 
 def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:

@@ -114,8 +114,8 @@ class DecoderLayer(nn.Module):
   ) -> jax.Array:
     """y: (b, t, d_model); encoded: (b, s, d_model); self_mask: (1, 1, t, t) causal;
     memory_mask: (b, 1, 1, s) source padding mask (a packed batch: both (b, 1, t, ·), within
-    segments); decode: incremental decoding with the
-    attentions' caches, the masks then those of `Decoder` (see MultiHeadAttention)."""
+    segments); decode: incremental decoding with the attentions' caches, the masks then those
+    of `Decoder` (see MultiHeadAttention)."""
     cfg = self.config
     self_attention = MultiHeadAttention(cfg, name='self_attention')
     y = sublayer_connection(cfg, y, lambda z: self_attention(z, z, self_mask, decode),

@@ -52,10 +52,14 @@ def axis_rules(config: ml_collections.ConfigDict) -> tuple:
                for logical, mesh_axes in config.parallel.axis_rules)
 
 
+def mesh_axis_names(axes) -> tuple:
+  """The mesh axis names of a rule's `axes`: None, one name, or a tuple (a list from JSON)."""
+  return () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+
+
 def _ways(mesh: Mesh, axes) -> int:
   """How many ways a dimension is split over `axes` (None, one mesh axis name, or a tuple)."""
-  names = () if axes is None else (axes,) if isinstance(axes, str) else axes
-  return math.prod(mesh.shape[name] for name in names)
+  return math.prod(mesh.shape[name] for name in mesh_axis_names(axes))
 
 
 def batch_shards(mesh: Mesh, rules) -> int:
