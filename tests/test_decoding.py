@@ -42,8 +42,8 @@ def test_cached_logits_equal_the_full_forward_pass(rng, options):
   _, variables = model.apply({'params': params}, encoded, source_mask, cache_length,
                              method='init_cache', mutable=['cache'])
   step = jax.jit(lambda cache, tokens, block: model.apply(
-      {'params': params, 'cache': cache}, encoded, source_mask, tokens, True, cache_block=block,
-      method='decode', mutable=['cache']), static_argnums=2)
+      {'params': params, 'cache': cache}, encoded, source_mask, tokens, incremental=True,
+      cache_block=block, method='decode', mutable=['cache']), static_argnums=2)
   cache, stepwise = variables['cache'], []
   for i in range(target_length):
     logits, variables = step(cache, decoder_inputs[:, i:i + 1], i // CACHE_BLOCK)

@@ -150,9 +150,9 @@ class MultiHeadAttention(nn.Module):
   (`drophead_rate`: whole heads dropped per example, survivors scaled by 1/(1-p), at a constant
   rate rather than the DropHead paper's V-shaped schedule).
 
-  Incremental decoding (`decode`, a `DecodeStep`) keeps keys and values in the 'cache'
+  Incremental decoding (`step`, a `DecodeStep`) keeps keys and values in the 'cache'
   collection. The first such call creates the cache and later ones take one new position per
-  row (q = 1) at `decode.position`. The cache is stored heads-major, keys (n, h, d_k, k) and
+  row (q = 1) at `step.position`. The cache is stored heads-major, keys (n, h, d_k, k) and
   values (n, h, k, d_v): the layouts that the products of eq. (1) read, so that a step never
   transposes it.
   - Encoder-decoder attention (§3.2.3) computes the keys and values of the encoder output
@@ -164,8 +164,8 @@ class MultiHeadAttention(nn.Module):
     positions·copies), built by the decoder, picks the slot of each of its earlier positions.
     So no step moves the cache (the "cache indirection" of FasterTransformer's beam search).
     The cache is a tuple of blocks of CACHE_BLOCK positions, (n, h, d_k, CACHE_BLOCK·copies)
-    for keys, and a step at a position of block `decode.block` writes into that block and
-    reads blocks 0 ... `decode.block` in place (`attention_over_blocks`): a step costs what
+    for keys, and a step at a position of block `step.block` writes into that block and
+    reads blocks 0 ... `step.block` in place (`attention_over_blocks`): a step costs what
     the output so far costs, not what the longest output could.
   The attention weights of every call are sown as 'intermediates'/'attention_weights'
   (b, h, q, k), kept only when the model is applied with mutable=['intermediates'].
@@ -176,7 +176,7 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array, mask: jax.Array,
-               decode: DecodeStep | None = None) -> jax.Array:
+               step: DecodeStep | None = None) -> jax.Array:
     """inputs_q: (b, q, d_model); inputs_kv: (b, k, d_model); mask as in dot_product_attention."""
     cfg = self.config
     # The widths of tensor2tensor v1's fused projections that W^Q, W^K and W^V belong to.
@@ -203,45 +203,18 @@ class MultiHeadAttention(nn.Module):
       return projection(cfg.d_k, 'key')(inputs_kv), projection(cfg.d_v, 'value')(inputs_kv)
 
     query = projection(cfg.d_k, 'query')(inputs_q)
-    rows = query.shape[0]
-    creating = decode is not None and not self.has_variable('cache', 'key')
-    if decode is not None and self.encoder_decoder:
-      if creating:  # once per sentence
-        for name, x in zip(('key', 'value'), keys_values()):
-          self.put_variable('cache', name, _to_cache(name, x))
-      key, value = (self.get_variable('cache', name) for name in ('key', 'value'))
-      # The rows of a sentence are its queries: (n·copies, q) -> (n, copies·q).
-      query = query.reshape(key.shape[0], -1, *query.shape[2:])
-      heads, weights = attention_over_blocks(query, [key], [value], mask)
-    elif decode is not None and not creating:
-      # A step of decoding: this position's keys and values go into the cache.
-      blocks = {}
-      for name, new in zip(('key', 'value'), keys_values()):
-        # Position t of slot j is entry (t - first)·copies + j of the block whose first
-        # position is `first`: a step writes one contiguous run of entries.
-        stored = list(self.get_variable('cache', name))
-        new = _to_cache(name, new.reshape(-1, decode.copies, *new.shape[2:]))
-        offset = (decode.position - decode.block * CACHE_BLOCK) * decode.copies
-        stored[decode.block] = jax.lax.dynamic_update_slice_in_dim(
-            stored[decode.block], new, offset, _CACHE_LAYOUT[name].index(1))
-        self.put_variable('cache', name, tuple(stored))
-        blocks[name] = stored[:decode.block + 1]
-      # The rows of a sentence are its queries: (n·copies, 1) -> (n, copies).
-      query = query.reshape(rows // decode.copies, -1, *query.shape[2:])
-      heads, weights = attention_over_blocks(query, blocks['key'], blocks['value'], mask)
+    if step is not None and self.encoder_decoder:
+      heads, weights = self._attend_to_cached_source(query, keys_values, mask)
+    elif step is not None and self.has_variable('cache', 'key'):
+      heads, weights = self._attend_step(query, *keys_values(), mask, step)
     else:
       key, value = keys_values()
-      if decode is not None:  # creating the self-attention cache's blocks of slots
-        for name, x in (('key', key), ('value', value)):
-          _, length, heads, depth = x.shape
-          self.put_variable('cache', name, tuple(
-              _to_cache(name, jnp.zeros((rows // decode.copies, (end - first) * decode.copies,
-                                         heads, depth), x.dtype))
-              for first, end in cache_blocks(length)))
+      if step is not None:
+        self._create_cache(key, value, step.copies)
       attention_dropout = nn.Dropout(cfg.attention_dropout_rate,
                                      deterministic=cfg.deterministic)
       heads, weights = dot_product_attention(query, key, value, mask, attention_dropout)
-    heads = heads.reshape(rows, -1, *heads.shape[2:])
+    heads = heads.reshape(query.shape[0], -1, *heads.shape[2:])
     # Kept only when applied with mutable=['intermediates'] (see `visualize`); otherwise a no-op
     # and the weights cost nothing beyond the softmax itself.
     self.sow('intermediates', 'attention_weights', weights)
@@ -257,3 +230,45 @@ class MultiHeadAttention(nn.Module):
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ('embed',)),
         name='out',
     )(heads)
+
+  def _attend_to_cached_source(self, query, keys_values, mask):
+    """Encoder-decoder attention while decoding: the keys and values of the encoder output
+    (`keys_values()`) are computed when the cache is created, once per sentence, and the rows
+    of a sentence attend to them together, as its queries."""
+    if not self.has_variable('cache', 'key'):
+      for name, x in zip(('key', 'value'), keys_values()):
+        self.put_variable('cache', name, _to_cache(name, x))
+    key, value = (self.get_variable('cache', name) for name in ('key', 'value'))
+    # (n·copies, q) -> (n, copies·q)
+    query = query.reshape(key.shape[0], -1, *query.shape[2:])
+    return attention_over_blocks(query, [key], [value], mask)
+
+  def _create_cache(self, key, value, copies):
+    """The self-attention cache, zeros, for as many positions as `key` and `value` (b, t, h, d)
+    hold: per name a tuple of blocks of CACHE_BLOCK positions, `copies` slots each, in the
+    cache layouts."""
+    rows = key.shape[0]
+    for name, x in (('key', key), ('value', value)):
+      _, length, heads, depth = x.shape
+      self.put_variable('cache', name, tuple(
+          _to_cache(name, jnp.zeros((rows // copies, (end - first) * copies, heads, depth),
+                                    x.dtype))
+          for first, end in cache_blocks(length)))
+
+  def _attend_step(self, query, key, value, mask, step):
+    """A step of self-attention while decoding: each row's new key and value (one position)
+    go into its slot of the cache, and its query attends over the blocks so far."""
+    blocks = {}
+    for name, new in (('key', key), ('value', value)):
+      # Position t of slot j is entry (t - first)·copies + j of the block whose first
+      # position is `first`: a step writes one contiguous run of entries.
+      stored = list(self.get_variable('cache', name))
+      new = _to_cache(name, new.reshape(-1, step.copies, *new.shape[2:]))
+      offset = (step.position - step.block * CACHE_BLOCK) * step.copies
+      stored[step.block] = jax.lax.dynamic_update_slice_in_dim(
+          stored[step.block], new, offset, _CACHE_LAYOUT[name].index(1))
+      self.put_variable('cache', name, tuple(stored))
+      blocks[name] = stored[:step.block + 1]
+    # The rows of a sentence are its queries: (n·copies, 1) -> (n, copies).
+    query = query.reshape(query.shape[0] // step.copies, -1, *query.shape[2:])
+    return attention_over_blocks(query, blocks['key'], blocks['value'], mask)

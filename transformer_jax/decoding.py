@@ -51,7 +51,7 @@ def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: j
     del i  # the cache holds the position
     # The search runs one loop per cache block; `bound` is the end of the step's block.
     logits, variables = model.apply({'params': params, 'cache': cache}, encoded, source_mask,
-                                    tokens[:, None], True,
+                                    tokens[:, None], incremental=True,
                                     cache_block=(bound - 1) // attention.CACHE_BLOCK,
                                     method='decode', mutable=['cache'])
     return _log_probs(logits[:, 0]), variables['cache']

@@ -110,17 +110,17 @@ class DecoderLayer(nn.Module):
   @nn.compact
   def __call__(
       self, y: jax.Array, encoded: jax.Array, self_mask: jax.Array, memory_mask: jax.Array,
-      decode: DecodeStep | None = None,
+      step: DecodeStep | None = None,
   ) -> jax.Array:
     """y: (b, t, d_model); encoded: (b, s, d_model); self_mask: (1, 1, t, t) causal;
     memory_mask: (b, 1, 1, s) source padding mask (a packed batch: both (b, 1, t, ·), within
-    segments); decode: incremental decoding with the attentions' caches, the masks then those
+    segments); step: incremental decoding with the attentions' caches, the masks then those
     of `Decoder` (see MultiHeadAttention)."""
     cfg = self.config
     self_attention = MultiHeadAttention(cfg, name='self_attention')
-    y = sublayer_connection(cfg, y, lambda z: self_attention(z, z, self_mask, decode),
+    y = sublayer_connection(cfg, y, lambda z: self_attention(z, z, self_mask, step),
                             'self_attention')
     cross_attention = MultiHeadAttention(cfg, encoder_decoder=True, name='encoder_attention')
     y = sublayer_connection(
-        cfg, y, lambda z: cross_attention(z, encoded, memory_mask, decode), 'encoder_attention')
+        cfg, y, lambda z: cross_attention(z, encoded, memory_mask, step), 'encoder_attention')
     return sublayer_connection(cfg, y, FeedForward(cfg, name='ffn'), 'ffn')

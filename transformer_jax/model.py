@@ -78,13 +78,13 @@ class Decoder(nn.Module):
   @nn.compact
   def __call__(
       self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array,
-      decode: bool = False, source_segments: jax.Array | None = None,
+      incremental: bool = False, source_segments: jax.Array | None = None,
       target_segments: jax.Array | None = None, cache_block: int | None = None,
   ) -> jax.Array:
     """encoded: (b, s, d_model); source_mask: (b, s) bool; decoder_inputs: (b, t) ids
     -> logits (b, t, vocab) float32. source_segments, target_segments: of a packed batch.
 
-    decode: incremental decoding with a 'cache' collection, the decoder's rows coming `copies`
+    incremental: decoding with a 'cache' collection, the decoder's rows coming `copies`
     to each of the n rows of `encoded` (the hypotheses of beam search; `copies` is the ratio of
     the two batch sizes). The first call creates the cache for t positions (see
     `Transformer.init_cache`); each later call takes the one next input token per row (t = 1)
@@ -98,7 +98,7 @@ class Decoder(nn.Module):
     """
     cfg = self.config
     offset, step, self_mask = 0, None, causal_mask(decoder_inputs.shape[1])
-    if decode:
+    if incremental:
       rows = decoder_inputs.shape[0]
       copies = rows // encoded.shape[0]
       own = jnp.arange(rows, dtype=jnp.int32) % copies
@@ -148,10 +148,10 @@ class Transformer(nn.Module):
 
   def decode(
       self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array,
-      decode: bool = False, source_segments: jax.Array | None = None,
+      incremental: bool = False, source_segments: jax.Array | None = None,
       target_segments: jax.Array | None = None, cache_block: int | None = None,
   ) -> jax.Array:
-    return self.decoder(encoded, source_mask, decoder_inputs, decode, source_segments,
+    return self.decoder(encoded, source_mask, decoder_inputs, incremental, source_segments,
                         target_segments, cache_block)
 
   def init_cache(self, encoded: jax.Array, source_mask: jax.Array, length: int,
@@ -162,12 +162,12 @@ class Transformer(nn.Module):
     once per sentence. The decoder's output over the placeholder inputs is discarded (under
     jit, never computed)."""
     placeholder = jnp.zeros((encoded.shape[0] * copies, length), jnp.int32)
-    self.decoder(encoded, source_mask, placeholder, decode=True)
+    self.decoder(encoded, source_mask, placeholder, incremental=True)
 
   def __call__(self, inputs: jax.Array, decoder_inputs: jax.Array,
                source_segments: jax.Array | None = None,
                target_segments: jax.Array | None = None) -> jax.Array:
     source_mask = inputs != PAD_ID
     encoded = self.encode(inputs, source_mask, source_segments)
-    return self.decode(encoded, source_mask, decoder_inputs, False, source_segments,
-                       target_segments)
+    return self.decode(encoded, source_mask, decoder_inputs, source_segments=source_segments,
+                       target_segments=target_segments)
