@@ -105,11 +105,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return _train(config, workdir)
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  model = ShardedModel(config)
-  trainer = Trainer(model)
-  checkpointing.check_compatible(config, workdir)
-  # Process 0 learns the vocabulary; the others then read it from the workdir.
+def _load_data(config: ml_collections.ConfigDict, workdir: str, trainer: Trainer):
+  """The datasets and vocabulary (`pipeline.load`); process 0 learns the vocabulary and writes
+  the config into the workdir, the other processes then read the vocabulary from there."""
   lead = jax.process_index() == 0
   if lead:
     data = pipeline.load(config, workdir, trainer.rows_multiple)
@@ -117,6 +115,15 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   multihost_utils.sync_global_devices('vocabulary')
   if not lead:
     data = pipeline.load(config, workdir, trainer.rows_multiple)
+  return data
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  model = ShardedModel(config)
+  trainer = Trainer(model)
+  checkpointing.check_compatible(config, workdir)
+  data = _load_data(config, workdir, trainer)
+  lead = jax.process_index() == 0
 
   train = config.train
   checkpoints = checkpointing.Checkpoints(workdir, train.keep_checkpoints)
@@ -176,6 +183,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
     checkpoints.close()
     log.close()
   return eval_metrics
+
 
 if __name__ == '__main__':
   _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
