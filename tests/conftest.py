@@ -42,6 +42,12 @@ def init_params(cfg: TransformerConfig, seed: int = 0):
   return nn.unbox(variables['params'])
 
 
+def perturbed(params, rng: np.random.Generator, scale: float = 0.1):
+  """`params` with normal(0, scale) noise added to every leaf, so that parameters initialised
+  to constants (layer-norm gains 1, biases 0) take part in a comparison as any others."""
+  return jax.tree.map(lambda p: p + scale * rng.standard_normal(p.shape).astype(p.dtype), params)
+
+
 def random_tokens(rng: np.random.Generator, shape, vocab_size: int, lengths=None) -> np.ndarray:
   """Token ids in [1, vocab_size); positions at or after `lengths[b]` are padding (0)."""
   tokens = rng.integers(1, vocab_size, size=shape)

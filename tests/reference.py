@@ -149,3 +149,17 @@ class Reference:
     source_mask = inputs != 0
     encoded = self.encode(inputs, source_mask, skip_encoder)
     return self.decode(encoded, source_mask, decoder_inputs, skip_decoder)
+
+
+def adam_updates(gradients, learning_rates, b1=0.9, b2=0.98, eps=1e-9):
+  """Adam (Kingma & Ba, Algorithm 1) as §5.3 uses it, in float64: the update of each step from
+  a sequence of gradients (arrays of one shape) and the learning rate of each step."""
+  m = v = 0.0
+  updates = []
+  for t, (g, lr) in enumerate(zip(gradients, learning_rates), start=1):
+    g = np.asarray(g, np.float64)
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    m_hat, v_hat = m / (1 - b1**t), v / (1 - b2**t)
+    updates.append(-lr * m_hat / (np.sqrt(v_hat) + eps))
+  return updates

@@ -43,12 +43,36 @@ def test_forward_flops_equal_the_matmuls_xla_is_given(options):
   assert _dot_flops(jaxpr.jaxpr) == costs.forward_flops(cfg, source_length, target_length)
 
 
-def test_param_counts_equal_the_initialised_model():
-  cfg = tiny_config(position_encoding='learned')
-  params = init_params(cfg)
+def _expected_params(cfg) -> int:
+  """Counted from the architecture (§3), each option adding what it adds."""
+  h, d = cfg.num_heads, cfg.d_model
+  attention = 2 * d * h * cfg.d_k + d * h * cfg.d_v + h * cfg.d_v * d
+  if cfg.attention_bias:
+    attention += 2 * h * cfg.d_k + h * cfg.d_v + d
+  ffn = d * cfg.d_ff + cfg.d_ff + cfg.d_ff * d + d
+  norm = 1 if cfg.norm_type == 'scale_norm' else 2 * d  # g, or LayerNorm's gain and bias
+  layers = cfg.num_layers * ((attention + ffn + 2 * norm) + (2 * attention + ffn + 3 * norm))
+  final_norms = 2 * norm if cfg.norm_position == 'pre' else 0
+  tables = (1 if cfg.share_embeddings else 3) * cfg.vocab_size * d
+  positions = 2 * cfg.max_len * d if cfg.position_encoding == 'learned' else 0
+  return layers + final_norms + tables + positions
+
+
+@pytest.mark.parametrize('options', [
+    dict(),
+    dict(position_encoding='learned'),
+    dict(attention_bias=True, share_embeddings=False),
+    dict(norm_position='pre', norm_type='scale_norm'),
+    dict(norm_position='pre', decoder_start='learned'),
+])
+def test_param_counts_equal_the_architecture_and_the_initialised_model(options):
+  cfg = tiny_config(**options)
   counts = costs.param_counts(cfg)
-  assert counts['total'] == sum(x.size for x in jax.tree.leaves(params))
-  assert counts['embedding'] == cfg.vocab_size * cfg.d_model + 2 * cfg.max_len * cfg.d_model
+  assert counts['total'] == _expected_params(cfg)
+  assert counts['total'] == sum(x.size for x in jax.tree.leaves(init_params(cfg)))
+  tables = (1 if cfg.share_embeddings else 3) * cfg.vocab_size * cfg.d_model
+  positions = 2 * cfg.max_len * cfg.d_model if cfg.position_encoding == 'learned' else 0
+  assert counts['embedding'] == tables + positions
 
 
 def _summary(*args) -> subprocess.CompletedProcess:

@@ -1,10 +1,12 @@
-"""The learning-rate schedule (eq. 3), the label-smoothed loss and its gradient, against numpy."""
+"""The learning-rate schedule (eq. 3), Adam, the label-smoothed loss and its gradient, against
+numpy."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from reference import adam_updates
 from transformer_jax import config_lib, loss, optimizer
 
 base = config_lib.import_sibling(__file__, '../configs/base')
@@ -27,15 +29,24 @@ def test_schedule_peaks_at_warmup():
 
 
 def test_adam_uses_the_papers_hyper_parameters():
+  # Four steps of gradients of changing size, some as small as ε, so that β1, β2 and ε all
+  # change the updates (on the first step alone Adam's update is -lr · g / (|g| + ε) whatever
+  # β1 and β2 are).
+  gradients = [np.array([1.0, -2.0, 3e-9, 0.5]), np.array([-0.5, 0.1, -1e-9, 0.5]),
+               np.array([2.0, 0.3, 2e-9, -4.0]), np.array([0.1, -3.0, 5e-10, 1e-3])]
+  rates = [512**-0.5 * step * 4000**-1.5 for step in (1, 2, 3, 4)]  # eq. 3 in the warmup
+  want = adam_updates(gradients, rates, b1=0.9, b2=0.98, eps=1e-9)
   tx = optimizer.adam(base.get_config())
-  params = {'w': jnp.ones(3)}
-  state = tx.init(params)
-  grads = {'w': jnp.array([1.0, -2.0, 0.5])}
-  updates, _ = tx.update(grads, state, params)
-  # First Adam step: m̂ = g, v̂ = g², update = -lr · g / (|g| + ε) with lr at step_num 1.
-  lr = 512**-0.5 * 4000**-1.5
-  np.testing.assert_allclose(updates['w'], -lr * grads['w'] / (np.abs(grads['w']) + 1e-9),
-                             rtol=1e-5)
+  state = tx.init({'w': jnp.zeros(4)})
+  for step, (g, expected) in enumerate(zip(gradients, want), start=1):
+    updates, state = tx.update({'w': jnp.asarray(g, jnp.float32)}, state)
+    np.testing.assert_allclose(updates['w'], expected, rtol=1e-5, err_msg=f'step {step}')
+  # The check can fail: each other hyper-parameter moves some update by over 100 times the
+  # tolerance.
+  for wrong in ({'b1': 0.8}, {'b2': 0.999}, {'eps': 1e-8}):
+    other = adam_updates(gradients, rates, **{'b1': 0.9, 'b2': 0.98, 'eps': 1e-9,
+                                                         **wrong})
+    assert max(np.max(np.abs(a - b) / np.abs(b)) for a, b in zip(other, want)) > 1e-3, wrong
 
 
 def _numpy_loss(logits, targets, eps):

@@ -1,12 +1,13 @@
-"""The sharded model and its train step: same update on any mesh, gradient accumulation,
-clear errors."""
+"""The sharded model and its train step: Adam on the loss per target token, the same update on
+any mesh, gradient accumulation, clear errors."""
 
 import jax
 import numpy as np
 import pytest
 
 from conftest import random_tokens, train_config
-from transformer_jax import partitioning
+from reference import adam_updates
+from transformer_jax import loss, partitioning
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
 
@@ -31,6 +32,39 @@ def _train(config, devices, batches):
     state, metrics = trainer.train_step(state, model.put_batch(batch))
     losses.append(float(metrics['loss']))
   return losses, jax.tree.map(np.asarray, state.params), state
+
+
+def test_a_step_is_adam_on_the_loss_per_target_token():
+  # Two steps on one device without dropout, against float64 Adam (§5.3) on the gradient of the
+  # batch's summed loss over its number of target tokens. The batches' token counts differ, so
+  # a gradient normalised otherwise (or not at all) changes the second update and the norm.
+  config = train_config(**{'model.dropout_rate': 0.0, 'parallel.data': 1})
+  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  trainer = Trainer(model)
+  state = trainer.init_state()
+  batches = [_batch(16, 12, 64, seed) for seed in range(2)]
+  assert len({np.count_nonzero(b['targets']) for b in batches}) == 2
+
+  def loss_per_token(params, batch):
+    logits = model.model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'])
+    sums = loss.loss_sums(logits, batch['targets'], config.train.label_smoothing)
+    return sums['loss'] / sums['tokens']
+
+  want = jax.tree.map(lambda p: np.asarray(p, np.float64), state.params)
+  gradients = []
+  for step, batch in enumerate(batches, start=1):
+    value, grads = jax.value_and_grad(loss_per_token)(
+        jax.tree.map(lambda p: p.astype(np.float32), want), batch)
+    gradients.append(jax.tree.map(lambda g: np.asarray(g, np.float64), grads))
+    rates = [32**-0.5 * min(t**-0.5, t * 10**-1.5) for t in range(1, step + 1)]  # eq. 3
+    want = jax.tree.map(lambda p, *g: p + adam_updates(g, rates)[-1], want, *gradients)
+    state, metrics = trainer.train_step(state, model.put_batch(batch))
+    np.testing.assert_allclose(float(metrics['loss']), float(value), rtol=1e-5)
+    norm = np.sqrt(sum(np.sum(g**2) for g in jax.tree.leaves(gradients[-1])))
+    np.testing.assert_allclose(float(metrics['grad_norm']), norm, rtol=1e-4)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6,
+                                                         err_msg=f'step {step}'),
+                 jax.tree.map(np.asarray, state.params), want)
 
 
 # (2, 2, 2) uses every mesh axis at once; the fast tier runs only it.

@@ -16,8 +16,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import train_config
-from transformer_jax import bleu, checkpointing, decoding, train, translate
-from transformer_jax.data import batching, datasets
+from transformer_jax import bleu, checkpointing, decoding, evaluate, train, translate
+from transformer_jax.data import batching, datasets, tokenizer
 from transformer_jax.translator import Translator
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
@@ -54,6 +54,32 @@ def test_averaging_equals_the_numpy_mean(workdir):
   # Only the last checkpoint: its parameters exactly.
   last = Translator(workdir, average_last=1)
   jax.tree.map(np.testing.assert_array_equal, last.params, _saved_params(workdir, 150))
+
+
+def test_perplexity_is_the_exp_of_the_mean_nll_per_reference_token(workdir):
+  # Table 3's PPL: the independent figure scores each pair alone, in float64, from the logits
+  # of its reference (EOS included) after the start symbol, over the pairs whose sides both fit
+  # data.max_length tokens.
+  translator = Translator(workdir, average_last=1)
+  pairs = datasets.load_pairs(translator.config.data, 'test')[:40]
+  got = evaluate.perplexity(translator, pairs, 'test')
+  nll, tokens, kept = 0.0, 0, 0
+  for source, target in pairs:
+    source_ids, target_ids = tokenizer.encode(translator.tokenizer, [source, target])
+    if max(len(source_ids), len(target_ids)) > translator.config.data.max_length:
+      continue
+    logits = np.asarray(translator.model.eval_model.apply(
+        {'params': translator.params}, source_ids[None],
+        np.concatenate([[0], target_ids[:-1]])[None]), np.float64)[0]
+    peak = logits.max(-1, keepdims=True)
+    log_probs = logits - peak - np.log(np.exp(logits - peak).sum(-1, keepdims=True))
+    nll -= log_probs[np.arange(len(target_ids)), target_ids].sum()
+    tokens += len(target_ids)
+    kept += 1
+  assert 0 < kept < len(pairs)  # both kinds of pair are present
+  np.testing.assert_allclose(got['perplexity'], np.exp(nll / tokens), rtol=1e-5)
+  assert (got['perplexity_pairs'], got['perplexity_pairs_too_long']) == (kept, len(pairs) - kept)
+  assert evaluate.perplexity(translator, pairs, 'test') == got  # no dropout
 
 
 def test_preprocessing_applies_to_inputs_and_is_undone_on_outputs(workdir, tmp_path):

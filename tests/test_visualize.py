@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import SMALL, init_params, tiny_config, train_config
+from conftest import SMALL, init_params, perturbed, tiny_config, train_config
 from reference import Reference
 from transformer_jax import train, visualize
 from transformer_jax.model import Transformer
@@ -20,8 +20,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_weights_equal_the_float64_reference_and_respect_the_masks():
   cfg = tiny_config(num_layers=2)
-  params = init_params(cfg)
   rng = np.random.default_rng(0)
+  params = perturbed(init_params(cfg), rng)
   inputs = np.append(rng.integers(3, cfg.vocab_size, 6), 1).astype(np.int32)  # EOS = 1
   targets = np.append(rng.integers(3, cfg.vocab_size, 4), 1).astype(np.int32)
   weights = visualize.attention_weights(Transformer(cfg), params, inputs, targets)
