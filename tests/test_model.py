@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import init_params, perturbed, random_tokens, tiny_config
-from reference import Reference
+from reference import Reference, sinusoid
 from transformer_jax import partitioning
 from transformer_jax.model import Transformer
 
@@ -38,6 +38,69 @@ def test_logits_match_numpy_reference(rng, options):
   for b in range(2):
     np.testing.assert_allclose(got[b], reference(inputs[b], decoder_inputs[b]),
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('norm_position', ['post', 'pre'])
+def test_dropout_sites_are_those_of_section_5_4(rng, norm_position):
+  """§5.4: dropout on the output of each sub-layer before it is added to the sub-layer input
+  (and normalised), and on the sums of embeddings and positional encodings; the options'
+  dropouts on the attention weights, the FFN's inner activations and whole heads. Every
+  dropout call is recorded, and residual dropout is replaced by a product with c: each
+  sub-layer ends in a linear map (W^O, or W2 and b2), so the model must then equal the
+  dropout-free one with those maps times c, which holds only if exactly the sub-layers'
+  outputs are scaled."""
+  rates = dict(dropout_rate=0.1, attention_dropout_rate=0.2, relu_dropout_rate=0.3,
+               drophead_rate=0.4)
+  cfg = tiny_config(**rates, norm_position=norm_position, deterministic=False)
+  params = perturbed(init_params(cfg), rng)
+  inputs = random_tokens(rng, (2, 6), cfg.vocab_size, lengths=[6, 3])
+  decoder_inputs = random_tokens(rng, (2, 5), cfg.vocab_size)
+  decoder_inputs[:, 0] = 0  # the start symbol
+  c, calls = 0.5, []
+
+  def interceptor(next_fun, args, kwargs, context):
+    module = context.module
+    if not isinstance(module, nn.Dropout) or context.method_name != '__call__':
+      return next_fun(*args, **kwargs)
+    x = args[0]
+    embedding_sum = len(module.path) == 2  # ('encoder' | 'decoder', 'Dropout_k')
+    calls.append((module.rate, module.path[0], embedding_sum, np.asarray(x, np.float64)))
+    return c * x if module.rate == cfg.dropout_rate and not embedding_sum else x
+
+  with nn.intercept_methods(interceptor):
+    got = _logits(cfg, params, inputs, decoder_inputs)
+  scaled = jax.tree_util.tree_map_with_path(
+      lambda path, p: c * p if {'out', 'outer'} & {k.key for k in path} else p, params)
+  np.testing.assert_allclose(got, _logits(cfg.replace(deterministic=True), scaled, inputs,
+                                          decoder_inputs), rtol=1e-5, atol=1e-5)
+
+  n, d = cfg.num_layers, cfg.d_model
+  by_rate = {rate: [call for call in calls if call[0] == rate] for rate in rates.values()}
+  assert len(calls) == sum(map(len, by_rate.values()))  # no dropout at another rate
+  # Residual dropout: the two embedding sums, then 2 sub-layers per encoder layer, 3 per
+  # decoder layer, each on a (b, length, d_model) output.
+  residual = by_rate[cfg.dropout_rate]
+  assert [(stack, first) for _, stack, first, _ in residual if first] == [
+      ('encoder', True), ('decoder', True)]
+  assert sum(stack == 'encoder' for _, stack, _, _ in residual) == 1 + 2 * n
+  assert sum(stack == 'decoder' for _, stack, _, _ in residual) == 1 + 3 * n
+  assert all(x.shape[-1] == d for *_, x in residual)
+  table = np.asarray(params['embeddings']['shared'], np.float64)
+  for tokens, (_, _, _, x) in zip((inputs, decoder_inputs), [r for r in residual if r[2]]):
+    embedded = np.where((tokens != 0)[..., None], d**0.5 * table[tokens], 0.0)
+    np.testing.assert_allclose(x, embedded + sinusoid(tokens.shape[1], d), rtol=1e-5,
+                               atol=1e-5)
+  # Options: attention weights (rows sum to 1) in all 3N attentions, the FFN's inner
+  # activations (after the ReLU) in its 2N layers, whole heads (b, q, h, d_v) in every attention.
+  weights = by_rate[cfg.attention_dropout_rate]
+  assert len(weights) == 3 * n and all(x.shape[1] == cfg.num_heads for *_, x in weights)
+  for *_, x in weights:
+    np.testing.assert_allclose(x.sum(-1), 1.0, rtol=1e-5)
+  inner = by_rate[cfg.relu_dropout_rate]
+  assert len(inner) == 2 * n and all(x.shape[-1] == cfg.d_ff and x.min() >= 0 for *_, x in inner)
+  heads = by_rate[cfg.drophead_rate]
+  assert len(heads) == 3 * n
+  assert all(x.shape[-2:] == (cfg.num_heads, cfg.d_v) for *_, x in heads)
 
 
 def test_future_target_tokens_do_not_influence_the_past(rng):
