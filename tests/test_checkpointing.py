@@ -16,8 +16,10 @@ import pytest
 from transformer_jax import atomic, checkpointing
 
 
-def _state(value: float) -> dict:
-  return {'params': {'w': np.full((3, 2), value, np.float32)}, 'step': np.int32(value)}
+def _state(step: int) -> dict:
+  """A state whose values differ by position and step, so a mixed-up restore shows."""
+  w = np.random.default_rng(step).standard_normal((3, 2)).astype(np.float32)
+  return {'params': {'w': w}, 'step': np.int32(step)}
 
 
 def _saved(tmp_path, steps) -> checkpointing.Checkpoints:
@@ -31,7 +33,7 @@ def _saved(tmp_path, steps) -> checkpointing.Checkpoints:
 def test_the_newest_checkpoint_is_restored(tmp_path):
   step, state, data_state = _saved(tmp_path, [2, 4]).restore_latest(None)
   assert step == 4 and data_state == {'position': 4}
-  np.testing.assert_array_equal(state['params']['w'], np.full((3, 2), 4.0))
+  np.testing.assert_array_equal(state['params']['w'], _state(4)['params']['w'])
 
 
 def test_a_step_not_newer_than_the_saved_ones_is_an_error(tmp_path):
@@ -116,6 +118,7 @@ def test_a_checkpoint_one_process_cannot_read_is_skipped_by_every_process(tmp_pa
       process.kill()
   for process, (_, stderr) in zip(processes, results):
     assert process.returncode == 0, stderr[-3000:]
-  expected = {'step': 2, 'w': 2.0, 'position': 2, 'averaged': [2], 'average': 2.0}
+  w = float(_state(2)['params']['w'][0, 0])
+  expected = {'step': 2, 'w': w, 'position': 2, 'averaged': [2], 'average': w}
   assert [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in results] == [expected] * 2
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['2', '4.corrupt']

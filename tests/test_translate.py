@@ -102,7 +102,10 @@ def test_preprocessing_applies_to_inputs_and_is_undone_on_outputs(workdir, tmp_p
 
 def test_saved_average_is_a_workdir_that_translates_like_the_average(workdir, tmp_path):
   output = str(tmp_path / 'averaged')
-  assert checkpointing.save_average(workdir, 2, output) == [100, 150]
+  result = _run('transformer_jax.average', f'--workdir={workdir}', '--last=2',
+                f'--output={output}')
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  assert 'the average of checkpoints [100, 150]' in result.stdout.decode()
   in_memory = Translator(workdir, average_last=2)
   saved = Translator(output, average_last=1)
   assert saved.steps == [150]
@@ -163,6 +166,9 @@ def test_translate_command_keeps_every_line_in_order(workdir, tmp_path):
   assert lines[-1] == '' and len(lines) - 1 == len(SENTENCES) + 1
   assert lines[1] == ''  # the empty input line
   assert all(lines[i] for i in (0, 2, 3, 4))
+  # Line by line, each input's own translation, as translating it alone gives.
+  translator = Translator(workdir, beam_size=2, average_last=2)
+  assert lines[:-1] == [translator.translate([line])[0] for line in SENTENCES + [long_line]]
   assert f'{source}:5: ' in result.stderr.decode()  # the long line, named
   # stdin to stdout gives the same translations.
   piped = _run('transformer_jax.translate', f'--workdir={workdir}', '--beam_size=2',
