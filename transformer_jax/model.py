@@ -33,11 +33,17 @@ from transformer_jax.model_config import PAD_ID, TransformerConfig
 def _layer_drop(module: nn.Module, cfg: TransformerConfig, x: jax.Array, *args) -> jax.Array:
   """Applies one layer; with LayerDrop (Fan et al., 2019; option, default off) the whole layer
   is skipped with probability `layerdrop_rate` during training."""
-  y = module(x, *args)
+  y = split_rows(cfg, module(x, *args))
   if cfg.deterministic or cfg.layerdrop_rate == 0.0:
     return y
   keep = jax.random.bernoulli(module.make_rng('dropout'), 1.0 - cfg.layerdrop_rate)
   return jnp.where(keep, y, x)
+
+
+def split_rows(cfg: TransformerConfig, x: jax.Array) -> jax.Array:
+  """x (b, length, d_model) constrained to rows split as `cfg.axis_rules` split 'batch', the
+  other dimensions whole, when a mesh is in context (`ShardedModel.on_mesh`); else x."""
+  return nn.with_logical_constraint(x, ('batch', None, None), rules=cfg.axis_rules)
 
 
 def _prepare(cfg: TransformerConfig, embedded: jax.Array, name: str,
@@ -45,7 +51,7 @@ def _prepare(cfg: TransformerConfig, embedded: jax.Array, name: str,
   """Positional encoding, then dropout on the sum (§3.5, §5.4)."""
   positions = None if segments is None else segment_positions(segments)
   x = PositionalEncoding(cfg, name=name)(embedded, offset, positions)
-  return nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
+  return split_rows(cfg, nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic))
 
 
 class Encoder(nn.Module):

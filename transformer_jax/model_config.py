@@ -51,6 +51,9 @@ class TransformerConfig:
   dtype: Any = jnp.float32  # compute dtype
   param_dtype: Any = jnp.float32
   deterministic: bool = False  # True disables every kind of dropout
+  # Logical axis -> mesh axes (`config.parallel.axis_rules`), set by `ShardedModel`: the
+  # activations' placement (`model.split_rows`). () places nothing.
+  axis_rules: tuple = ()
 
   def __post_init__(self):
     for field, choices in CHOICES.items():

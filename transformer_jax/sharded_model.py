@@ -34,10 +34,10 @@ class ShardedModel:
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None):
     self.config = config
     self.mesh = partitioning.make_mesh(config) if mesh is None else mesh
-    self.model_config = config_lib.model_config(config)
+    self.rules = partitioning.axis_rules(config)
+    self.model_config = config_lib.model_config(config).replace(axis_rules=self.rules)
     self.model = Transformer(self.model_config)
     self.eval_model = Transformer(self.model_config.replace(deterministic=True))
-    self.rules = partitioning.axis_rules(config)
     self.batch_sharding = partitioning.batch_sharding(self.mesh, self.rules)
     self.batch_shards = partitioning.batch_shards(self.mesh, self.rules)
     boxed = jax.eval_shape(self.boxed_params, jax.random.key(0))
@@ -52,9 +52,19 @@ class ShardedModel:
     tokens = jnp.ones((1, 1), jnp.int32)
     return self.model.init({'params': key}, tokens, tokens)['params']
 
+  def on_mesh(self):
+    """The context to trace the model in: with the mesh known, each layer's input and output
+    keep their rows split over the batch's mesh axes (`model.split_rows`). Without it XLA
+    may place them otherwise: on an FSDP mesh it gathered every row of the activations onto
+    every device and computed parts of each layer redundantly, instead of gathering the
+    parameters (ZeRO-3)."""
+    return jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh)
+
   def _loss_sums(self, params, batch: dict) -> dict:
-    logits = self.eval_model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'])
-    return loss.loss_sums(logits, batch['targets'], self.config.train.label_smoothing)
+    with self.on_mesh():
+      logits = self.eval_model.apply({'params': params}, batch['inputs'],
+                                     batch['decoder_inputs'])
+      return loss.loss_sums(logits, batch['targets'], self.config.train.label_smoothing)
 
   def put_batch(self, local_batch: dict) -> dict:
     """This process's rows of a batch -> global arrays on the mesh."""

@@ -76,6 +76,10 @@ class Trainer:
     return sums['loss'], sums
 
   def _train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+    with self.model.on_mesh():
+      return self._update(state, batch)
+
+  def _update(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     # Dropout is different at every step and micro-batch, and reproducible from the step alone.
     step_key = jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)
     grad_fn = jax.grad(self._loss_sums, has_aux=True)
