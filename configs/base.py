@@ -119,6 +119,11 @@ def get_config() -> ml_collections.ConfigDict:
   # tokens_per_batch is the batch of one optimizer step on any hardware: when the devices
   # cannot hold it at once, each step accumulates gradients over this many micro-batches.
   config.train.grad_accum_steps = 1
+  # 0: the loss is computed from the whole (tokens, vocab) logits. N > 0: the pre-softmax
+  # projection and the loss are fused, N target positions at a time, the logits' gradient
+  # formed in the same pass (loss.projected_loss_sums): the same sums and gradients, with no
+  # (tokens, vocab) array whole.
+  config.train.loss_chunk = 0
   # Logging, evaluation on the dev split (loss, per-token perplexity, token accuracy and BLEU
   # decoded as config.decode says; num_eval_steps = -1 evaluates the whole split) and
   # checkpoints. §6.1 averages the last 5 (base) or 20 (big) checkpoints, "written at

@@ -5,7 +5,9 @@
 #
 # 1. Training throughput and MFU (`transformer_jax.benchmark`) of the paper's base and big
 #    models at its batch of about 25000 source + 25000 target tokens (section 5.1; 781 pairs of
-#    32 + 32 tokens), in bfloat16 and float32: OUT_DIR/benchmark_{base,big}_{dtype}.json.
+#    32 + 32 tokens), in bfloat16 and float32: OUT_DIR/benchmark_{base,big}_{dtype}.json; and
+#    base in bfloat16 with the projection and loss fused (`train.loss_chunk` 4 and 16 target
+#    positions): OUT_DIR/benchmark_base_bfloat16_loss_chunk{4,16}.json.
 # 2. With a trained workdir: beam-4 decoding speed on Multi30k test2016
 #    (experiments/decode_speed.py, cached decoder only) and the same beside Hugging Face
 #    transformers' MarianMTModel (experiments/decode_vs_torch.py, needs torch and
@@ -30,6 +32,17 @@ for config in base big; do
       failed+=("$name")
     fi
   done
+done
+
+for chunk in 4 16; do
+  name=benchmark_base_bfloat16_loss_chunk$chunk
+  echo "== $name"
+  if "$python" -m transformer_jax.benchmark --config=configs/base.py --config.dtype=bfloat16 \
+      --config.train.loss_chunk="$chunk" --json > "$out/$name.json"; then
+    cat "$out/$name.json"
+  else
+    failed+=("$name")
+  fi
 done
 
 if [[ -n "$workdir" ]]; then

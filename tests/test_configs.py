@@ -125,6 +125,7 @@ def test_unknown_row_is_an_error():
      '37001 tokens'),
     ('data.pack_length', 257, 'config.data.pack_length must be 0 .* at most '
      'config.data.max_length=256, got 257'),
+    ('train.loss_chunk', -4, 'config.train.loss_chunk must be 0 .* got -4'),
     ('parallel.axis_rules', (('batch', 'data'), ('mpl', 'model')),
      r"config.parallel.axis_rules: \('mpl', 'model'\) is not"),
     ('parallel.axis_rules', (('batch', 'data'), ('mlp', 'tensor')),

@@ -114,3 +114,37 @@ def test_padding_logits_do_not_matter():
   a, b = loss.loss_sums(logits, targets, 0.1), loss.loss_sums(changed, targets, 0.1)
   for key in a:
     assert float(a[key]) == pytest.approx(float(b[key]))
+
+
+@pytest.mark.parametrize('eps,chunk', [(0.1, 1), (0.1, 3), (0.0, 5), (0.2, 16)])
+def test_projected_loss_sums_and_gradients_equal_numpy(eps, chunk):
+  """Projection and loss fused in chunks of target positions (chunk 3 and 16 do not divide
+  the 5 positions): the sums and the loss's gradients wrt y and the table are those of
+  logits = y tableᵀ in float64, d loss / d logits = (softmax - q) at non-padding targets."""
+  rng = np.random.default_rng(3)
+  y = rng.normal(size=(3, 5, 4)).astype(np.float32)
+  table = rng.normal(size=(11, 4)).astype(np.float32)
+  targets = rng.integers(1, 11, size=(3, 5))
+  targets[0, 3:] = 0
+  targets[2, 1:] = 0
+
+  def fused(y, table, name='loss'):
+    return loss.projected_loss_sums(y, table, targets, eps, chunk)[name]
+
+  sums = {name: float(fused(y, table, name)) for name in loss.SUM_NAMES}
+  logits = y.astype(np.float64) @ table.astype(np.float64).T
+  want_loss, want_nll, want_tokens = _numpy_loss(logits, targets, eps)
+  assert sums['tokens'] == want_tokens == 15 - 2 - 4
+  assert sums['loss'] == pytest.approx(want_loss, rel=1e-5)
+  assert sums['nll'] == pytest.approx(want_nll, rel=1e-5)
+  assert sums['correct'] == sum(int(np.argmax(logits[b, t]) == targets[b, t])
+                                for b in range(3) for t in range(5) if targets[b, t])
+
+  softmax = np.exp(logits - logits.max(-1, keepdims=True))
+  softmax /= softmax.sum(-1, keepdims=True)
+  one_hot = np.eye(11)[targets]
+  q = one_hot * (1 - eps) + (1 - one_hot) * eps / 10
+  g = (softmax - q) * (targets != 0)[..., None]  # d loss / d logits, (b, t, vocab)
+  dy, dtable = jax.grad(lambda y, w: 2.5 * fused(y, w), argnums=(0, 1))(y, table)
+  np.testing.assert_allclose(dy, 2.5 * g @ table.astype(np.float64), atol=1e-5)
+  np.testing.assert_allclose(dtable, 2.5 * np.einsum('btv,btd->vd', g, y), atol=1e-5)

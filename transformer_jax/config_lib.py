@@ -89,6 +89,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f'config.decode.beam_size={config.decode.beam_size} needs a vocabulary of '
                      f'at least {2 * config.decode.beam_size + 1} tokens (2k candidates and PAD), '
                      f'config.data.vocab_size is {config.data.vocab_size}')
+  loss_chunk = config.train.loss_chunk
+  if isinstance(loss_chunk, bool) or not isinstance(loss_chunk, int) or loss_chunk < 0:
+    raise ValueError('config.train.loss_chunk must be 0 (logits whole) or a number of target '
+                     f'positions, got {loss_chunk!r}')
   pack_length = config.data.pack_length
   if isinstance(pack_length, bool) or not isinstance(pack_length, int) or not (
       pack_length == 0 or 1 <= pack_length <= config.data.max_length):

@@ -109,9 +109,13 @@ class Embeddings(nn.Module):
       embedded = jnp.where((tokens != PAD_ID)[..., None], embedded, 0)
     return embedded
 
+  def output_table(self) -> jax.Array:
+    """The pre-softmax projection's (vocab, d_model) matrix, in the compute dtype."""
+    return self._table('output').astype(self.config.dtype)
+
   def logits(self, y: jax.Array) -> jax.Array:
     """The pre-softmax projection: (b, t, d_model) -> (b, t, vocab) float32 logits."""
-    return project(y, self._table('output').astype(self.config.dtype))
+    return project(y, self.output_table())
 
 
 @jax.custom_vjp

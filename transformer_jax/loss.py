@@ -7,10 +7,14 @@ that distribution is subtracted so that a perfect prediction has loss 0. Padding
 tokens.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from transformer_jax.model_config import PAD_ID
+
+SUM_NAMES = ('loss', 'nll', 'correct', 'tokens')
 
 
 def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> dict:
@@ -26,6 +30,13 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> 
      'correct': argmax hits, 'tokens': number of non-padding targets}; per-token perplexity
     is exp(nll / tokens).
   """
+  return _sums_and_softmax(logits, targets, label_smoothing)[0]
+
+
+def _sums_and_softmax(logits: jax.Array, targets: jax.Array,
+                      label_smoothing: float) -> tuple[dict, jax.Array, jax.Array]:
+  """`loss_sums`, and the unnormalised softmax exp(logits - peak) with its sum over the
+  vocabulary, for a gradient written out (`projected_loss_sums`)."""
   vocab = logits.shape[-1]
   confidence = 1.0 - label_smoothing
   low = label_smoothing / (vocab - 1)
@@ -34,7 +45,9 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> 
   # (b, t, vocab) array of log-probabilities is materialised (on the 2-core CPU, at an
   # 8000-token vocabulary, loss + gradient beyond the projection: ~0.15 s -> ~0.06 s).
   peak = jax.lax.stop_gradient(jnp.max(logits, axis=-1))
-  log_normalizer = peak + jnp.log(jnp.sum(jnp.exp(logits - peak[..., None]), axis=-1))
+  exp = jnp.exp(logits - peak[..., None])
+  total = jnp.sum(exp, axis=-1)
+  log_normalizer = peak + jnp.log(total)
   target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
   nll = log_normalizer - target_logit
   sum_log_probs = jnp.sum(logits, axis=-1) - vocab * log_normalizer
@@ -42,16 +55,81 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> 
   smoothed = confidence * nll - low * (sum_log_probs + nll)
   entropy = -(confidence * jnp.log(confidence) + (vocab - 1) * low * jnp.log(low + 1e-20))
   weights = (targets != PAD_ID).astype(jnp.float32)
-  return {
+  sums = {
       'loss': jnp.sum((smoothed - entropy) * weights),
       'nll': jnp.sum(nll * weights),
       # The reference token has the largest logit (a tie counts as a hit).
       'correct': jnp.sum((target_logit >= peak) * weights),
       'tokens': jnp.sum(weights),
   }
+  return sums, exp, total
 
 
-SUM_NAMES = ('loss', 'nll', 'correct', 'tokens')
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def projected_loss_sums(y: jax.Array, table: jax.Array, targets: jax.Array,
+                        label_smoothing: float, chunk: int) -> dict:
+  """`loss_sums(embeddings.project(y, table), targets, label_smoothing)`, computed `chunk`
+  target positions at a time, so that the (b, t, vocab) logits are never whole.
+
+  The gradient of the 'loss' sum is formed in the same pass, chunk by chunk, from
+  d loss / d logit_v = w (p_v - q_v), with p the softmax, q the smoothed target distribution
+  (1 - ε_ls on the reference token, ε_ls / (vocab - 1) elsewhere) and w 1 at non-padding
+  targets, 0 at padding: no logits are kept for the backward pass, which only scales the
+  gradients by the loss's cotangent. Only the 'loss' sum is differentiable: the other sums'
+  cotangents are ignored (they are metrics; `jax.grad(..., has_aux=True)` never sends any).
+  As in `embeddings.project`, the logit gradient is rounded to y's dtype before its two
+  products.
+
+  Args:
+    y: (b, t, d_model), the decoder's output in the compute dtype.
+    table: (vocab, d_model), the output projection (the shared embedding matrix, §3.4).
+    targets: (b, t) int ids, PAD_ID where there is no token.
+    label_smoothing: ε_ls.
+    chunk: target positions per chunk (t is padded to a multiple of it).
+  """
+  return _projected_forward(y, table, targets, label_smoothing, chunk)[0]
+
+
+def _projected_forward(y, table, targets, label_smoothing, chunk):
+  b, t, d_model = y.shape
+  vocab = table.shape[0]
+  positions = -(-t // chunk) * chunk
+  # (chunks, b, chunk, ...): chunks over positions keep the rows, and so their sharding
+  # over the batch axes, in every chunk.
+  y_chunks = jnp.pad(y, ((0, 0), (0, positions - t), (0, 0))).reshape(b, -1, chunk, d_model)
+  target_chunks = jnp.pad(targets, ((0, 0), (0, positions - t)),
+                          constant_values=PAD_ID).reshape(b, -1, chunk)
+  xs = (jnp.swapaxes(y_chunks, 0, 1), jnp.swapaxes(target_chunks, 0, 1))
+  confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
+
+  def step(carry, chunk_xs):
+    sums, dtable = carry
+    y_chunk, target_chunk = chunk_xs
+    logits = jnp.einsum('btd,vd->btv', y_chunk, table, preferred_element_type=jnp.float32)
+    chunk_sums, exp, total = _sums_and_softmax(logits, target_chunk, label_smoothing)
+    q = jnp.where(jnp.arange(vocab) == target_chunk[..., None], confidence, low)
+    weights = (target_chunk != PAD_ID).astype(jnp.float32)[..., None]
+    g = ((exp / total[..., None] - q) * weights).astype(y.dtype)
+    dy = jnp.einsum('btv,vd->btd', g, table)
+    # Summed over chunks in float32; each product in the compute dtype, as in
+    # `embeddings.project` (XLA's CPU backend has no bfloat16 product with a float32 result here).
+    dtable += jnp.einsum('btd,btv->dv', y_chunk, g).T.astype(jnp.float32)
+    return (jax.tree.map(jnp.add, sums, chunk_sums), dtable), dy
+
+  zeros = {name: jnp.zeros((), jnp.float32) for name in SUM_NAMES}
+  (sums, dtable), dy = jax.lax.scan(step, (zeros, jnp.zeros(table.shape, jnp.float32)), xs)
+  dy = jnp.swapaxes(dy, 0, 1).reshape(b, positions, d_model)[:, :t]
+  return sums, (dy.astype(y.dtype), dtable.astype(table.dtype))
+
+
+def _projected_backward(label_smoothing, chunk, residuals, cotangents):
+  del label_smoothing, chunk
+  dy, dtable = residuals
+  scale = cotangents['loss']
+  return dy * scale.astype(dy.dtype), dtable * scale.astype(dtable.dtype), None
+
+
+projected_loss_sums.defvjp(_projected_forward, _projected_backward)
 
 
 def per_token(sums: dict) -> dict:
