@@ -176,6 +176,25 @@ def test_a_saved_config_without_a_newer_model_option_gets_its_default(tmp_path):
   checkpointing.check_compatible(config, str(tmp_path))
 
 
+def test_a_run_saved_before_every_added_field_resumes(tmp_path):
+  # The oldest config.json that resumes: base's 56 fields from before any was added. Each field
+  # added since gets the value those runs had; one added to configs/base.py without an entry in
+  # checkpointing._ADDED_FIELDS would make base's count 57 here, and such runs fail to resume.
+  config = base.get_config()
+  saved = json.loads(config.to_json_best_effort())
+  for field in checkpointing._ADDED_FIELDS:  # pylint: disable=protected-access
+    section, name = field.split('.')
+    del saved[section][name]
+  assert len(checkpointing._flatten(saved)) == 56  # pylint: disable=protected-access
+  checkpointing.write_config(config, str(tmp_path))
+  (tmp_path / 'config.json').write_text(json.dumps(saved))
+  (tmp_path / 'checkpoints' / '4').mkdir(parents=True)
+  loaded = checkpointing.load_config(str(tmp_path))
+  for field, value in checkpointing._ADDED_FIELDS.items():  # pylint: disable=protected-access
+    assert loaded[field.split('.')[0]][field.split('.')[1]] == value
+  checkpointing.check_compatible(config, str(tmp_path))
+
+
 def _workdir_with_checkpoint(tmp_path, config):
   checkpointing.write_config(config, str(tmp_path))
   (tmp_path / 'checkpoints' / '4').mkdir(parents=True)

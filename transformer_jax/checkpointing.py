@@ -32,10 +32,12 @@ from transformer_jax.data import tokenizer
 from transformer_jax.sharded_model import ShardedModel
 
 CONFIG_FILENAME = 'config.json'
-# Config fields newer than some saved runs, with the behaviour those runs had.
+# Config fields newer than some saved runs, with the behaviour those runs had. A field added to
+# configs/base.py needs an entry here, or runs saved before it cannot resume
+# (tests/test_configs.py counts them).
 _ADDED_FIELDS = {'model.qkv_init': 'separate', 'model.attention_bias': False,
                  'model.decoder_start': 'learned',
-                 'data.preprocessing': 'none', 'data.pack_length': 0}
+                 'data.preprocessing': 'none', 'data.pack_length': 0, 'train.loss_chunk': 0}
 
 
 class Checkpoints:
