@@ -30,13 +30,13 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> 
      'correct': argmax hits, 'tokens': number of non-padding targets}; per-token perplexity
     is exp(nll / tokens).
   """
-  return _sums_and_softmax(logits, targets, label_smoothing)[0]
+  return _sums_and_logit_gradient(logits, targets, label_smoothing)[0]
 
 
-def _sums_and_softmax(logits: jax.Array, targets: jax.Array,
-                      label_smoothing: float) -> tuple[dict, jax.Array, jax.Array]:
-  """`loss_sums`, and the unnormalised softmax exp(logits - peak) with its sum over the
-  vocabulary, for a gradient written out (`projected_loss_sums`)."""
+def _sums_and_logit_gradient(logits: jax.Array, targets: jax.Array,
+                             label_smoothing: float) -> tuple[dict, jax.Array]:
+  """`loss_sums`, and the 'loss' sum's gradient wrt the logits, w (p - q), written out for
+  `projected_loss_sums` (unused, and not computed under jit, by `loss_sums`)."""
   vocab = logits.shape[-1]
   confidence = 1.0 - label_smoothing
   low = label_smoothing / (vocab - 1)
@@ -62,7 +62,8 @@ def _sums_and_softmax(logits: jax.Array, targets: jax.Array,
       'correct': jnp.sum((target_logit >= peak) * weights),
       'tokens': jnp.sum(weights),
   }
-  return sums, exp, total
+  q = jnp.where(jnp.arange(vocab) == targets[..., None], confidence, low)
+  return sums, (exp / total[..., None] - q) * weights[..., None]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
@@ -92,7 +93,6 @@ def projected_loss_sums(y: jax.Array, table: jax.Array, targets: jax.Array,
 
 def _projected_forward(y, table, targets, label_smoothing, chunk):
   b, t, d_model = y.shape
-  vocab = table.shape[0]
   positions = -(-t // chunk) * chunk
   # (chunks, b, chunk, ...): chunks over positions keep the rows, and so their sharding
   # over the batch axes, in every chunk.
@@ -100,16 +100,13 @@ def _projected_forward(y, table, targets, label_smoothing, chunk):
   target_chunks = jnp.pad(targets, ((0, 0), (0, positions - t)),
                           constant_values=PAD_ID).reshape(b, -1, chunk)
   xs = (jnp.swapaxes(y_chunks, 0, 1), jnp.swapaxes(target_chunks, 0, 1))
-  confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
 
   def step(carry, chunk_xs):
     sums, dtable = carry
     y_chunk, target_chunk = chunk_xs
     logits = jnp.einsum('btd,vd->btv', y_chunk, table, preferred_element_type=jnp.float32)
-    chunk_sums, exp, total = _sums_and_softmax(logits, target_chunk, label_smoothing)
-    q = jnp.where(jnp.arange(vocab) == target_chunk[..., None], confidence, low)
-    weights = (target_chunk != PAD_ID).astype(jnp.float32)[..., None]
-    g = ((exp / total[..., None] - q) * weights).astype(y.dtype)
+    chunk_sums, g = _sums_and_logit_gradient(logits, target_chunk, label_smoothing)
+    g = g.astype(y.dtype)
     dy = jnp.einsum('btv,vd->btd', g, table)
     # Summed over chunks in float32; each product in the compute dtype, as in
     # `embeddings.project` (XLA's CPU backend has no bfloat16 product with a float32 result here).
