@@ -24,9 +24,9 @@ factor:
 Not in the paper: every row again with seed 1, and base with seed 2 too (41 rows in all): a
 single run per row cannot tell a trend from seed noise. experiments/table3_trends.py reads the
 finished rows and decides each of the paper's trends beyond the seeds' spread.
-Every row trains for the same number of steps on the same data (the paper also gave every row
-except big 100K steps; big's 300K is not scaled here), batches of 4096 source + 4096 target
-tokens, warmup 400 steps (the paper's 4000 is 4% of 100K; 400 keeps the peak learning rate of
+Every row trains STEPS steps on the same data except big, which trains 3 * STEPS as Table 3's
+"train steps" column has it (100K for every row, 300K for big), batches of 4096 source + 4096
+target tokens, warmup 400 steps (the paper's 4000 is 4% of 100K; 400 keeps the peak learning rate of
 eq. 3 reachable early), Q/K/V initialised as tensor2tensor v1's fused projections (the default;
 experiments/results/postnorm.md), and is evaluated on the dev split (Multi30k val, 1014
 sentences) as Table 3 was: beam 4, α 0.6, no checkpoint averaging, per-token perplexity; dev
@@ -37,9 +37,9 @@ Step budget, from a measured curve: base (seed 0), trained as a probe, had dev p
 last 20% of 4000 steps (-0.7% from step 3500). The probe's checkpoint at step 4000 is the base
 row's (eq. 3 does not depend on the run's length, so it is the same run). The probe's median
 step took 0.68 s over steps 2001-4000 on a 2-core Intel Xeon; the 41 rows
-cost about 46.6 base rows of 4000 steps (forward FLOPs per token relative to base, at length
-16: C1 0.57, C2 0.78, C3 1.22, C4 0.43, C5 2.54, C6 0.82, C7 1.36, B1 0.89, B2 0.93, big 3.26),
-about 35 hours if time follows FLOPs: the sweep resumes from the committed rows, so it can
+cost about 59.6 base rows of 4000 steps (forward FLOPs per token relative to base, at length
+16: C1 0.57, C2 0.78, C3 1.22, C4 0.43, C5 2.54, C6 0.82, C7 1.36, B1 0.89, B2 0.93, big 3.26,
+times 3 for its steps), about 45 hours if time follows FLOPs: the sweep resumes from the committed rows, so it can
 run in parts, on any machine.
 
 An earlier version of this file (commit 03ccae1: 700 steps, separate Q/K/V initialisation, one
@@ -123,7 +123,11 @@ PAPER_ROWS = {
     'E': {'model.position_encoding': 'learned'},
     'big': {'model.d_model': 2 * D_MODEL, 'model.d_ff': 8 * D_MODEL, 'model.num_heads': 16,
             'model.d_k': 2 * D_MODEL // 16, 'model.d_v': 2 * D_MODEL // 16,
-            'model.dropout_rate': 0.3},
+            'model.dropout_rate': 0.3,
+            # Table 3 trains big 300K steps, every other row 100K. At STEPS, as an earlier
+            # version of this file trained it, big (seed 0) was still learning: dev perplexity
+            # 6.63, 6.46, 6.25 at steps 3000, 3500, 4000 (experiments/results/table3_multi30k.md).
+            'train.num_train_steps': 3 * STEPS},
 }
 
 # Not in the paper: every row again with seed 1, and base with seed 2 too (initialisation,
