@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The accelerator figures of docs/performance.md in one command, on whatever device JAX finds:
 #
-#   bash experiments/accelerator_figures.sh OUT_DIR [TRAINED_WORKDIR]
+#   bash experiments/accelerator_figures.sh OUT_DIR [TRAINED_WORKDIR [MULTI30K_DIR]]
 #
 # 1. Training throughput and MFU (`transformer_jax.benchmark`) of the paper's base and big
 #    models at its batch of about 25000 source + 25000 target tokens (section 5.1; 781 pairs of
@@ -12,11 +12,15 @@
 #    (experiments/decode_speed.py, cached decoder only) and the same beside Hugging Face
 #    transformers' MarianMTModel (experiments/decode_vs_torch.py, needs torch and
 #    transformers): OUT_DIR/decode_speed.json, OUT_DIR/decode_vs_torch.json.
+# 3. With Multi30k's raw files (MULTI30K_DIR; an empty TRAINED_WORKDIR skips step 2): real
+#    target tokens/s of configs/multi30k.py without and with packing, interleaved
+#    (experiments/packing_speed.py): OUT_DIR/packing_speed.json.
 #
 # Each command runs on even if an earlier one failed; a failure is reported at the end.
 set -u
-out=${1:?usage: accelerator_figures.sh OUT_DIR [TRAINED_WORKDIR]}
+out=${1:?usage: accelerator_figures.sh OUT_DIR [TRAINED_WORKDIR [MULTI30K_DIR]]}
 workdir=${2:-}
+multi30k=${3:-}
 python=${PYTHON:-python3}
 mkdir -p "$out"
 failed=()
@@ -52,6 +56,12 @@ if [[ -n "$workdir" ]]; then
   echo "== decode_vs_torch"
   "$python" experiments/decode_vs_torch.py --workdir="$workdir" --split=test --beam_size=4 \
       --batch_size=64 --repeats=2 --json="$out/decode_vs_torch.json" || failed+=(decode_vs_torch)
+fi
+
+if [[ -n "$multi30k" ]]; then
+  echo "== packing_speed"
+  "$python" experiments/packing_speed.py --manual_dir="$multi30k" --steps=300 --repeats=2 \
+      --json="$out/packing_speed.json" || failed+=(packing_speed)
 fi
 
 if (( ${#failed[@]} )); then
