@@ -26,11 +26,11 @@ single run per row cannot tell a trend from seed noise. experiments/table3_trend
 finished rows and decides each of the paper's trends beyond the seeds' spread.
 Every row trains STEPS steps on the same data except big, which trains 3 * STEPS as Table 3's
 "train steps" column has it (100K for every row, 300K for big), batches of 4096 source + 4096
-target tokens, warmup 400 steps (the paper's 4000 is 4% of 100K; 400 keeps the peak learning rate of
-eq. 3 reachable early), Q/K/V initialised as tensor2tensor v1's fused projections (the default;
-experiments/results/postnorm.md), and is evaluated on the dev split (Multi30k val, 1014
-sentences) as Table 3 was: beam 4, α 0.6, no checkpoint averaging, per-token perplexity; dev
-perplexity is also logged every 500 steps.
+target tokens, warmup 400 steps (the paper's 4000 is 4% of 100K; 400 keeps the peak learning
+rate of eq. 3 reachable early), Q/K/V initialised as tensor2tensor v1's fused projections (the
+default; experiments/results/postnorm.md), and is evaluated on the dev split (Multi30k val,
+1014 sentences) as Table 3 was: beam 4, α 0.6, no checkpoint averaging, per-token perplexity;
+dev perplexity is also logged every 500 steps.
 
 Step budget, from a measured curve: base (seed 0), trained as a probe, had dev perplexity
 16.95, 8.23, 6.82, 6.30, 6.00, 5.85, 5.85 and 5.81 at steps 500, 1000, ..., 4000: flat over the
@@ -39,8 +39,8 @@ row's (eq. 3 does not depend on the run's length, so it is the same run). The pr
 step took 0.68 s over steps 2001-4000 on a 2-core Intel Xeon; the 41 rows
 cost about 59.6 base rows of 4000 steps (forward FLOPs per token relative to base, at length
 16: C1 0.57, C2 0.78, C3 1.22, C4 0.43, C5 2.54, C6 0.82, C7 1.36, B1 0.89, B2 0.93, big 3.26,
-times 3 for its steps), about 45 hours if time follows FLOPs: the sweep resumes from the committed rows, so it can
-run in parts, on any machine.
+times 3 for its steps), about 45 hours if time follows FLOPs: the sweep resumes from the
+committed rows, so it can run in parts, on any machine.
 
 An earlier version of this file (commit 03ccae1: 700 steps, separate Q/K/V initialisation, one
 seed) produced experiments/results/table3_multi30k_700steps.md.
