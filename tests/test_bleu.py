@@ -42,18 +42,23 @@ def test_detokenized_bleu_is_sacrebleus():
   assert result['signature'].startswith('nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp')
 
 
-@pytest.mark.parametrize('lowercase', [False, True])
-def test_tokenized_bleu_is_the_formula_on_split_moses_tokens(lowercase):
+@pytest.mark.parametrize('name, lowercase, split', [('tokenized', False, True),
+                                                    ('tokenized_lowercase', True, True),
+                                                    ('tokenized_lowercase_unsplit', True, False)])
+def test_tokenized_bleu_is_the_formula_on_moses_tokens(name, lowercase, split):
   tokenizer = sacremoses.MosesTokenizer(lang='de')
 
   def tokens(text):
-    text = tokenizer.tokenize(text, return_str=True).replace('-', ' ##AT##-##AT## ')
+    text = tokenizer.tokenize(text, return_str=True)
+    text = text.replace('-', ' ##AT##-##AT## ') if split else text
     return (text.lower() if lowercase else text).split()
 
   expected = _bleu([tokens(h) for h in HYPOTHESES], [tokens(r) for r in REFERENCES])
   result = bleu.scores(HYPOTHESES, REFERENCES, 'de')
-  assert result['tokenized_lowercase' if lowercase else 'tokenized'] == pytest.approx(expected)
+  assert result[name] == pytest.approx(expected)
   assert result['tokenized_lowercase'] > result['tokenized']  # 'das' matches 'Das' lowercased
+  # 'Arbeits-Markt' is one token unsplit, three split: fewer n-grams match without splitting.
+  assert result['tokenized_lowercase_unsplit'] != pytest.approx(result['tokenized_lowercase'])
 
 
 def test_unequal_counts_are_an_error():

@@ -224,6 +224,8 @@ def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
   assert figures['bleu_detokenized'] == expected['detokenized']
   assert figures['bleu_tokenized'] == expected['tokenized']
   assert figures['bleu_tokenized_lowercase'] == expected['tokenized_lowercase']
+  assert (figures['bleu_tokenized_lowercase_unsplit']
+          == expected['tokenized_lowercase_unsplit'])
   assert figures['sacrebleu_signature'].startswith('nrefs:1|case:mixed')
   assert 1.0 < figures['perplexity'] < config.data.vocab_size
   saved = figures['hypotheses'][:-len('.txt')] + '.json'

@@ -128,6 +128,7 @@ def evaluate(translator: Translator, split: str) -> dict:
       'sacrebleu_signature': scores['signature'],
       'bleu_tokenized': scores['tokenized'],
       'bleu_tokenized_lowercase': scores['tokenized_lowercase'],
+      'bleu_tokenized_lowercase_unsplit': scores['tokenized_lowercase_unsplit'],
       **perplexity(translator, pairs, split),
       'decode_seconds': seconds,
       'sentences_per_second': len(sources) / seconds,
@@ -147,7 +148,9 @@ def report(result: dict) -> str:
       f'BLEU (sacreBLEU, detokenized)          {result["bleu_detokenized"]:.2f}  '
       f'{result["sacrebleu_signature"]}',
       f'BLEU (tokenized, compound-split, cased) {result["bleu_tokenized"]:.2f}  (the paper\'s)',
-      f'BLEU (tokenized, lowercased)            {result["bleu_tokenized_lowercase"]:.2f}',
+      f'BLEU (tokenized, lowercased)            {result["bleu_tokenized_lowercase"]:.2f}  '
+      f'({result["bleu_tokenized_lowercase_unsplit"]:.2f} without compound splitting, as '
+      'Multi30k papers)',
       f'perplexity per token                   {result["perplexity"]:.3f}  '
       f'({result["perplexity_pairs"]} pairs; {result["perplexity_pairs_too_long"]} too long)',
       f'decoding                               {result["decode_seconds"]:.1f} s, '
