@@ -150,7 +150,7 @@ def report(result: dict) -> str:
       f'BLEU (tokenized, compound-split, cased) {result["bleu_tokenized"]:.2f}  (the paper\'s)',
       f'BLEU (tokenized, lowercased)            {result["bleu_tokenized_lowercase"]:.2f}  '
       f'({result["bleu_tokenized_lowercase_unsplit"]:.2f} without compound splitting, as '
-      'Multi30k papers)',
+      'Multi30k papers report it)',
       f'perplexity per token                   {result["perplexity"]:.3f}  '
       f'({result["perplexity_pairs"]} pairs; {result["perplexity_pairs_too_long"]} too long)',
       f'decoding                               {result["decode_seconds"]:.1f} s, '
