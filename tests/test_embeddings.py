@@ -31,6 +31,22 @@ def test_learned_positions_have_their_shape_in_each_stack():
   assert 'position' not in init_params(tiny_config())['encoder']  # the sinusoid has no params
 
 
+def test_learned_positions_are_glorot_uniform_over_the_table():
+  """tensor2tensor's default initialiser for its [max_length, depth] table: U(-a, a) with
+  a = sqrt(6 / (max_len + d_model)), so variance a^2 / 3 = 2 / (max_len + d_model)."""
+  cfg = tiny_config(position_encoding='learned', max_len=400)
+  bound = math.sqrt(6 / (400 + cfg.d_model))
+  params = init_params(cfg)
+  tables = [np.asarray(params[stack]['position']['embedding'], np.float64)
+            for stack in ('encoder', 'decoder')]
+  for table in tables:
+    assert np.abs(table).max() <= bound
+    assert np.abs(table).max() > 0.99 * bound  # 4800 draws reach the bound's last 1%
+    assert table.var() == pytest.approx(bound**2 / 3, rel=0.06)
+    assert abs(table.mean()) < 0.05 * bound
+  assert not np.allclose(tables[0], tables[1])  # each stack draws its own
+
+
 @pytest.mark.parametrize('decoder_start', ['zero', 'learned'])
 def test_embedding_init_and_sqrt_d_model_scale(decoder_start):
   """Rows times sqrt(d_model); the padding id 0 (the decoder's start symbol) embeds to zeros

@@ -30,8 +30,10 @@ def sinusoid(length: int, d_model: int) -> np.ndarray:
 
 class PositionalEncoding(nn.Module):
   """Adds the position signal to the embeddings at the bottom of a stack (§3.5): the sinusoid,
-  or a learned (max_len, d_model) table (Table 3 row E), initialised normal(0, d_model^-0.5)
-  as tensor2tensor does. Encoder and decoder each own their learned table."""
+  or a learned (max_len, d_model) table (Table 3 row E). The paper does not say how the table
+  is initialised; it is Glorot-uniform over its own shape, variance 2 / (max_len + d_model), as
+  tensor2tensor's [max_length, depth] table got its model-wide default initialiser
+  ("uniform_unit_scaling", gain 1). Encoder and decoder each own their learned table."""
 
   config: TransformerConfig
 
@@ -49,7 +51,7 @@ class PositionalEncoding(nn.Module):
     if cfg.position_encoding == 'learned':
       table = self.param(
           'embedding',
-          nn.with_logical_partitioning(nn.initializers.normal(cfg.d_model**-0.5),
+          nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
                                        ('position', 'embed')),
           (cfg.max_len, cfg.d_model),
           cfg.param_dtype,
