@@ -4,10 +4,10 @@
   sacreBLEU's signature: the figure to compare across papers today.
 - `tokenized`: the paper's figure (§6.1), as tensor2tensor's `get_ende_bleu.sh` computed it:
   Moses-tokenized (`tokenizer.perl -l <lang>`, here sacremoses), compounds split
-  (`a-b` -> `a ##AT##-##AT## b`), cased, multi-bleu on the tokens. Left out: the script's first
-  step, `replace-unicode-punctuation.perl` on the translations alone (`“ ”` -> `"`, `…` ->
-  `...`, full-width forms), whose references were tokenized elsewhere; both sides here are
-  tokenized alike.
+  (`a-b` -> `a ##AT##-##AT## b`), cased, multi-bleu on the tokens. Left out: the step that
+  later revisions of the script run first, `replace-unicode-punctuation.perl` on the
+  translations alone (`“ ”` -> `"`, `…` -> `...`, full-width forms), whose references were
+  tokenized elsewhere; both sides here are tokenized alike.
 - `tokenized_lowercase`: the same, lowercased.
 - `tokenized_lowercase_unsplit`: lowercased Moses tokens without the compound splitting, the
   figure Multi30k papers report: the published 41.0 text-only baseline scored 12103 reference

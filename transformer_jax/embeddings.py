@@ -32,8 +32,10 @@ class PositionalEncoding(nn.Module):
   """Adds the position signal to the embeddings at the bottom of a stack (§3.5): the sinusoid,
   or a learned (max_len, d_model) table (Table 3 row E). The paper does not say how the table
   is initialised; it is Glorot-uniform over its own shape, variance 2 / (max_len + d_model), as
-  tensor2tensor's [max_length, depth] table got its model-wide default initialiser
-  ("uniform_unit_scaling", gain 1). Encoder and decoder each own their learned table."""
+  tensor2tensor's Transformer draws its [max_length, depth] table (`pos='emb'`, a later
+  addition: the 2017 one had only the sinusoid), which gets the model-wide default initialiser
+  ("uniform_unit_scaling", gain 1); its table has transformer_base's max_length of 256 rows,
+  ours max_len's (512 in the configs). Encoder and decoder each own their learned table."""
 
   config: TransformerConfig
 

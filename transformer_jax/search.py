@@ -102,11 +102,12 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
   A sentence is done when its best finished hypothesis scores at least the best live
   hypothesis's upper bound, its log-probability / lp(length): log-probabilities only fall as a
   hypothesis grows, and lp is largest at the longest output because α >= 0, so no live
-  hypothesis can overtake it (early termination, §6.1). tensor2tensor's `stop_early` waits until
-  the lowest of the k finished scores clears that bound, which settles the whole k-best list;
-  only the best hypothesis is returned here, so the search stops as soon as that one is settled
-  (searching on could not change it). The search stops when every sentence is done or at
-  `length` tokens; a sentence with no finished hypothesis then returns its best live one.
+  hypothesis can overtake it (early termination, §6.1). This is later tensor2tensor's
+  `stop_early`, per sentence (tensor2tensor's tests the whole batch at once); its 2017 version
+  waited for the lowest-scoring finished hypothesis to clear the bound, which comes no sooner,
+  and searching on could not change the best one, the one returned here. The search stops when
+  every sentence is done or at `length` tokens; a sentence with no finished hypothesis then
+  returns its best live one.
 
   Args:
     scorer: `beam_size` rows per sentence, sentence-major.
