@@ -5,6 +5,7 @@ pages reaches a file, and a heading of it where the link names one (GitHub's anc
 import glob
 import os
 import re
+import sys
 
 import pytest
 
@@ -22,13 +23,18 @@ def _read(path: str) -> str:
     return f.read()
 
 
+def _prose(path: str) -> str:
+  """The page without its fenced code blocks, whose '#' lines and brackets are code."""
+  return re.sub(r'^```.*?^```', '', _read(path), flags=re.M | re.S)
+
+
 def _anchor(heading: str) -> str:
   """GitHub's anchor of a heading: lowercased, punctuation but hyphens dropped, spaces -> '-'."""
   return re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
 
 
 def _anchors(path: str) -> set[str]:
-  return {_anchor(line.lstrip('#')) for line in _read(path).splitlines()
+  return {_anchor(line.lstrip('#')) for line in _prose(path).splitlines()
           if re.match(r'#{1,6} ', line)}
 
 
@@ -36,6 +42,13 @@ def test_anchors_follow_githubs_rule():
   assert _anchor('On one GPU (NVIDIA H200)') == 'on-one-gpu-nvidia-h200'
   assert _anchor("The decoder's start vector: learned") == 'the-decoders-start-vector-learned'
   assert _anchor('WMT 2014 at full scale') == 'wmt-2014-at-full-scale'
+
+
+def test_code_blocks_are_not_prose(tmp_path, monkeypatch):
+  (tmp_path / 'page.md').write_text('# Title\n```bash\n# a comment\n```\ntext [a](b)\n')
+  monkeypatch.setattr(sys.modules[__name__], 'REPO', str(tmp_path))
+  assert _anchors('page.md') == {'title'}
+  assert LINK.findall(_prose('page.md')) == ['b']
 
 
 def test_the_pages_are_found():
@@ -61,7 +74,7 @@ def test_faithfulness_names_tests_that_exist():
 @pytest.mark.parametrize('page', PAGES)
 def test_relative_links_reach_a_file_and_heading(page):
   broken = []
-  for target in LINK.findall(_read(page)):
+  for target in LINK.findall(_prose(page)):
     if re.match(r'[a-z]+:', target):  # https:, mailto:
       continue
     path, _, anchor = target.partition('#')

@@ -12,8 +12,8 @@ import numpy as np
 
 from transformer_jax.model_config import TransformerConfig
 
-# tensor2tensor initialises every weight matrix without an initialiser of its own (all but the
-# embedding matrix) Glorot-uniform: its "uniform_unit_scaling", gain 1.
+# Weight matrices that tensor2tensor creates without an initialiser of their own (all but the
+# embedding matrix) get its model-wide default, Glorot-uniform ("uniform_unit_scaling", gain 1).
 glorot_uniform = nn.initializers.xavier_uniform()
 
 

@@ -103,9 +103,10 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
   hypothesis's upper bound, its log-probability / lp(length): log-probabilities only fall as a
   hypothesis grows, and lp is largest at the longest output because α >= 0, so no live
   hypothesis can overtake it (early termination, §6.1). This is later tensor2tensor's
-  `stop_early`, per sentence (tensor2tensor's tests the whole batch at once); its 2017 version
-  waited for the lowest-scoring finished hypothesis to clear the bound, which comes no sooner,
-  and searching on could not change the best one, the one returned here. The search stops when
+  `stop_early` rule, applied per sentence; tensor2tensor stops the whole batch only when every
+  sentence meets it. Its 2017 version waited for the lowest-scoring finished hypothesis to
+  clear the bound, which never happens sooner; either way the best hypothesis, the one
+  returned here, cannot change. The search stops when
   every sentence is done or at `length` tokens; a sentence with no finished hypothesis then
   returns its best live one.
 
