@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer_jax.attention import glorot_uniform
 from transformer_jax.model_config import PAD_ID, TransformerConfig
 
 
@@ -53,8 +54,7 @@ class PositionalEncoding(nn.Module):
     if cfg.position_encoding == 'learned':
       table = self.param(
           'embedding',
-          nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
-                                       ('position', 'embed')),
+          nn.with_logical_partitioning(glorot_uniform, ('position', 'embed')),
           (cfg.max_len, cfg.d_model),
           cfg.param_dtype,
       )

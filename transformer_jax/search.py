@@ -105,10 +105,9 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
   hypothesis can overtake it (early termination, §6.1). This is later tensor2tensor's
   `stop_early` rule, applied per sentence; tensor2tensor stops the whole batch only when every
   sentence meets it. Its 2017 version waited for the lowest-scoring finished hypothesis to
-  clear the bound, which never happens sooner; either way the best hypothesis, the one
-  returned here, cannot change. The search stops when
-  every sentence is done or at `length` tokens; a sentence with no finished hypothesis then
-  returns its best live one.
+  clear the bound, which never happens sooner; either way the best hypothesis, the one returned
+  here, cannot change. The search stops when every sentence is done or at `length` tokens; a
+  sentence with no finished hypothesis then returns its best live one.
 
   Args:
     scorer: `beam_size` rows per sentence, sentence-major.
