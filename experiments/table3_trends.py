@@ -2,7 +2,8 @@ r"""The miniature Table 3 with seeds: each row's mean and spread over its seeds,
 the paper's headline trends (§6.2) reproduce beyond that spread.
 
   python experiments/table3_trends.py --results=experiments/results/table3_multi30k \
-      --output=experiments/results/table3_multi30k_trends.md
+      --output=experiments/results/table3_multi30k_trends.md \
+      [--curves=experiments/results/table3_multi30k_curves.png]
 
 Reads the sweep's row files (`<row>.json` for seed 0, `<row>_seed<n>.json` for the other seeds;
 see experiments/table3_multi30k.py). For each Table 3 row: the number of seeds, and dev
@@ -26,13 +27,22 @@ the metric in which the paper's own rows show it:
   8  big is best: big's BLEU above every other row's beyond the spread.
 A trend is reported as pending until each of its rows has finished at least two seeds: one
 seed has no spread to judge a difference against.
+
+--curves draws every finished seed's dev perplexity against the step (the `dev_curve` the
+sweep logs every 500 steps), one panel per group of Table 3's rows with base's seeds in each:
+whether a row converged (flat over the last 20% of its steps) can be seen at a glance.
 """
 
 import json
 import os
 import re
+from typing import Iterator
 
 from absl import app, flags
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MIN_SEEDS = 2
 
@@ -40,19 +50,63 @@ ROW_ORDER = ('base', 'A1', 'A2', 'A3', 'A4', 'B1', 'B2', 'C1', 'C2', 'C3', 'C4',
              'D1', 'D2', 'D3', 'D4', 'E', 'big')
 
 
+# The panels of --curves: Table 3's groups of rows, each drawn beside base.
+GROUPS = (('A: heads', ('A1', 'A2', 'A3', 'A4')), ('B: d_k', ('B1', 'B2')),
+          ('C: N', ('C1', 'C2', 'C3')), ('C: d_model, d_ff', ('C4', 'C5', 'C6', 'C7')),
+          ('D: dropout, label smoothing', ('D1', 'D2', 'D3', 'D4')),
+          ('E: learned positions; big', ('E', 'big')))
+
+
+def _finished_seeds(directory: str) -> Iterator[tuple[str, dict]]:
+  """(row, its JSON) for every finished seed, seeds in file-name order."""
+  for name in sorted(os.listdir(directory)):
+    match = re.fullmatch(r'(.+?)(?:_seed\d+)?\.json', name)
+    if match:
+      with open(os.path.join(directory, name)) as f:
+        yield match.group(1), json.load(f)
+
+
 def load(directory: str) -> dict[str, dict[str, list[float]]]:
   """{row: {'ppl': [...], 'bleu': [...]}}, one entry per finished seed."""
   rows = {}
-  for name in sorted(os.listdir(directory)):
-    match = re.fullmatch(r'(.+?)(?:_seed\d+)?\.json', name)
-    if not match:
-      continue
-    with open(os.path.join(directory, name)) as f:
-      result = json.load(f)
-    figures = rows.setdefault(match.group(1), {'ppl': [], 'bleu': []})
+  for row, result in _finished_seeds(directory):
+    figures = rows.setdefault(row, {'ppl': [], 'bleu': []})
     figures['ppl'].append(result['perplexity'])
     figures['bleu'].append(result['bleu_tokenized'])
   return rows
+
+
+def load_curves(directory: str) -> dict[str, list[list[tuple[int, float]]]]:
+  """{row: one dev perplexity curve [(step, perplexity), ...] per finished seed}."""
+  curves = {}
+  for row, result in _finished_seeds(directory):
+    curves.setdefault(row, []).append([(r['step'], r['perplexity'])
+                                       for r in result['dev_curve']])
+  return curves
+
+
+def plot_curves(curves: dict) -> matplotlib.figure.Figure:
+  """One panel per group of GROUPS: base's seeds in grey, each row of the group in a colour of
+  its own (one line per seed), dev perplexity against the step."""
+  figure, axes = plt.subplots(2, 3, figsize=(13, 7.5), sharey=True)
+  for ax, (title, group) in zip(axes.flat, GROUPS):
+    for row in ('base', *group):
+      color = 'grey' if row == 'base' else None
+      for seed, curve in enumerate(curves.get(row, [])):
+        steps, perplexities = zip(*curve)
+        line, = ax.plot(steps, perplexities, '.-', color=color, linewidth=1,
+                        label=row if seed == 0 else None)
+        color = line.get_color()
+    ax.set_title(title)
+    ax.set_ylim(5, 12)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize='small')
+  for ax in axes[:, 0]:
+    ax.set_ylabel('dev perplexity (per token)')
+  for ax in axes[1]:
+    ax.set_xlabel('step')
+  figure.tight_layout()
+  return figure
 
 
 def better(rows: dict, a: str, b: str, metric: str) -> bool:
@@ -120,6 +174,8 @@ def report(rows: dict) -> str:
 if __name__ == '__main__':
   _RESULTS = flags.DEFINE_string('results', None, 'The sweep\'s row JSON files.', required=True)
   _OUTPUT = flags.DEFINE_string('output', None, 'The Markdown file to write (default: print).')
+  _CURVES = flags.DEFINE_string('curves', None, 'Also draw the dev perplexity curves to this '
+                                'PNG.')
 
   def main(argv):
     del argv
@@ -129,5 +185,7 @@ if __name__ == '__main__':
         f.write(text)
     else:
       print(text, end='')
+    if _CURVES.value:
+      plot_curves(load_curves(_RESULTS.value)).savefig(_CURVES.value, dpi=100)
 
   app.run(main)

@@ -48,3 +48,21 @@ def test_a_difference_counts_only_beyond_the_seed_spread(tmp_path, spread, expec
   # A4 is 0.4 BLEU below base: a trend with seeds 0.02 apart, noise with seeds 1.0 apart.
   _write_rows(tmp_path, table3.PAPER, spread)
   assert trends.better(trends.load(tmp_path), 'base', 'A4', 'bleu') is expected
+
+
+def test_curves_hold_each_seeds_dev_perplexities_in_its_groups_panel(tmp_path):
+  for name, curve in (('base', [(500, 9.0), (1000, 6.0)]),
+                      ('base_seed1', [(500, 9.5), (1000, 6.1)]),
+                      ('A1', [(500, 8.0), (1000, 5.9)]), ('big', [(500, 30.0), (12000, 5.6)])):
+    (tmp_path / f'{name}.json').write_text(json.dumps(
+        {'perplexity': curve[-1][1], 'bleu_tokenized': 30.0,
+         'dev_curve': [{'step': s, 'perplexity': p} for s, p in curve]}))
+  curves = trends.load_curves(tmp_path)
+  assert curves['base'] == [[(500, 9.0), (1000, 6.0)], [(500, 9.5), (1000, 6.1)]]
+  figure = trends.plot_curves(curves)
+  heads, *_, last = figure.axes
+  # base's two seeds in every panel, then the group's rows; a row's seeds share one colour.
+  assert [list(line.get_ydata()) for line in heads.lines] == [[9.0, 6.0], [9.5, 6.1], [8.0, 5.9]]
+  assert heads.lines[0].get_color() == heads.lines[1].get_color() == 'grey'
+  assert [list(line.get_xdata()) for line in last.lines][-1] == [500, 12000]
+  assert [t.get_text() for t in heads.get_legend().get_texts()] == ['base', 'A1']
