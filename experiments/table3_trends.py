@@ -87,7 +87,8 @@ def load_curves(directory: str) -> dict[str, list[list[tuple[int, float]]]]:
 
 def plot_curves(curves: dict) -> matplotlib.figure.Figure:
   """One panel per group of GROUPS: base's seeds in grey, each row of the group in a colour of
-  its own (one line per seed), dev perplexity against the step."""
+  its own (one line per seed), dev perplexity against the step. The axis spans 5 to 12, where
+  the rows end; the first evaluations lie above it, and so does D1's end (no dropout)."""
   figure, axes = plt.subplots(2, 3, figsize=(13, 7.5), sharey=True)
   for ax, (title, group) in zip(axes.flat, GROUPS):
     for row in ('base', *group):
