@@ -15,7 +15,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Seed for parameter initialisation, dropout and data shuffling.
   config.seed = 0
   # Compute dtype: 'float32' (the paper, on P100 GPUs) or 'bfloat16'. Parameters, optimizer
-  # state, softmax, layer norm and the loss are always float32.
+  # state, softmax, layer norm and the loss are always float32. On GPUs with TF32 (A100 and
+  # later) JAX multiplies float32 matrices in TF32 by default; JAX_DEFAULT_MATMUL_PRECISION=highest
+  # in the environment gives the P100's full float32 products.
   config.dtype = 'float32'
 
   config.model = ml_collections.ConfigDict()

@@ -67,4 +67,5 @@ def get_config(row: str = 'base') -> ml_collections.ConfigDict:
     raise ValueError(f'unknown Table 3 row {row!r}; the rows are: {", ".join(ROWS)}')
   config = base.get_config()
   config.update_from_flattened_dict(ROWS[row].delta)
+  config.decode.average_last = 1  # §6.2: Table 3's rows average no checkpoints
   return config

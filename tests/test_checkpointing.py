@@ -1,4 +1,5 @@
-"""checkpointing.Checkpoints on a small state: orbax's skipped saves are errors, a restore
+"""checkpointing.Checkpoints on a small state: a checkpoint written off the schedule is not
+kept once a newer one is, orbax's skipped saves are errors, a restore
 that fails for want of memory is raised, not taken for a damaged checkpoint, and processes
 that disagree about a checkpoint all skip it."""
 
@@ -41,6 +42,25 @@ def test_a_step_not_newer_than_the_saved_ones_is_an_error(tmp_path):
   with pytest.raises(RuntimeError, match=r'step 3 was not saved in .*checkpoints: it already '
                                          r'holds step 4'):
     checkpoints.save(3, _state(3), {'position': 3})
+
+
+def test_a_checkpoint_off_the_schedule_is_kept_only_until_a_newer_one_is_saved(tmp_path):
+  # Every 200 steps, the last 2 kept; 450 is what a preemption writes.
+  checkpoints = checkpointing.Checkpoints(str(tmp_path), keep=2, every=200)
+  kept = []
+  for step in (200, 400, 450, 600, 800):
+    checkpoints.save(step, _state(step), {'position': step})
+    checkpoints.wait()
+    kept.append(checkpoints.all_steps())
+  assert kept == [[200], [200, 400], [200, 400, 450], [400, 600], [600, 800]]
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['600', '800']
+  # So §6.1's average of the last two is of the scheduled 600 and 800, as if never preempted.
+  one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  abstract = {'w': jax.ShapeDtypeStruct((3, 2), np.float32, sharding=one_device)}
+  average, steps = checkpoints.average_last(2, abstract)
+  assert steps == [600, 800]
+  np.testing.assert_allclose(average['w'], (_state(600)['params']['w'].astype(np.float64)
+                                            + _state(800)['params']['w']) / 2, rtol=1e-6)
 
 
 @pytest.mark.parametrize('error', [MemoryError('host'),

@@ -105,7 +105,9 @@ def dot_product_attention(query, key, value, mask, dropout: nn.Module):
 
   Returns:
     (b, q, h, d_v), and the attention weights softmax(Q K^T / sqrt(d_k)) (b, h, q, k) before
-    dropout. Scores and softmax are computed in float32. Illegal connections get the most
+    dropout. Q is scaled by 1/sqrt(d_k) in its own dtype (exact in bfloat16 when d_k is a
+    power of 4, as base's 64; rounded to bfloat16 otherwise); the products Q K^T accumulate into float32 and the softmax
+    is computed in float32. Illegal connections get the most
     negative float32 instead of -inf, so a query with no legal key (a row of an all-pad
     sequence) averages the values instead of producing NaN.
   """
@@ -142,9 +144,9 @@ class MultiHeadAttention(nn.Module):
   and W^O (h·d_v x d_model) as (h, d_v, d_model), so that heads can be sharded; the
   parameters are the same. The projections have no bias by default, as the paper's equations
   (`attention_bias` adds one to each, as tensor2tensor v1's convolutions and fairseq have).
-  Every kernel is Glorot-uniform on its own shape (`qkv_init='separate'`) or, with
-  `qkv_init='fused'`, W^Q, W^K and W^V are drawn as blocks of tensor2tensor v1's fused
-  projections (see `fused_glorot_uniform`).
+  By default (`qkv_init='fused'`) W^Q, W^K and W^V are drawn as blocks of tensor2tensor v1's
+  fused projections (see `fused_glorot_uniform`); `qkv_init='separate'` draws each
+  Glorot-uniform on its own shape. W^O is Glorot-uniform on its own shape either way.
 
   Options beyond the paper (default off): dropout on the attention weights
   (`attention_dropout_rate`, tensor2tensor's later versions) and DropHead

@@ -14,6 +14,7 @@ vocabulary.
 """
 
 import contextlib
+import dataclasses
 import filecmp
 import json
 import os
@@ -40,14 +41,35 @@ _ADDED_FIELDS = {'model.qkv_init': 'separate', 'model.attention_bias': False,
                  'data.preprocessing': 'none', 'data.pack_length': 0, 'train.loss_chunk': 0}
 
 
-class Checkpoints:
-  """Saves and restores (train state, iterator state) pairs, keeping the last `keep`; with
-  keep=None, reads the checkpoints that exist (and creates nothing)."""
+@dataclasses.dataclass(frozen=True)
+class _KeepScheduled:
+  """Which checkpoints orbax keeps (an orbax preservation policy): the newest, to resume from,
+  and the newest `keep` whose step is a multiple of `every`, the checkpoint interval. One
+  written off that schedule (on preemption, or at the last step of a run later extended) is
+  deleted once a newer one is complete, so it never takes a scheduled checkpoint's place in
+  §6.1's average of the last few."""
 
-  def __init__(self, workdir: str, keep: int | None = None):
+  keep: int
+  every: int
+
+  def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
+    del context  # the policy needs only the steps
+    steps = [checkpoint.step for checkpoint in checkpoints]
+    scheduled = sorted(step for step in steps if step % self.every == 0)[-self.keep:]
+    return [step == max(steps) or step in scheduled for step in steps]
+
+
+class Checkpoints:
+  """Saves and restores (train state, iterator state) pairs, keeping the newest and the last
+  `keep` written at multiples of `every` steps (`_KeepScheduled`); with keep=None, reads the
+  checkpoints that exist (and creates nothing)."""
+
+  def __init__(self, workdir: str, keep: int | None = None, every: int = 1):
+    policy = None if keep is None else _KeepScheduled(keep, every)
     self._manager = ocp.CheckpointManager(
         os.path.join(os.path.abspath(workdir), 'checkpoints'),
-        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=keep is not None),
+        options=ocp.CheckpointManagerOptions(preservation_policy=policy,
+                                             create=keep is not None),
         item_names=('state', 'data'))
 
   def save(self, step: int, state: Any, data_state: dict) -> None:

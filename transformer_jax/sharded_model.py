@@ -29,6 +29,9 @@ class ShardedModel:
     param_sharding, abstract_params: where each parameter lives, and its shape, dtype and
       sharding (to restore checkpoints into).
     batch_sharding, batch_shards: rows over the batch axes, and into how many parts.
+    loss_sums: jitted (params, batch) -> `loss.loss_sums` of the model with dropout off (for
+      evaluation), over the whole logits (`train.loss_chunk` is for training only).
+    mesh, rules, model_config: the device mesh, the logical axis rules, and the model's config.
   """
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None):

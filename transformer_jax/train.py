@@ -126,7 +126,8 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   lead = jax.process_index() == 0
 
   train = config.train
-  checkpoints = checkpointing.Checkpoints(workdir, train.keep_checkpoints)
+  checkpoints = checkpointing.Checkpoints(workdir, train.keep_checkpoints,
+                                          train.checkpoint_every_steps)
   iterator = data.train_iterator(config.seed, jax.process_index(), jax.process_count())
   restored = checkpoints.restore_latest(trainer.abstract_state)
   if restored is None:
