@@ -124,7 +124,7 @@ def get_config() -> ml_collections.ConfigDict:
   # 0: the loss is computed from the whole (tokens, vocab) logits. N > 0: the pre-softmax
   # projection and the loss are fused, N target positions at a time, the logits' gradient
   # formed in the same pass (loss.projected_loss_sums): the same sums and gradients, with no
-  # (tokens, vocab) array whole.
+  # (tokens, vocab) array whole. Evaluation's loss is then chunked the same way.
   config.train.loss_chunk = 0
   # Logging, evaluation on the dev split (loss, per-token perplexity, token accuracy and BLEU
   # decoded as config.decode says; num_eval_steps = -1 evaluates the whole split) and

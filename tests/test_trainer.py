@@ -122,6 +122,26 @@ def test_the_fused_loss_gives_the_unfused_update():
                want_params)
 
 
+def test_evaluation_with_the_fused_loss_gives_the_whole_logits_sums():
+  # train.loss_chunk 5 over 12 target positions (the last chunk padded), rows split over two
+  # devices: the sums of the whole logits, at no more FLOPs (the fused loss's gradient half,
+  # unused in evaluation, is not computed).
+  batch = _batch(16, 12, 64)
+  sums, flops = {}, {}
+  for chunk in (0, 5):
+    config = train_config(**{'train.loss_chunk': chunk, 'parallel.data': 2})
+    model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:2]))
+    params = Trainer(model).init_state().params
+    sums[chunk] = {name: float(value)
+                   for name, value in model.loss_sums(params, model.put_batch(batch)).items()}
+    flops[chunk] = model.loss_sums.lower(model.abstract_params,
+                                         model.put_batch(batch)).compile().cost_analysis()['flops']
+  assert sums[5].keys() == sums[0].keys() and sums[0]['tokens'] > 0
+  for name in sums[0]:
+    np.testing.assert_allclose(sums[5][name], sums[0][name], rtol=1e-5)
+  assert flops[5] <= flops[0]
+
+
 @pytest.mark.slow
 def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
   # Without dropout: micro-batches draw their own dropout masks.

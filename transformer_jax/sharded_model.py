@@ -30,7 +30,7 @@ class ShardedModel:
       sharding (to restore checkpoints into).
     batch_sharding, batch_shards: rows over the batch axes, and into how many parts.
     loss_sums: jitted (params, batch) -> `loss.loss_sums` of the model with dropout off (for
-      evaluation), over the whole logits (`train.loss_chunk` is for training only).
+      evaluation), `train.loss_chunk` target positions at a time if it is set.
     mesh, rules, model_config: the device mesh, the logical axis rules, and the model's config.
   """
 
@@ -64,10 +64,15 @@ class ShardedModel:
     return jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh)
 
   def _loss_sums(self, params, batch: dict) -> dict:
+    label_smoothing, chunk = self.config.train.label_smoothing, self.config.train.loss_chunk
     with self.on_mesh():
+      if chunk:  # as training computes them, the logits never whole (`Transformer.loss_sums`)
+        return self.eval_model.apply({'params': params}, batch['inputs'],
+                                     batch['decoder_inputs'], batch['targets'],
+                                     label_smoothing, chunk, method='loss_sums')
       logits = self.eval_model.apply({'params': params}, batch['inputs'],
                                      batch['decoder_inputs'])
-      return loss.loss_sums(logits, batch['targets'], self.config.train.label_smoothing)
+      return loss.loss_sums(logits, batch['targets'], label_smoothing)
 
   def put_batch(self, local_batch: dict) -> dict:
     """This process's rows of a batch -> global arrays on the mesh."""
