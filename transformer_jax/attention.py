@@ -106,8 +106,8 @@ def dot_product_attention(query, key, value, mask, dropout: nn.Module):
   Returns:
     (b, q, h, d_v), and the attention weights softmax(Q K^T / sqrt(d_k)) (b, h, q, k) before
     dropout. Q is scaled by 1/sqrt(d_k) in its own dtype (exact in bfloat16 when d_k is a
-    power of 4, as base's 64; rounded to bfloat16 otherwise); the products Q K^T accumulate into float32 and the softmax
-    is computed in float32. Illegal connections get the most
+    power of 4, as base's 64; rounded to bfloat16 otherwise); the products Q K^T accumulate
+    in float32 and the softmax is computed in float32. Illegal connections get the most
     negative float32 instead of -inf, so a query with no legal key (a row of an all-pad
     sequence) averages the values instead of producing NaN.
   """

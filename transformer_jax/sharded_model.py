@@ -31,7 +31,8 @@ class ShardedModel:
     batch_sharding, batch_shards: rows over the batch axes, and into how many parts.
     loss_sums: jitted (params, batch) -> `loss.loss_sums` of the model with dropout off (for
       evaluation), `train.loss_chunk` target positions at a time if it is set.
-    mesh, rules, model_config: the device mesh, the logical axis rules, and the model's config.
+    config, mesh, rules, model_config: the run's config, the device mesh, the logical axis
+      rules, and the model's config.
   """
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None):
