@@ -55,8 +55,9 @@ class _KeepScheduled:
   def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
     del context  # the policy needs only the steps
     steps = [checkpoint.step for checkpoint in checkpoints]
+    newest = max(steps)
     scheduled = sorted(step for step in steps if step % self.every == 0)[-self.keep:]
-    return [step == max(steps) or step in scheduled for step in steps]
+    return [step == newest or step in scheduled for step in steps]
 
 
 class Checkpoints:

@@ -64,16 +64,24 @@ class ShardedModel:
     parameters (ZeRO-3)."""
     return jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh)
 
-  def _loss_sums(self, params, batch: dict) -> dict:
+  def sums(self, module: Transformer, params, batch: dict, **apply_kwargs) -> dict:
+    """`loss.loss_sums` of `module` (`model` or `eval_model`) on `batch`, from the whole
+    logits or, with `train.loss_chunk` set, with the projection and the loss fused that many
+    target positions at a time (`Transformer.loss_sums`); a packed batch's segment ids are
+    passed on. `apply_kwargs` go to `module.apply` (the dropout key in training)."""
+    segments = batch.get('source_segments'), batch.get('target_segments')  # packed batches only
     label_smoothing, chunk = self.config.train.label_smoothing, self.config.train.loss_chunk
+    if chunk:
+      return module.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
+                          batch['targets'], label_smoothing, chunk, *segments,
+                          method='loss_sums', **apply_kwargs)
+    logits = module.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
+                          *segments, **apply_kwargs)
+    return loss.loss_sums(logits, batch['targets'], label_smoothing)
+
+  def _loss_sums(self, params, batch: dict) -> dict:
     with self.on_mesh():
-      if chunk:  # as training computes them, the logits never whole (`Transformer.loss_sums`)
-        return self.eval_model.apply({'params': params}, batch['inputs'],
-                                     batch['decoder_inputs'], batch['targets'],
-                                     label_smoothing, chunk, method='loss_sums')
-      logits = self.eval_model.apply({'params': params}, batch['inputs'],
-                                     batch['decoder_inputs'])
-      return loss.loss_sums(logits, batch['targets'], label_smoothing)
+      return self.sums(self.eval_model, params, batch)
 
   def put_batch(self, local_batch: dict) -> dict:
     """This process's rows of a batch -> global arrays on the mesh."""

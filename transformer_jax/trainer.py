@@ -68,17 +68,7 @@ class Trainer:
     return self._init()
 
   def _loss_sums(self, params, batch: dict, dropout_key) -> tuple[jax.Array, dict]:
-    segments = batch.get('source_segments'), batch.get('target_segments')  # packed batches only
-    label_smoothing, chunk = self.config.train.label_smoothing, self.config.train.loss_chunk
-    if chunk:
-      sums = self.model.model.apply(
-          {'params': params}, batch['inputs'], batch['decoder_inputs'], batch['targets'],
-          label_smoothing, chunk, *segments, rngs={'dropout': dropout_key}, method='loss_sums')
-    else:
-      logits = self.model.model.apply({'params': params}, batch['inputs'],
-                                      batch['decoder_inputs'], *segments,
-                                      rngs={'dropout': dropout_key})
-      sums = loss.loss_sums(logits, batch['targets'], label_smoothing)
+    sums = self.model.sums(self.model.model, params, batch, rngs={'dropout': dropout_key})
     return sums['loss'], sums
 
   def _train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
