@@ -6,8 +6,10 @@
 # 1. Training throughput and MFU (`transformer_jax.benchmark`) of the paper's base and big
 #    models at its batch of about 25000 source + 25000 target tokens (section 5.1; 781 pairs of
 #    32 + 32 tokens), in bfloat16 and float32: OUT_DIR/benchmark_{base,big}_{dtype}.json; and
-#    base in bfloat16 with the projection and loss fused (`train.loss_chunk` 4 and 16 target
-#    positions): OUT_DIR/benchmark_base_bfloat16_loss_chunk{4,16}.json.
+#    each model in bfloat16 with the whole logits instead of the configs' fused projection and
+#    loss (`train.loss_chunk` 0): OUT_DIR/benchmark_{base,big}_bfloat16_loss_chunk0.json; and
+#    where base's bfloat16 step spends its kernel time (experiments/profile_step.py):
+#    OUT_DIR/profile_base_bfloat16.json.
 # 2. With a trained workdir: beam-4 decoding speed on Multi30k test2016
 #    (experiments/decode_speed.py, cached decoder only) and the same beside Hugging Face
 #    transformers' MarianMTModel (experiments/decode_vs_torch.py, needs torch and
@@ -38,16 +40,20 @@ for config in base big; do
   done
 done
 
-for chunk in 4 16; do
-  name=benchmark_base_bfloat16_loss_chunk$chunk
+for config in base big; do
+  name=benchmark_${config}_bfloat16_loss_chunk0
   echo "== $name"
-  if "$python" -m transformer_jax.benchmark --config=configs/base.py --config.dtype=bfloat16 \
-      --config.train.loss_chunk="$chunk" --json > "$out/$name.json"; then
+  if "$python" -m transformer_jax.benchmark --config="configs/$config.py" \
+      --config.dtype=bfloat16 --config.train.loss_chunk=0 --json > "$out/$name.json"; then
     cat "$out/$name.json"
   else
     failed+=("$name")
   fi
 done
+
+echo "== profile_base_bfloat16"
+"$python" experiments/profile_step.py --config=configs/base.py --config.dtype=bfloat16 \
+    --json="$out/profile_base_bfloat16.json" || failed+=(profile_base_bfloat16)
 
 if [[ -n "$workdir" ]]; then
   echo "== decode_speed"

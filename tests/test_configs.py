@@ -5,6 +5,7 @@ import json
 import pytest
 
 from transformer_jax import checkpointing, config_lib, costs, model_config
+from transformer_jax.data import batching
 
 base = config_lib.import_sibling(__file__, '../configs/base')
 big = config_lib.import_sibling(__file__, '../configs/big')
@@ -92,6 +93,15 @@ def test_big_config_is_the_big_row_but_for_averaging():
   assert row.decode.average_last == 1
   row.decode.average_last = 20
   assert big.get_config().to_dict() == row.to_dict()
+
+
+@pytest.mark.parametrize('module', [base, big])
+def test_the_fused_loss_chunk_pads_no_bucket(module):
+  # loss.projected_loss_sums pads the target length up to a multiple of the chunk.
+  config = module.get_config()
+  lengths = batching.bucket_lengths(config.data.max_length)
+  assert config.train.loss_chunk > 0
+  assert all(length % config.train.loss_chunk == 0 for length in lengths), lengths
 
 
 @pytest.mark.parametrize('module', [tiny, multi30k])

@@ -33,10 +33,11 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> 
   return _sums_and_logit_gradient(logits, targets, label_smoothing)[0]
 
 
-def _sums_and_logit_gradient(logits: jax.Array, targets: jax.Array,
-                             label_smoothing: float) -> tuple[dict, jax.Array]:
+def _sums_and_logit_gradient(logits: jax.Array, targets: jax.Array, label_smoothing: float,
+                             sum_logits: jax.Array | None = None) -> tuple[dict, jax.Array]:
   """`loss_sums`, and the 'loss' sum's gradient wrt the logits, w (p - q), written out for
-  `projected_loss_sums` (unused, and not computed under jit, by `loss_sums`)."""
+  `projected_loss_sums` (unused, and not computed under jit, by `loss_sums`). sum_logits, the
+  (b, t) sums of the logits over the vocabulary, is computed from the logits unless given."""
   vocab = logits.shape[-1]
   confidence = 1.0 - label_smoothing
   low = label_smoothing / (vocab - 1)
@@ -50,7 +51,9 @@ def _sums_and_logit_gradient(logits: jax.Array, targets: jax.Array,
   log_normalizer = peak + jnp.log(total)
   target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
   nll = log_normalizer - target_logit
-  sum_log_probs = jnp.sum(logits, axis=-1) - vocab * log_normalizer
+  if sum_logits is None:
+    sum_logits = jnp.sum(logits, axis=-1)
+  sum_log_probs = sum_logits - vocab * log_normalizer
   # Cross entropy against the smoothed distribution, without materialising it.
   smoothed = confidence * nll - low * (sum_log_probs + nll)
   entropy = -(confidence * jnp.log(confidence) + (vocab - 1) * low * jnp.log(low + 1e-20))
@@ -100,12 +103,16 @@ def _projected_forward(y, table, targets, label_smoothing, chunk):
   target_chunks = jnp.pad(targets, ((0, 0), (0, positions - t)),
                           constant_values=PAD_ID).reshape(b, -1, chunk)
   xs = (jnp.swapaxes(y_chunks, 0, 1), jnp.swapaxes(target_chunks, 0, 1))
+  # Σ_v logit_v = y · Σ_v table_v: label smoothing's sum of the logits as a matrix-vector
+  # product, instead of one more pass over the (b, chunk, vocab) logits (memory-bound on a GPU).
+  table_sum = jnp.sum(table.astype(jnp.float32), axis=0)
 
   def step(carry, chunk_xs):
     sums, dtable = carry
     y_chunk, target_chunk = chunk_xs
     logits = jnp.einsum('btd,vd->btv', y_chunk, table, preferred_element_type=jnp.float32)
-    chunk_sums, g = _sums_and_logit_gradient(logits, target_chunk, label_smoothing)
+    sum_logits = jnp.einsum('btd,d->bt', y_chunk.astype(jnp.float32), table_sum)
+    chunk_sums, g = _sums_and_logit_gradient(logits, target_chunk, label_smoothing, sum_logits)
     g = g.astype(y.dtype)
     dy = jnp.einsum('btv,vd->btd', g, table)
     # Summed over chunks in float32; each product in the compute dtype, as in
