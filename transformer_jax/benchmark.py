@@ -64,8 +64,8 @@ def matmul_peak(dtype, sizes=None) -> float:
     b = jax.random.normal(jax.random.key(1), (n, n), dtype)
     matmul = jax.jit(jnp.matmul)
     jax.block_until_ready(matmul(a, b))
-    # Back to back, like the steps: a wait after each product would add the host's dispatch
-    # to every one of them (on an H200, up to a fifth of an 8192^3 bfloat16 product's time).
+    # Back to back, like the steps: a wait after each product adds the host's dispatch to
+    # every one (on H200s, 539-697 TFLOP/s waited, 709-775 back to back; docs/performance.md).
     best = max(best, 2 * n**3 / _pipelined_seconds(lambda: matmul(a, b), 20))
   return best
 
