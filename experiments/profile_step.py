@@ -11,6 +11,7 @@ the most time. Meant for a GPU; on a CPU the trace has no device kernels.
 """
 
 import collections
+import contextlib
 import glob
 import gzip
 import json
@@ -86,17 +87,19 @@ def summarise(kernels: list[tuple[str, float]], steps: int, top: int) -> dict:
 
 def main():
   config = _CONFIG.value
-  trace_dir = _TRACE_DIR.value or tempfile.mkdtemp()
   step, _, rows = benchmark.prepared_step(config, None, _LENGTH.value, warmup=3)
-  with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-    for _ in range(_STEPS.value):
-      metrics = step()
-    jax.block_until_ready(metrics)
-  [trace_path] = glob.glob(os.path.join(trace_dir, '**', '*perfetto_trace.json.gz'),
-                           recursive=True)
-  kernels = device_kernels(trace_path)
+  with contextlib.ExitStack() as stack:
+    trace_dir = _TRACE_DIR.value or stack.enter_context(tempfile.TemporaryDirectory())
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+      for _ in range(_STEPS.value):
+        metrics = step()
+      jax.block_until_ready(metrics)
+    # The newest trace: a kept --trace_dir may hold earlier ones.
+    trace_path = max(glob.glob(os.path.join(trace_dir, '**', '*perfetto_trace.json.gz'),
+                               recursive=True), key=os.path.getmtime)
+    kernels = device_kernels(trace_path)
   if not kernels:
-    raise SystemExit(f'no device kernels in {trace_path}: a CPU run has none')
+    raise SystemExit('the trace has no device kernels: a CPU run has none')
   summary = summarise(kernels, _STEPS.value, _TOP.value)
   summary.update(device=jax.devices()[0].device_kind, dtype=config.dtype, batch_size=rows,
                  length=_LENGTH.value, trace=trace_path if _TRACE_DIR.value else None)
@@ -108,4 +111,5 @@ def main():
 
 
 if __name__ == '__main__':
+  flags.mark_flag_as_required('config')
   cli.run(main)
