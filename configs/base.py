@@ -125,10 +125,11 @@ def get_config() -> ml_collections.ConfigDict:
   # projection and the loss are fused, N target positions at a time, the logits' gradient
   # formed in the same pass (loss.projected_loss_sums): the same sums and gradients, with no
   # (tokens, vocab) array whole. Evaluation's loss is then chunked the same way. 8 divides
-  # every bucket length (data.batching), so no position is padded, and keeps rows x 8 a
-  # multiple of 8, so no chunk's logit gradient is padded for the GPU's matrix products. On one
-  # H200 at the paper's batch it takes the bfloat16 base step from 39.4 to 37.2 ms and big's
-  # from 87.2 to 85.2 (N 16); float32 base from 70.0 to 69.3 ms (N 16; docs/performance.md).
+  # every bucket length (data.batching) while data.max_length is a multiple of 8, so no
+  # position is padded, and keeps rows x 8 a multiple of 8, so no chunk's logit gradient is
+  # padded for the GPU's matrix products. On one H200 at the paper's batch, bfloat16: base
+  # 39.4 -> 37.2 ms a step, big 87.2 -> 85.2 ms with N 16; float32 base 70.0 -> 69.3 ms with
+  # N 16 on another machine (docs/performance.md).
   config.train.loss_chunk = 8
   # Logging, evaluation on the dev split (loss, per-token perplexity, token accuracy and BLEU
   # decoded as config.decode says; num_eval_steps = -1 evaluates the whole split) and

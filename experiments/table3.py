@@ -15,7 +15,8 @@ C6 0.80, C7 1.40, the rest 1.00. That is 235 hours for the 19 rows near base siz
 big: about 319 hours, 13.3 days of 8 P100s (FLOPs would put big at 122 hours; its measured 84
 shows that wider matrices use a GPU better, so the wide rows C5 and C7 may cost less than
 scaled). Measured on one NVIDIA H200 in bfloat16 at the paper's batch (docs/performance.md):
-37.4 ms per base step and 86.0 ms per big step, about 1.0 and 7.2 hours for 100K and 300K steps.
+37.4 ms per base step and 86.0 ms per big step with the fused loss (`train.loss_chunk` 16),
+about 1.0 and 7.2 hours for 100K and 300K steps.
 """
 
 import ml_collections

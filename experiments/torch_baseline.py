@@ -111,7 +111,8 @@ def main():
         check=True, capture_output=True, text=True).stdout
     torch_time = json.loads(output.strip().splitlines()[-1])['step_time_s']
     ours = jax_result(shape, args.steps)
-    # Each step waited for, as PyTorch's eager steps are.
+    # Each step waited for, as PyTorch's eager steps are; MFU against the benchmark's peak
+    # (timed back to back).
     jax_time = ours['step_time_waited_s']
     tokens = SHAPES[shape]['batch_size'] * LENGTH
     results['shapes'][shape] = {

@@ -65,7 +65,9 @@ def rng() -> np.random.Generator:
 
 @functools.cache
 def experiment_script(name: str):
-  """experiments/NAME.py as a module, loaded once (its absl flags can be defined only once)."""
+  """experiments/NAME.py as a module, loaded once (its absl flags can be defined only once).
+  Its flags join absl's global ones: two scripts that define a flag of the same name cannot
+  both be loaded in one test process."""
   path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       'experiments', f'{name}.py')
   spec = importlib.util.spec_from_file_location(name, path)

@@ -26,7 +26,8 @@ def _log(workdir) -> None:
 
 def test_panels_hold_the_logged_values(tmp_path):
   _log(tmp_path)
-  figure = experiment_script('plot_curves').plot({'run': metrics_log.read(str(tmp_path / 'metrics.jsonl'))})
+  plot = experiment_script('plot_curves').plot
+  figure = plot({'run': metrics_log.read(str(tmp_path / 'metrics.jsonl'))})
   losses, bleu, rate = figure.axes
   train_loss, dev_nll = losses.lines
   np.testing.assert_array_equal(train_loss.get_xdata(), [100, 200, 300])
@@ -45,8 +46,9 @@ def test_several_runs_are_overlaid_with_their_names(tmp_path):
   log = metrics_log.MetricsLog(str(second))
   log.write(400, 'train', {'loss': 3.0, 'learning_rate': 4e-3})
   log.close()
-  figure = experiment_script('plot_curves').plot({name: metrics_log.read(str(tmp_path / name / 'metrics.jsonl'))
-                             for name in ('first', 'second')})
+  plot = experiment_script('plot_curves').plot
+  figure = plot({name: metrics_log.read(str(tmp_path / name / 'metrics.jsonl'))
+                 for name in ('first', 'second')})
   losses, bleu, rate = figure.axes
   assert [line.get_label() for line in losses.lines] == [
       'first: train loss (label-smoothed)', 'first: dev NLL',

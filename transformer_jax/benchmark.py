@@ -144,8 +144,9 @@ if __name__ == '__main__':
   _BATCH_SIZE = flags.DEFINE_integer(
       'batch_size', None, 'Sentence pairs per step (default: tokens_per_batch // length).')
   _LENGTH = flags.DEFINE_integer('length', 32, 'Source and target length of every pair.')
-  _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps in each round.')
-  _WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed steps first (compilation included).')
+  _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps in each round.', lower_bound=1)
+  _WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed steps first (compilation included).',
+                                 lower_bound=1)
   _JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.')
   flags.mark_flag_as_required('config')
   cli.run(main)

@@ -105,6 +105,8 @@ def _projected_forward(y, table, targets, label_smoothing, chunk):
   xs = (jnp.swapaxes(y_chunks, 0, 1), jnp.swapaxes(target_chunks, 0, 1))
   # Σ_v logit_v = y · Σ_v table_v: label smoothing's sum of the logits as a matrix-vector
   # product, instead of one more pass over the (b, chunk, vocab) logits (memory-bound on a GPU).
+  # The same sum but for rounding (another summation order); it enters the loss, not its
+  # gradient.
   table_sum = jnp.sum(table.astype(jnp.float32), axis=0)
 
   def step(carry, chunk_xs):
