@@ -27,28 +27,25 @@ python=${PYTHON:-python3}
 mkdir -p "$out"
 failed=()
 
-for config in base big; do
-  for dtype in bfloat16 float32; do
-    name=benchmark_${config}_${dtype}
-    echo "== $name"
-    if "$python" -m transformer_jax.benchmark --config="configs/$config.py" \
-        --config.dtype="$dtype" --json > "$out/$name.json"; then
-      cat "$out/$name.json"
-    else
-      failed+=("$name")
-    fi
-  done
-done
-
-for config in base big; do
-  name=benchmark_${config}_bfloat16_loss_chunk0
+# benchmark NAME CONFIG [OVERRIDE ...]: the benchmark's JSON into OUT_DIR/NAME.json.
+benchmark() {
+  local name=$1 config=$2
+  shift 2
   echo "== $name"
-  if "$python" -m transformer_jax.benchmark --config="configs/$config.py" \
-      --config.dtype=bfloat16 --config.train.loss_chunk=0 --json > "$out/$name.json"; then
+  if "$python" -m transformer_jax.benchmark --config="configs/$config.py" "$@" --json \
+      > "$out/$name.json"; then
     cat "$out/$name.json"
   else
     failed+=("$name")
   fi
+}
+
+for config in base big; do
+  for dtype in bfloat16 float32; do
+    benchmark "benchmark_${config}_${dtype}" "$config" --config.dtype="$dtype"
+  done
+  benchmark "benchmark_${config}_bfloat16_loss_chunk0" "$config" --config.dtype=bfloat16 \
+      --config.train.loss_chunk=0
 done
 
 echo "== profile_base_bfloat16"

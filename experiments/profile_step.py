@@ -25,13 +25,6 @@ from ml_collections import config_flags
 
 from transformer_jax import benchmark, cli
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
-_LENGTH = flags.DEFINE_integer('length', 32, 'Source and target length of every pair.')
-_STEPS = flags.DEFINE_integer('steps', 5, 'Traced steps.', lower_bound=1)
-_TOP = flags.DEFINE_integer('top', 40, 'Kernels listed.')
-_JSON = flags.DEFINE_string('json', None, 'Write the summary here as JSON.')
-_TRACE_DIR = flags.DEFINE_string('trace_dir', None, 'Keep the trace here (default: discarded).')
-
 # Kernel name -> kind, first match wins. cuBLAS / cuDNN / CUTLASS / Triton product kernels,
 # then XLA's fusion kinds by the prefixes its emitters give them.
 _KINDS = (
@@ -116,5 +109,11 @@ def main():
 
 
 if __name__ == '__main__':
+  _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
+  _LENGTH = flags.DEFINE_integer('length', 32, 'Source and target length of every pair.')
+  _STEPS = flags.DEFINE_integer('steps', 5, 'Traced steps.', lower_bound=1)
+  _TOP = flags.DEFINE_integer('top', 40, 'Kernels listed.')
+  _JSON = flags.DEFINE_string('json', None, 'Write the summary here as JSON.')
+  _TRACE_DIR = flags.DEFINE_string('trace_dir', None, 'Keep the trace here (default: discarded).')
   flags.mark_flag_as_required('config')
   cli.run(main)

@@ -4,8 +4,6 @@ The suite runs with 8 CPU devices, so that the sharding tests can build real mes
 other test uses the default (first) device.
 """
 
-import functools
-import importlib.util
 import os
 import socket
 import sys
@@ -61,19 +59,6 @@ def random_tokens(rng: np.random.Generator, shape, vocab_size: int, lengths=None
 @pytest.fixture
 def rng() -> np.random.Generator:
   return np.random.default_rng(0)
-
-
-@functools.cache
-def experiment_script(name: str):
-  """experiments/NAME.py as a module, loaded once (its absl flags can be defined only once).
-  Its flags join absl's global ones: two scripts that define a flag of the same name cannot
-  both be loaded in one test process."""
-  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                      'experiments', f'{name}.py')
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 # A model small enough to train in seconds, with every parameter dimension splitting 8 ways.

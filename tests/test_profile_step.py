@@ -5,7 +5,10 @@ import json
 
 import pytest
 
-from conftest import experiment_script
+from transformer_jax import config_lib
+
+# Its flags are defined only when it runs as a script, so loading it defines none.
+profile_step = config_lib.import_sibling(__file__, '../experiments/profile_step')
 
 
 def _trace(path, kernels, host_events):
@@ -27,7 +30,6 @@ def _trace(path, kernels, host_events):
 
 
 def test_kernel_time_per_step_counts_device_streams_only(tmp_path):
-  module = experiment_script('profile_step')
   path = str(tmp_path / 'perfetto_trace.json.gz')
   # Two steps: per step a 300 µs product, two 50 µs reductions, one 100 µs elementwise fusion.
   step = [('nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT', 300.0),
@@ -35,7 +37,7 @@ def test_kernel_time_per_step_counts_device_streams_only(tmp_path):
           ('loop_add_fusion', 100.0)]
   # A host event named like a kernel must not count.
   _trace(path, step * 2, host_events=[('loop_add_fusion', 5000.0)])
-  summary = module.summarise(module.device_kernels(path), steps=2, top=2)
+  summary = profile_step.summarise(profile_step.device_kernels(path), steps=2, top=2)
   assert summary['kernel_ms_per_step'] == pytest.approx(0.5)
   assert summary['kernels_per_step'] == 4
   assert summary['by_kind_ms'] == pytest.approx(
@@ -53,4 +55,4 @@ def test_kernel_time_per_step_counts_device_streams_only(tmp_path):
     ('wrapped_convert_109', 'other'),
 ])
 def test_kernel_kinds(name, kind):
-  assert experiment_script('profile_step').kind(name) == kind
+  assert profile_step.kind(name) == kind
