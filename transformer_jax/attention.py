@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer_jax.dropout import Dropout
 from transformer_jax.model_config import TransformerConfig
 
 # Weight matrices that tensor2tensor creates without an initialiser of their own (all but the
@@ -214,14 +215,13 @@ class MultiHeadAttention(nn.Module):
       key, value = keys_values()
       if step is not None:
         self._create_cache(key, value, step.copies)
-      attention_dropout = nn.Dropout(cfg.attention_dropout_rate,
-                                     deterministic=cfg.deterministic)
+      attention_dropout = Dropout(cfg.attention_dropout_rate, deterministic=cfg.deterministic)
       heads, weights = dot_product_attention(query, key, value, mask, attention_dropout)
     heads = heads.reshape(query.shape[0], -1, *heads.shape[2:])
     # Kept only when applied with mutable=['intermediates'] (see `visualize`); otherwise a no-op
     # and the weights cost nothing beyond the softmax itself.
     self.sow('intermediates', 'attention_weights', weights)
-    heads = nn.Dropout(cfg.drophead_rate, broadcast_dims=(1, 3))(
+    heads = Dropout(cfg.drophead_rate, broadcast_dims=(1, 3))(
         heads, deterministic=cfg.deterministic)
     return nn.DenseGeneral(
         features=cfg.d_model,

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax.attention import DecodeStep, MultiHeadAttention, glorot_uniform
+from transformer_jax.dropout import Dropout
 from transformer_jax.model_config import TransformerConfig
 
 
@@ -53,7 +54,7 @@ def sublayer_connection(
   Post-norm (the paper, §3.1): LayerNorm(x + Dropout(Sublayer(x))).
   Pre-norm (option):           x + Dropout(Sublayer(LayerNorm(x))).
   """
-  dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+  dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
   if cfg.norm_position == 'pre':
     return x + dropout(sublayer(normalize(cfg, x, f'{name}_norm')))
   return normalize(cfg, x + dropout(sublayer(x)), f'{name}_norm')
@@ -83,7 +84,7 @@ class FeedForward(nn.Module):
       )
 
     h = nn.relu(dense(cfg.d_ff, ('embed', 'mlp'), 'inner')(x))
-    h = nn.Dropout(cfg.relu_dropout_rate)(h, deterministic=cfg.deterministic)
+    h = Dropout(cfg.relu_dropout_rate)(h, deterministic=cfg.deterministic)
     return dense(cfg.d_model, ('mlp', 'embed'), 'outer')(h)
 
 

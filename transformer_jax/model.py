@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from transformer_jax import loss
 from transformer_jax.attention import (DecodeStep, cache_blocks, causal_mask, padding_mask,
                                        segment_mask, segment_positions)
+from transformer_jax.dropout import Dropout
 from transformer_jax.embeddings import Embeddings, PositionalEncoding
 from transformer_jax.layers import DecoderLayer, EncoderLayer, normalize
 from transformer_jax.model_config import PAD_ID, TransformerConfig
@@ -52,7 +53,7 @@ def _prepare(cfg: TransformerConfig, embedded: jax.Array, name: str,
   """Positional encoding, then dropout on the sum (§3.5, §5.4)."""
   positions = None if segments is None else segment_positions(segments)
   x = PositionalEncoding(cfg, name=name)(embedded, offset, positions)
-  return split_rows(cfg, nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic))
+  return split_rows(cfg, Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic))
 
 
 class Encoder(nn.Module):

@@ -1,0 +1,53 @@
+"""Dropout (Srivastava et al., 2014), used at every site of §5.4 and by the options.
+
+`Dropout` is flax's `nn.Dropout` (same fields, same call, same rng stream 'dropout') with its
+keep mask drawn from half as many random bits. JAX's default random number generator
+(threefry, in its partitionable form, so that a sharded array gets the bits of the unsharded
+one) spends one threefry2x32 block on every element of `jax.random.bernoulli`. Here each
+32-bit word of `jax.random.bits` gives two 16-bit draws. The words cover half of the
+second-to-last dimension, of size n (the positions of the model's (b, length, d) activations
+and the queries of its (b, h, q, k) attention weights: a dimension that no mesh axis splits);
+their low halves are the draws of positions 0 ... ceil(n/2) - 1, their high halves those of
+the rest. (XLA's CPU backend fuses these two halves into the mask; a bitcast of each word to
+two uint16 it copied first, and along the last dimension the step was slower.)
+
+An element is kept when its draw is below round(keep_prob · 2^16), so the keep probability is
+that threshold / 2^16 (within 2^-17 of 1 - rate; 0.7 becomes 0.699997), and kept elements are
+scaled by its exact reciprocal, so the expectation of every element is unchanged, as in the
+paper. Measured figures: docs/performance.md ("Dropout's random bits").
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+_DRAWS = 2 ** 16  # values of one 16-bit draw
+
+
+class Dropout(nn.Dropout):
+  """`nn.Dropout` with masks from 16-bit draws (module docstring). `broadcast_dims` share one
+  draw along those dimensions (DropHead drops whole heads this way)."""
+
+  def __call__(self, inputs: jax.Array, deterministic: bool | None = None,
+               rng: jax.Array | None = None) -> jax.Array:
+    deterministic = nn.merge_param('deterministic', self.deterministic, deterministic)
+    threshold = round((1.0 - self.rate) * _DRAWS)
+    if deterministic or threshold == _DRAWS:
+      return inputs
+    if threshold == 0:
+      return jnp.zeros_like(inputs)
+    if rng is None:
+      rng = self.make_rng(self.rng_collection)
+    shape = list(inputs.shape)
+    for dim in self.broadcast_dims:
+      shape[dim] = 1
+    axis = max(inputs.ndim - 2, 0)
+    size = shape[axis]
+    shape[axis] = math.ceil(size / 2)
+    words = jax.random.bits(rng, tuple(shape), jnp.uint32)
+    draws = jnp.concatenate([words & 0xFFFF, words >> 16], axis=axis)
+    keep = jax.lax.slice_in_dim(draws, 0, size, axis=axis) < threshold
+    keep = jnp.broadcast_to(keep, inputs.shape)
+    return jnp.where(keep, inputs * (_DRAWS / threshold), jnp.zeros_like(inputs))
