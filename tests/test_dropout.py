@@ -30,7 +30,7 @@ def _reference(rate, x, key):
   return np.where(keep, np.asarray(x, np.float64) * 2**16 / threshold, 0.0), keep
 
 
-@pytest.mark.parametrize('rate, shape', [(0.1, (3, 7, 16)), (0.3, (2, 5, 9)), (0.5, (4, 1)), (0.2, (11,))])
+@pytest.mark.parametrize('rate, shape', [(0.1, (3, 7, 16)), (0.3, (2, 5, 9)), (0.5, (4, 1)), (0.2, (11,)), (0.3, (6, 1, 4))])
 def test_output_is_the_mask_of_the_draws_times_the_inverse_keep_probability(rng, rate, shape):
   x = rng.standard_normal(shape).astype(np.float32)
   key = jax.random.key(3)
@@ -61,11 +61,26 @@ def test_a_key_gives_one_mask_and_another_key_another():
   assert (np.asarray(first) != np.asarray(_apply(0.3, x, jax.random.key(2)))).mean() > 0.2
 
 
-def test_broadcast_dims_share_one_draw():
-  """DropHead's use: (b, q, h, d_v) with dims 1 and 3 shared, so a head is dropped whole."""
-  y = np.asarray(_apply(0.5, jnp.ones((16, 5, 4, 6)), jax.random.key(0), broadcast_dims=(1, 3)))
-  assert (y == y[:, :1, :, :1]).all()
-  assert 0 < (y == 0).mean() < 1
+def test_bfloat16_inputs_are_scaled_in_float32_and_rounded_once(rng):
+  x = rng.standard_normal((4, 8, 16)).astype(np.float32)
+  key = jax.random.key(5)
+  got = _apply(0.1, jnp.asarray(x, jnp.bfloat16), key)
+  assert got.dtype == jnp.bfloat16
+  expected, _ = _reference(0.1, np.asarray(jnp.asarray(x, jnp.bfloat16), np.float32), key)
+  np.testing.assert_array_equal(np.asarray(got, np.float32),
+                                np.asarray(jnp.asarray(expected, jnp.bfloat16), np.float32))
+
+
+@pytest.mark.parametrize('broadcast_dims', [(1, 3), (-3, -1)])
+def test_broadcast_dims_share_one_draw(broadcast_dims):
+  """DropHead's use: (b, q, h, d_v) with dims 1 and 3 shared, so a head is dropped whole: the
+  mask of the (b, 1, h, 1) draws, broadcast."""
+  x = jnp.ones((16, 5, 4, 6))
+  key = jax.random.key(0)
+  expected, _ = _reference(0.5, np.ones((16, 1, 4, 1)), key)
+  np.testing.assert_allclose(_apply(0.5, x, key, broadcast_dims=broadcast_dims),
+                             np.broadcast_to(expected, x.shape), rtol=1e-6)
+  assert 0 < (expected == 0).mean() < 1
 
 
 def test_gradient_is_the_mask_times_the_scale(rng):
@@ -76,7 +91,7 @@ def test_gradient_is_the_mask_times_the_scale(rng):
   np.testing.assert_allclose(grad, np.where(keep, 2**16 / round(0.7 * 2**16), 0.0), rtol=1e-6)
 
 
-@pytest.mark.parametrize('rate, kept', [(0.0, True), (2**-18, True), (1 - 2**-18, False)])
+@pytest.mark.parametrize('rate, kept', [(0.0, True), (2**-18, True), (1 - 2**-18, False), (1.0, False)])
 def test_rates_that_round_to_no_draw_keep_or_drop_everything(rate, kept):
   x = jnp.arange(1.0, 9.0)
   np.testing.assert_array_equal(_apply(rate, x, jax.random.key(0)), x if kept else 0 * x)
