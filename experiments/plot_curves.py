@@ -18,10 +18,6 @@ from transformer_jax import metrics_log
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_WORKDIRS = flags.DEFINE_list('workdir', None, 'One training workdir, or several separated by '
-                               'commas to overlay their curves.', required=True)
-_OUTPUT = flags.DEFINE_string('output', None, 'The PNG to write.', required=True)
-
 
 def plot(runs: dict[str, list[dict]], title: str = '') -> matplotlib.figure.Figure:
   """Three panels against the step, one line per run in each (its name in the legend):
@@ -69,4 +65,7 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  _WORKDIRS = flags.DEFINE_list('workdir', None, 'One training workdir, or several separated by '
+                                 'commas to overlay their curves.', required=True)
+  _OUTPUT = flags.DEFINE_string('output', None, 'The PNG to write.', required=True)
   app.run(main)

@@ -30,7 +30,8 @@ def _reference(rate, x, key):
   return np.where(keep, np.asarray(x, np.float64) * 2**16 / threshold, 0.0), keep
 
 
-@pytest.mark.parametrize('rate, shape', [(0.1, (3, 7, 16)), (0.3, (2, 5, 9)), (0.5, (4, 1)), (0.2, (11,)), (0.3, (6, 1, 4))])
+@pytest.mark.parametrize('rate, shape', [(0.1, (3, 7, 16)), (0.3, (2, 5, 9)), (0.5, (4, 1)),
+                                         (0.2, (11,)), (0.3, (6, 1, 4))])
 def test_output_is_the_mask_of_the_draws_times_the_inverse_keep_probability(rng, rate, shape):
   x = rng.standard_normal(shape).astype(np.float32)
   key = jax.random.key(3)
@@ -91,7 +92,8 @@ def test_gradient_is_the_mask_times_the_scale(rng):
   np.testing.assert_allclose(grad, np.where(keep, 2**16 / round(0.7 * 2**16), 0.0), rtol=1e-6)
 
 
-@pytest.mark.parametrize('rate, kept', [(0.0, True), (2**-18, True), (1 - 2**-18, False), (1.0, False)])
+@pytest.mark.parametrize('rate, kept', [(0.0, True), (2**-18, True), (1 - 2**-18, False),
+                                        (1.0, False)])
 def test_rates_that_round_to_no_draw_keep_or_drop_everything(rate, kept):
   x = jnp.arange(1.0, 9.0)
   np.testing.assert_array_equal(_apply(rate, x, jax.random.key(0)), x if kept else 0 * x)

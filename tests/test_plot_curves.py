@@ -1,8 +1,6 @@
 """experiments/plot_curves.py draws what metrics.jsonl holds, a resumed run's repeated steps
 once (the last record), and writes a PNG from the command line."""
 
-import functools
-import importlib.util
 import os
 import subprocess
 import sys
@@ -10,19 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from transformer_jax import metrics_log
+from transformer_jax import config_lib, metrics_log
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'experiments', 'plot_curves.py')
-
-
-@functools.cache
-def _plot_curves():
-  """The script as a module, loaded once (its absl flags can be defined only once)."""
-  spec = importlib.util.spec_from_file_location('plot_curves', SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+# Its flags are defined only when it runs as a script, so loading it defines none.
+plot_curves = config_lib.import_sibling(__file__, '../experiments/plot_curves')
 
 
 def _log(workdir) -> None:
@@ -36,7 +27,7 @@ def _log(workdir) -> None:
 
 def test_panels_hold_the_logged_values(tmp_path):
   _log(tmp_path)
-  figure = _plot_curves().plot({'run': metrics_log.read(str(tmp_path / 'metrics.jsonl'))})
+  figure = plot_curves.plot({'run': metrics_log.read(str(tmp_path / 'metrics.jsonl'))})
   losses, bleu, rate = figure.axes
   train_loss, dev_nll = losses.lines
   np.testing.assert_array_equal(train_loss.get_xdata(), [100, 200, 300])
@@ -55,8 +46,8 @@ def test_several_runs_are_overlaid_with_their_names(tmp_path):
   log = metrics_log.MetricsLog(str(second))
   log.write(400, 'train', {'loss': 3.0, 'learning_rate': 4e-3})
   log.close()
-  figure = _plot_curves().plot({name: metrics_log.read(str(tmp_path / name / 'metrics.jsonl'))
-                             for name in ('first', 'second')})
+  figure = plot_curves.plot({name: metrics_log.read(str(tmp_path / name / 'metrics.jsonl'))
+                            for name in ('first', 'second')})
   losses, bleu, rate = figure.axes
   assert [line.get_label() for line in losses.lines] == [
       'first: train loss (label-smoothed)', 'first: dev NLL',

@@ -140,8 +140,8 @@ def load_module(path: str) -> types.ModuleType:
 
 
 def import_sibling(file: str, name: str) -> types.ModuleType:
-  """The config file `name`.py beside `file` (a config file's `__file__`); `name` may be a
-  path relative to that directory, e.g. '../configs/multi30k'."""
+  """The Python file `name`.py beside `file` (a caller's `__file__`) as a module; `name` may be
+  a path relative to that directory, e.g. '../configs/multi30k'."""
   return load_module(os.path.join(os.path.dirname(os.path.abspath(file)), f'{name}.py'))
 
 
