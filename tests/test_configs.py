@@ -259,6 +259,22 @@ def test_without_checkpoints_a_saved_config_binds_nothing(tmp_path):
     checkpointing.check_compatible(config, str(tmp_path))
 
 
+def test_without_checkpoints_a_vocabulary_left_behind_binds_the_data_fields(tmp_path):
+  """A first run that learned its vocabulary and stopped before its first checkpoint: a run
+  for another language pair must not reuse that vocabulary silently."""
+  checkpointing.write_config(multi30k.get_config(), str(tmp_path))
+  (tmp_path / 'spm.model').write_bytes(b'the first run\'s vocabulary')
+  config = multi30k.get_config()
+  config.model.d_ff = 512  # not the vocabulary's: allowed
+  checkpointing.check_compatible(config, str(tmp_path))
+  config.data.target_lang = 'fr'
+  with pytest.raises(ValueError, match=f"{tmp_path / 'spm.model'} was learned for other data "
+                     r"\(data.target_lang 'de' -> 'fr'\); delete it"):
+    checkpointing.check_compatible(config, str(tmp_path))
+  config.data.spm_model = str(tmp_path / 'other.model')  # the workdir's is not used
+  checkpointing.check_compatible(config, str(tmp_path))
+
+
 @pytest.mark.parametrize('text', ['{"model": {"d_model": 1', '[]', '{"data": {}}'])
 def test_a_damaged_saved_config_is_an_error_naming_the_file(tmp_path, text):
   (tmp_path / 'config.json').write_text(text)

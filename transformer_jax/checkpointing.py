@@ -224,14 +224,20 @@ _DATA_FIELDS = ('data.dataset', 'data.source_lang', 'data.target_lang', 'data.pr
 
 
 def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Checks `config` against the config saved with `workdir`'s checkpoints, if it has any.
+  """Checks `config` against the config saved in `workdir`, if there is one.
 
-  Raises ValueError naming the differing fields if the model's parameters have other shapes,
-  if a data field that defines the vocabulary or the language pair differs, or if
-  `data.spm_model` is another file than the workdir's vocabulary. Other changes (steps,
-  learning rate, dropout, ...) are allowed and logged as a warning, naming them."""
+  With checkpoints: raises ValueError naming the differing fields if the model's parameters
+  have other shapes, if a data field that defines the vocabulary or the language pair differs,
+  or if `data.spm_model` is another file than the workdir's vocabulary. Other changes (steps,
+  learning rate, dropout, ...) are allowed and logged as a warning, naming them.
+  Without checkpoints (a run that stopped before its first one), the saved config binds only
+  the vocabulary it left behind: if training would reuse the workdir's vocabulary, a data
+  field that defines it must not differ."""
   path = os.path.join(workdir, CONFIG_FILENAME)
-  if not (os.path.exists(path) and saved_steps(workdir)):
+  vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
+  steps = saved_steps(workdir)
+  reuses_vocabulary = not config.data.spm_model and os.path.exists(vocabulary)
+  if not (os.path.exists(path) and (steps or reuses_vocabulary)):
     return
   saved = _read_config(path)
   changed = _changed_fields(saved, config)
@@ -239,13 +245,18 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   def listed(names) -> str:
     return ', '.join(f'{name} {changed[name][0]!r} -> {changed[name][1]!r}' for name in names)
 
+  other_data = [n for n in changed if n in _DATA_FIELDS]
+  if not steps:
+    if other_data:
+      raise ValueError(f'{vocabulary} was learned for other data ({listed(other_data)}); '
+                       'delete it to learn a new one, use a new --workdir, or the same data '
+                       'config')
+    return
   if _parameter_shapes(saved) != _parameter_shapes(config):
     shaping = [n for n in changed if n.startswith('model.') or n == 'data.vocab_size']
     raise ValueError(f'{path} describes a model with other parameter shapes ({listed(shaping)}); '
                      'use a new --workdir, or the same model config to resume')
-  other_data = [n for n in changed if n in _DATA_FIELDS]
   reasons = [listed(other_data)] if other_data else []
-  vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
   if (config.data.spm_model and os.path.exists(vocabulary)
       and not filecmp.cmp(config.data.spm_model, vocabulary, shallow=False)):
     reasons.append(f'data.spm_model {config.data.spm_model} is not {vocabulary}')
