@@ -101,6 +101,12 @@ def test_preprocessing_applies_to_inputs_and_is_undone_on_outputs(workdir, tmp_p
     np.testing.assert_array_equal(got, want)
   assert moses.translate(texts) == [moses.preprocessing.restore(translation)
                                     for translation in plain.translate(tokenized)]
+  # A target side follows the target language's rules: German's tokenizer splits an
+  # apostrophe off both words, English's keeps it on the second.
+  english, german = plain.encode(["the dog 's ball ."]), plain.encode(["the dog ' s ball ."])
+  assert not np.array_equal(english[0], german[0])
+  np.testing.assert_array_equal(moses.encode(["The dog's ball."])[0], english[0])
+  np.testing.assert_array_equal(moses.encode(["The dog's ball."], side='target')[0], german[0])
 
 
 def test_saved_average_is_a_workdir_that_translates_like_the_average(workdir, tmp_path):
@@ -146,6 +152,13 @@ def test_long_lines_are_truncated_with_a_warning_naming_the_line(workdir, caplog
     ids = translator.encode(['a dog .', long_line], source='input.txt')
   assert len(ids[1]) == translator.config.data.max_length
   assert [r.getMessage().split(':')[:2] for r in caplog.records] == [['input.txt', '2']]
+  with pytest.raises(ValueError, match=r"input.txt:2: \d+ tokens, more than the model's maximum"):
+    translator.encode(['a dog .', long_line], source='input.txt', truncate=False)
+  # A text of exactly the maximum is kept whole either way.
+  exact = next(text for text in (' '.join(['a'] * k) for k in range(1, 200))
+               if len(translator.encode([text])[0]) == translator.config.data.max_length)
+  [kept] = translator.encode([exact], truncate=False)
+  assert len(kept) == translator.config.data.max_length and kept[-1] == tokenizer.EOS_ID
   # Ids not truncated by `encode` are refused, not silently left untranslated.
   max_length = translator.config.data.max_length
   with pytest.raises(ValueError, match=f'source 1 has {max_length + 1} tokens'):

@@ -14,6 +14,7 @@ from conftest import SMALL, init_params, perturbed, tiny_config, train_config
 from reference import Reference
 from transformer_jax import train, visualize
 from transformer_jax.model import Transformer
+from transformer_jax.translator import Translator
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -98,7 +99,8 @@ def test_command_writes_every_picture_and_the_page(workdir, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize('args, message', [
     (['--source= '], '--source is empty'),
-    (['--source=' + 'dog ' * 200], 'longer than the model'),
+    (['--source=' + 'dog ' * 200], "--source:1: "),
+    (['--source=a dog .', '--target=' + 'Hund ' * 200], "--target:1: "),
     (['--source=a dog .', '--target=ein Hund .', '--token=cat'], '--token=cat: no such word piece'),
 ])
 def test_bad_input_is_a_one_line_error(workdir, tmp_path, args, message):
@@ -106,6 +108,18 @@ def test_bad_input_is_a_one_line_error(workdir, tmp_path, args, message):
   assert result.returncode != 0
   assert result.stderr.strip().splitlines()[-1].startswith('error: ')
   assert message in result.stderr and 'Traceback' not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_source_of_exactly_the_maximum_length_is_shown_whole(workdir):
+  translator = Translator(workdir)
+  max_length = translator.config.data.max_length
+  source = next(text for text in (' '.join(['a'] * k) for k in range(1, 200))
+                if len(translator.encode([text])[0]) == max_length)
+  result = visualize.collect(translator, source, 'a')
+  assert len(result['source_tokens']) == max_length
+  with pytest.raises(ValueError, match="--source:1: "):
+    visualize.collect(translator, source + ' a', 'a')
 
 
 def test_an_unknown_workdir_is_a_one_line_error(tmp_path):

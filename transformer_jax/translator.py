@@ -55,19 +55,24 @@ class Translator:
     self._decode = decoding.jit_decode(self.model, decode.beam_size, decode.alpha,
                                        decode.max_extra_length, cached)
 
-  def encode(self, texts: Sequence[str], source: str = '<input>') -> list[np.ndarray]:
-    """Token ids (EOS-terminated) of each text; empty for an empty text. A text longer than
+  def encode(self, texts: Sequence[str], source: str = '<input>', *, side: str = 'source',
+             truncate: bool = True) -> list[np.ndarray]:
+    """Token ids (EOS-terminated) of each text, preprocessed as the `side` ('source' or
+    'target') of a training pair; empty for an empty text. A text longer than
     `config.data.max_length` tokens is truncated to it, with a warning naming `source` and its
-    line number (1-based)."""
+    line number (1-based), or with `truncate=False` is a ValueError naming them."""
     max_length = self.config.data.max_length
-    ids = tokenizer.encode(self.tokenizer, [self.preprocessing.source(text) for text in texts])
+    preprocess = {'source': self.preprocessing.source, 'target': self.preprocessing.target}[side]
+    ids = tokenizer.encode(self.tokenizer, [preprocess(text) for text in texts])
     for line, (text, sentence) in enumerate(zip(texts, ids), start=1):
       if not text.strip():
         ids[line - 1] = np.zeros((0,), np.int32)
       elif len(sentence) > max_length:
-        logging.warning('%s:%d: %d tokens, more than the model\'s maximum of %d '
-                        '(config.data.max_length); translating the first %d', source, line,
-                        len(sentence), max_length, max_length - 1)
+        message = (f'{source}:{line}: {len(sentence)} tokens, more than the model\'s maximum of '
+                   f'{max_length} (config.data.max_length)')
+        if not truncate:
+          raise ValueError(message)
+        logging.warning('%s; translating the first %d', message, max_length - 1)
         ids[line - 1] = np.append(sentence[:max_length - 1], EOS_ID).astype(np.int32)
     return ids
 

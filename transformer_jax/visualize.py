@@ -29,7 +29,7 @@ import jax
 import matplotlib
 import numpy as np
 
-from transformer_jax import cli
+from transformer_jax import atomic, cli
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.model import Transformer
 from transformer_jax.model_config import PAD_ID
@@ -74,17 +74,13 @@ def collect(translator: Translator, source: str, target: str | None) -> dict:
   """Tokens and weights of one sentence (and its translation if `target` is None)."""
   if not source.strip():
     raise ValueError('--source is empty')
-  [inputs] = translator.encode([source], '--source')
-  max_length = translator.config.data.max_length
-  if len(inputs) >= max_length:  # encode truncated it
-    raise ValueError(f'--source is longer than the model\'s {max_length} tokens '
-                     '(config.data.max_length)')
+  [inputs] = translator.encode([source], '--source', truncate=False)
   if target is None:
     [ids] = translator.translate_ids([inputs])
     target = translator.text(ids)
     targets = np.append(ids, EOS_ID)
   else:
-    [targets] = translator.encode([target], '--target')
+    [targets] = translator.encode([target], '--target', side='target', truncate=False)
   weights = attention_weights(translator.model.eval_model, translator.params, inputs, targets)
   return {'source': source, 'target': target, 'checkpoint_steps': translator.steps,
           'source_tokens': _pieces(translator, inputs),
@@ -206,15 +202,16 @@ def write(result: dict, directory: str, token: str | None = None) -> list[str]:
                                                    f'{kind} attention, layer {layer}: '
                                                    f'{queries[query]!r}'))):
         paths.append(os.path.join(directory, name))
-        figure.savefig(paths[-1], dpi=100)
+        with atomic.replacing(paths[-1]) as temporary:
+          figure.savefig(temporary, dpi=100, format='png')
         plt.close(figure)
   page = {'weights': {kind: np.round(w, 4).tolist() for kind, w in result['weights'].items()},
           'axes': {kind: [[html.escape(t) for t in axis] for axis in _axes_tokens(result, kind)]
                    for kind in KINDS}}
   paths.append(os.path.join(directory, 'attention.html'))
-  with open(paths[-1], 'w', encoding='utf-8') as f:
-    f.write(_PAGE.format(title=html.escape(f'{result["source"]} → {result["target"]}'),
-                         steps=result['checkpoint_steps'], data=json.dumps(page)))
+  atomic.write(paths[-1], _PAGE.format(
+      title=html.escape(f'{result["source"]} → {result["target"]}'),
+      steps=result['checkpoint_steps'], data=json.dumps(page)))
   return paths
 
 
@@ -240,8 +237,7 @@ if __name__ == '__main__':
     paths = write(result, _OUTPUT.value or os.path.join(_WORKDIR.value, 'attention'),
                   _TOKEN.value)
     if _JSON.value:
-      with open(_JSON.value, 'w', encoding='utf-8') as f:
-        f.write(as_json(result))
+      atomic.write(_JSON.value, as_json(result))
     print(f'{result["source"]} -> {result["target"]}\n{len(paths)} files in '
           f'{os.path.dirname(paths[0])}')
 
