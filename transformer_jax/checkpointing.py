@@ -28,7 +28,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from transformer_jax import atomic, config_lib, costs
+from transformer_jax import atomic, config_lib, costs, workdirs
 from transformer_jax.data import tokenizer
 from transformer_jax.sharded_model import ShardedModel
 
@@ -171,7 +171,8 @@ class Checkpoints:
     if not steps:
       return
     multihost_utils.sync_global_devices('checkpoints read')  # nobody still reads them
-    if jax.process_index() == 0:
+
+    def move():
       for step in steps:
         path = self._manager.directory / str(step)
         aside = path.with_name(f'{step}.corrupt')
@@ -180,7 +181,8 @@ class Checkpoints:
           aside, suffix = path.with_name(f'{step}.corrupt{suffix}'), suffix + 1
         path.rename(aside)
         logging.warning('moved the unreadable checkpoint %s to %s', path, aside)
-    multihost_utils.sync_global_devices('checkpoints moved aside')
+
+    workdirs.on_lead(move, 'move the unreadable checkpoints aside')
     self._manager.reload()
 
   def wait(self) -> None:

@@ -104,8 +104,9 @@ def evaluate(translator: Translator, split: str) -> dict:
   config = translator.config
   directory = os.path.join(translator.workdir, 'eval')
   lead = jax.process_index() == 0
-  if lead:  # before decoding, which can take long
-    workdirs.check_writable(directory, 'evaluation output')
+  # Before decoding, which can take long.
+  workdirs.on_lead(lambda: workdirs.check_writable(directory, 'evaluation output'),
+                   f'write to {directory}')
   pairs = datasets.load_pairs(config.data, split)
   sources, references = [s for s, _ in pairs], [t for _, t in pairs]
   start = time.perf_counter()

@@ -17,7 +17,6 @@ import time
 
 from absl import flags
 import jax
-from jax.experimental import multihost_utils
 import ml_collections
 from ml_collections import config_flags
 import numpy as np
@@ -108,12 +107,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 def _load_data(config: ml_collections.ConfigDict, workdir: str, trainer: Trainer):
   """The datasets and vocabulary (`pipeline.load`); process 0 learns the vocabulary and writes
   the config into the workdir, the other processes then read the vocabulary from there."""
-  lead = jax.process_index() == 0
-  if lead:
+
+  def load_and_save():
     data = pipeline.load(config, workdir, trainer.rows_multiple)
     checkpointing.write_config(config, workdir)
-  multihost_utils.sync_global_devices('vocabulary')
-  if not lead:
+    return data
+
+  data = workdirs.on_lead(load_and_save, 'prepare the data and vocabulary')
+  if jax.process_index() != 0:
     data = pipeline.load(config, workdir, trainer.rows_multiple)
   return data
 

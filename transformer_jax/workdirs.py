@@ -10,6 +10,10 @@ takes it over. The file records the holder (host, process id, start time) for th
 `translate`, `evaluate` and `average` only read a workdir and never take the lock. flock works on
 local disks and NFS; on file systems without it (object-store mounts) two runs are not kept
 apart.
+
+What only process 0 does in a workdir (take the lock, learn the vocabulary, move checkpoints
+aside) goes through `on_lead`, so that when it fails the other processes fail too instead of
+waiting for process 0 in the next collective.
 """
 
 import contextlib
@@ -19,7 +23,7 @@ import json
 import os
 import socket
 import tempfile
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from absl import logging
 import jax
@@ -60,22 +64,33 @@ def _acquire(path: str) -> int:
   return descriptor
 
 
-@contextlib.contextmanager
-def lock(workdir: str) -> Iterator[None]:
-  """Holds `workdir`'s lock for the duration (see the module docstring). In a multi-process run
-  process 0 takes it and every process stops if it cannot."""
-  descriptor, error = None, None
+T = TypeVar('T')
+
+
+def on_lead(action: Callable[[], T], what: str) -> T | None:
+  """`action()` on process 0 only: its result there, None on the other processes. In a
+  multi-process run every process learns whether it raised, and the others then raise a
+  RuntimeError saying that process 0 could not `what`."""
+  result, error = None, None
   if jax.process_index() == 0:
     try:
-      descriptor = _acquire(os.path.join(workdir, LOCK_FILENAME))
-    except RuntimeError as e:
+      result = action()
+    except Exception as e:  # pylint: disable=broad-except  (raised below, on every process)
       error = e
   if jax.process_count() > 1:
     failed = multihost_utils.broadcast_one_to_all(np.array(error is not None))
     if failed and error is None:
-      error = RuntimeError(f'process 0 could not lock {workdir}; see its error')
+      error = RuntimeError(f'process 0 could not {what}; see its error')
   if error is not None:
     raise error
+  return result
+
+
+@contextlib.contextmanager
+def lock(workdir: str) -> Iterator[None]:
+  """Holds `workdir`'s lock for the duration (see the module docstring). In a multi-process run
+  process 0 takes it and every process stops if it cannot."""
+  descriptor = on_lead(lambda: _acquire(os.path.join(workdir, LOCK_FILENAME)), f'lock {workdir}')
   try:
     yield
   finally:
