@@ -127,24 +127,30 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   lead = jax.process_index() == 0
 
   train = config.train
-  checkpoints = checkpointing.Checkpoints(workdir, train.keep_checkpoints,
-                                          train.checkpoint_every_steps)
-  iterator = data.train_iterator(config.seed, jax.process_index(), jax.process_count())
-  restored = checkpoints.restore_latest(trainer.abstract_state)
-  if restored is None:
-    start, state = 0, trainer.init_state()
-  else:
-    start, state, data_state = restored
-    iterator.set_state(data_state)
-    if lead:
-      print(f'Resumed from step {start} of {workdir}', flush=True)
-  evaluator = evaluate.Evaluator(model, data)
-  log = metrics_log.MetricsLog(workdir)
-  pending = _TrainMetrics()
-  progress = tqdm.tqdm(total=train.num_train_steps, initial=start, disable=not lead,
-                       unit='step', dynamic_ncols=True)
-  eval_metrics = {}
-  try:
+  # Closed in reverse order however the run ends: the progress bar, the metrics log, then the
+  # checkpoints (after waiting for the saves under way).
+  with contextlib.ExitStack() as cleanup:
+    checkpoints = checkpointing.Checkpoints(workdir, train.keep_checkpoints,
+                                            train.checkpoint_every_steps)
+    cleanup.callback(checkpoints.close)
+    cleanup.callback(checkpoints.wait)
+    iterator = data.train_iterator(config.seed, jax.process_index(), jax.process_count())
+    restored = checkpoints.restore_latest(trainer.abstract_state)
+    if restored is None:
+      start, state = 0, trainer.init_state()
+    else:
+      start, state, data_state = restored
+      iterator.set_state(data_state)
+      if lead:
+        print(f'Resumed from step {start} of {workdir}', flush=True)
+    evaluator = evaluate.Evaluator(model, data)
+    log = metrics_log.MetricsLog(workdir)
+    cleanup.callback(log.close)
+    pending = _TrainMetrics()
+    progress = tqdm.tqdm(total=train.num_train_steps, initial=start, disable=not lead,
+                         unit='step', dynamic_ncols=True)
+    cleanup.callback(progress.close)
+    eval_metrics = {}
     with preemption.Notice() as notice:
       for step in range(start + 1, train.num_train_steps + 1):
         state, metrics = trainer.train_step(state, model.put_batch(next(iterator)))
@@ -179,11 +185,6 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
             progress.write(f'Preempted (SIGTERM): saved step {step} in {workdir}; run the same '
                            'command again to resume')
           break
-  finally:
-    progress.close()
-    checkpoints.wait()
-    checkpoints.close()
-    log.close()
   return eval_metrics
 
 
