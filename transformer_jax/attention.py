@@ -171,8 +171,10 @@ class MultiHeadAttention(nn.Module):
     for keys, and a step at a position of block `step.block` writes into that block and
     reads blocks 0 ... `step.block` in place (`attention_over_blocks`): a step costs what
     the output so far costs, not what the longest output could.
-  The attention weights of every call are sown as 'intermediates'/'attention_weights'
-  (b, h, q, k), kept only when the model is applied with mutable=['intermediates'].
+  The attention weights of every call are sown as 'intermediates'/'attention_weights', kept
+  only when the model is applied with mutable=['intermediates']: (b, h, q, k), or while
+  decoding (n, h, copies·q, k), the `copies` rows of each of n sentences as its queries (for
+  self-attention, k counts the slots of the cache blocks read).
   """
 
   config: TransformerConfig

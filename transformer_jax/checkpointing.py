@@ -343,18 +343,16 @@ def save_average(workdir: str, last: int | None, output: str) -> list[int]:
   if os.path.isdir(os.path.join(output, 'checkpoints')) and os.listdir(
       os.path.join(output, 'checkpoints')):
     raise FileExistsError(f'{output} already holds checkpoints; choose a new --output')
-  source = Checkpoints(workdir)
-  params, averaged = source.average_last(last, ShardedModel(config).abstract_params)
-  # The optimizer state of the newest averaged checkpoint is kept as it was saved.
-  state, data_state = source.restore(averaged[-1])
+  with contextlib.closing(Checkpoints(workdir)) as source:
+    params, averaged = source.average_last(last, ShardedModel(config).abstract_params)
+    # The optimizer state of the newest averaged checkpoint is kept as it was saved.
+    state, data_state = source.restore(averaged[-1])
   state['params'] = params
-  source.close()
   os.makedirs(output, exist_ok=True)
   write_config(config, output)
   atomic.copy(os.path.join(workdir, tokenizer.MODEL_FILENAME),
               os.path.join(output, tokenizer.MODEL_FILENAME))
-  target = Checkpoints(output, keep=1)
-  target.save(averaged[-1], state, data_state)
-  target.wait()
-  target.close()
+  with contextlib.closing(Checkpoints(output, keep=1)) as target:
+    target.save(averaged[-1], state, data_state)
+    target.wait()
   return averaged

@@ -9,6 +9,7 @@ Sentences are grouped by length into the training buckets and decoded `batch_siz
 input order.
 """
 
+import contextlib
 import os
 from typing import Sequence
 
@@ -42,10 +43,9 @@ class Translator:
     self.model = ShardedModel(config)
     self.tokenizer = tokenizer.load(os.path.join(workdir, tokenizer.MODEL_FILENAME))
     self.preprocessing = preprocessing.from_config(config.data)
-    checkpoints = checkpointing.Checkpoints(workdir)
-    self.params, self.steps = checkpoints.average_last(config.decode.average_last,
-                                                       self.model.abstract_params)
-    checkpoints.close()
+    with contextlib.closing(checkpointing.Checkpoints(workdir)) as checkpoints:
+      self.params, self.steps = checkpoints.average_last(config.decode.average_last,
+                                                         self.model.abstract_params)
     if len(self.steps) < config.decode.average_last:
       logging.warning('averaging the %d checkpoints %s: fewer than the %d asked for',
                       len(self.steps), self.steps, config.decode.average_last)
