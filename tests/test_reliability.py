@@ -166,7 +166,7 @@ def test_a_full_disk_during_training_is_a_clear_error_and_keeps_the_last_checkpo
   # The last line says what could not be written and why (orbax's own log lines come before).
   error = stderr.strip().splitlines()[-1]
   assert error.startswith('error: ') and 'File too large' in error, stderr[-3000:]
-  assert str(workdir) in error
+  assert str(workdir) in error, stderr[-3000:]
   # The checkpoint of step 4 is intact and readable.
   assert '4' in _steps(workdir)
   state = ocp.StandardCheckpointer().restore(workdir / 'checkpoints' / '4' / 'state')

@@ -199,7 +199,9 @@ class Checkpoints:
                     f'({_first_line(e)}); the checkpoints written before are intact') from e
 
   def close(self) -> None:
-    self._manager.close()
+    """Closes the manager, which first waits for the saves under way (as `wait`)."""
+    with self._write_errors():
+      self._manager.close()
 
 
 def _on_every_process(flag: bool) -> bool:

@@ -38,8 +38,12 @@ class MetricsLog:
 
   def close(self) -> None:
     if self._enabled:
-      self._jsonl.close()
-      self._tensorboard.close()
+      try:
+        self._jsonl.close()  # flushes what a failed write left buffered
+      except OSError as e:
+        raise OSError(f'cannot write {self._jsonl.name}: {e.strerror or e}') from e
+      finally:
+        self._tensorboard.close()
 
 
 def _cut_partial_line(path: str) -> None:
