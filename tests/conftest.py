@@ -96,3 +96,10 @@ def two_process_commands(overrides: dict, workdir) -> list[list[str]]:
                          'parallel.process_id': i,
                          'parallel.coordinator_address': f'127.0.0.1:{port}'}, workdir)
           for i in range(2)]
+
+
+def text_of_max_length(translator) -> str:
+  """A source text of exactly `config.data.max_length` tokens (EOS included) for `translator`:
+  the shortest run of 'a's that reaches it, so not one that `encode` truncated to it."""
+  return next(text for text in (' '.join(['a'] * k) for k in range(1, 200))
+              if len(translator.encode([text])[0]) == translator.config.data.max_length)

@@ -15,7 +15,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import train_config
+from conftest import text_of_max_length, train_config
 from transformer_jax import bleu, checkpointing, decoding, evaluate, train, translate
 from transformer_jax.data import batching, datasets, tokenizer
 from transformer_jax.translator import Translator
@@ -155,9 +155,7 @@ def test_long_lines_are_truncated_with_a_warning_naming_the_line(workdir, caplog
   with pytest.raises(ValueError, match=r"input.txt:2: \d+ tokens, more than the model's maximum"):
     translator.encode(['a dog .', long_line], source='input.txt', truncate=False)
   # A text of exactly the maximum is kept whole either way.
-  exact = next(text for text in (' '.join(['a'] * k) for k in range(1, 200))
-               if len(translator.encode([text])[0]) == translator.config.data.max_length)
-  [kept] = translator.encode([exact], truncate=False)
+  [kept] = translator.encode([text_of_max_length(translator)], truncate=False)
   assert len(kept) == translator.config.data.max_length and kept[-1] == tokenizer.EOS_ID
   # Ids not truncated by `encode` are refused, not silently left untranslated.
   max_length = translator.config.data.max_length

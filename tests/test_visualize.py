@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import SMALL, init_params, perturbed, tiny_config, train_config
+from conftest import (SMALL, init_params, perturbed, text_of_max_length, tiny_config,
+                      train_config)
 from reference import Reference
 from transformer_jax import train, visualize
 from transformer_jax.model import Transformer
@@ -113,11 +114,9 @@ def test_bad_input_is_a_one_line_error(workdir, tmp_path, args, message):
 @pytest.mark.slow
 def test_a_source_of_exactly_the_maximum_length_is_shown_whole(workdir):
   translator = Translator(workdir)
-  max_length = translator.config.data.max_length
-  source = next(text for text in (' '.join(['a'] * k) for k in range(1, 200))
-                if len(translator.encode([text])[0]) == max_length)
+  source = text_of_max_length(translator)
   result = visualize.collect(translator, source, 'a')
-  assert len(result['source_tokens']) == max_length
+  assert len(result['source_tokens']) == translator.config.data.max_length
   with pytest.raises(ValueError, match="--source:1: "):
     visualize.collect(translator, source + ' a', 'a')
 

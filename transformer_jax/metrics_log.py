@@ -6,8 +6,10 @@ appear twice; readers keep the last record of each (step, split). A line left pa
 by a crash (a full disk) is cut off before the resumed run appends.
 """
 
+import contextlib
 import json
 import os
+from typing import Iterator
 
 import jax
 import tensorboardX
@@ -27,11 +29,9 @@ class MetricsLog:
     """Records `metrics` of `split` ('train', 'validation', ...) at `step`."""
     if not self._enabled:
       return
-    try:
+    with self._jsonl_errors():
       self._jsonl.write(json.dumps({'step': step, 'split': split, **metrics}) + '\n')
       self._jsonl.flush()
-    except OSError as e:
-      raise OSError(f'cannot write {self._jsonl.name}: {e.strerror or e}') from e
     for name, value in metrics.items():
       self._tensorboard.add_scalar(f'{split}/{name}', value, step)
     self._tensorboard.flush()
@@ -39,11 +39,18 @@ class MetricsLog:
   def close(self) -> None:
     if self._enabled:
       try:
-        self._jsonl.close()  # flushes what a failed write left buffered
-      except OSError as e:
-        raise OSError(f'cannot write {self._jsonl.name}: {e.strerror or e}') from e
+        with self._jsonl_errors():
+          self._jsonl.close()  # flushes what a failed write left buffered
       finally:
         self._tensorboard.close()
+
+  @contextlib.contextmanager
+  def _jsonl_errors(self) -> Iterator[None]:
+    """An OSError writing metrics.jsonl (a full disk) raised again naming the file."""
+    try:
+      yield
+    except OSError as e:
+      raise OSError(f'cannot write {self._jsonl.name}: {e.strerror or e}') from e
 
 
 def _cut_partial_line(path: str) -> None:

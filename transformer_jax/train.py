@@ -128,12 +128,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   train = config.train
   # Closed in reverse order however the run ends: the progress bar, the metrics log, then the
-  # checkpoints (after waiting for the saves under way).
+  # checkpoints (`close` waits for the saves under way).
   with contextlib.ExitStack() as cleanup:
     checkpoints = checkpointing.Checkpoints(workdir, train.keep_checkpoints,
                                             train.checkpoint_every_steps)
     cleanup.callback(checkpoints.close)
-    cleanup.callback(checkpoints.wait)
     iterator = data.train_iterator(config.seed, jax.process_index(), jax.process_count())
     restored = checkpoints.restore_latest(trainer.abstract_state)
     if restored is None:
