@@ -354,7 +354,6 @@ def save_average(workdir: str, last: int | None, output: str) -> list[int]:
   write_config(config, output)
   atomic.copy(os.path.join(workdir, tokenizer.MODEL_FILENAME),
               os.path.join(output, tokenizer.MODEL_FILENAME))
-  with contextlib.closing(Checkpoints(output, keep=1)) as target:
+  with contextlib.closing(Checkpoints(output, keep=1)) as target:  # `close` waits for the save
     target.save(averaged[-1], state, data_state)
-    target.wait()
   return averaged
