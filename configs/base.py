@@ -100,10 +100,17 @@ def get_config() -> ml_collections.ConfigDict:
   # ~25000 source and ~25000 target tokens per batch (§5.1): each batch holds at most this
   # many tokens on each side, padding included, in pairs of approximately equal length.
   config.data.tokens_per_batch = 25000
-  # Packing (option, 0 = off; §5.1 batches by length only): training pairs whose sides fit in
+  # Bucket lengths (§5.1 is silent on them): 'fine' (multiples of 8 up to 64, then growing by
+  # about 1/4: little padding, many shapes), 'coarse' (max_length / 4, / 2 and max_length:
+  # three shapes), or 'auto': fine on a CPU, where a shape compiles in seconds and padding
+  # costs its share of the step, coarse on GPUs and TPUs, where a shape compiles in 10-30 s
+  # (docs/performance.md#compiling).
+  config.data.buckets = 'auto'
+  # Packing (0 = off; §5.1 batches by length only): training pairs whose sides fit in
   # pack_length tokens share rows of that length, several per row, so that less of each batch
-  # is padding (transformer_jax/data/batching.py).
-  config.data.pack_length = 0
+  # is padding (transformer_jax/data/batching.py). None: off on a CPU; on GPUs and TPUs
+  # max_length, so that every training batch has one shape and compiles once.
+  config.data.pack_length = ml_collections.config_dict.placeholder(int)
 
   config.train = ml_collections.ConfigDict()
   # 100K steps for the base model (§5.2).
@@ -131,6 +138,10 @@ def get_config() -> ml_collections.ConfigDict:
   # 39.4 -> 37.2 ms a step, big 87.2 -> 85.2 ms with N 16; float32 base 70.0 -> 69.3 ms with
   # N 16 on another machine (docs/performance.md).
   config.train.loss_chunk = 8
+  # JAX's persistent compilation cache (transformer_jax/compilation.py): None keeps it in
+  # $XDG_CACHE_HOME/transformer_jax/jax (~/.cache/... by default), a path moves it, '' turns it
+  # off. A resumed run, another seed or an evaluation then loads its programs, not compiles.
+  config.train.compilation_cache_dir = ml_collections.config_dict.placeholder(str)
   # Logging, evaluation on the dev split (loss, per-token perplexity, token accuracy and BLEU
   # decoded as config.decode says; num_eval_steps = -1 evaluates the whole split) and
   # checkpoints. §6.1 averages the last 5 (base) or 20 (big) checkpoints, "written at

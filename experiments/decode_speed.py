@@ -22,7 +22,7 @@ from absl import app, flags, logging
 import jax
 import numpy as np
 
-from transformer_jax.data import batching, datasets
+from transformer_jax.data import datasets
 from transformer_jax.translator import Translator
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A trained workdir.', required=True)
@@ -36,7 +36,7 @@ _OUTPUTS = flags.DEFINE_string('outputs', None, 'Save the output ids (JSON) to t
 
 
 def _time_split(translator: Translator, sources: list[np.ndarray]) -> tuple:
-  lengths = batching.bucket_lengths(translator.config.data.max_length)
+  lengths = translator.lengths
   buckets = np.searchsorted(lengths, [len(s) for s in sources])
   warm_up = [sources[np.flatnonzero(buckets == b)[0]] for b in sorted(set(buckets.tolist()))]
   translator.translate_ids(warm_up)  # compiles each bucket's shape

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import transformers
 
-from transformer_jax.data import batching, datasets
+from transformer_jax.data import datasets
 from transformer_jax.model_config import PAD_ID
 from transformer_jax.translator import Translator
 
@@ -47,7 +47,7 @@ _DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'
 def _batches(translator: Translator, sources: list[np.ndarray]) -> list[tuple[list[int], int]]:
   """(sentence indices, padded length) of each batch, as `Translator.translate_ids` forms
   them."""
-  lengths = batching.bucket_lengths(translator.config.data.max_length)
+  lengths = translator.lengths
   bucket = np.searchsorted(lengths, [len(s) for s in sources])
   batches = []
   for b in reversed(range(len(lengths))):

@@ -36,6 +36,15 @@ def test_bucket_lengths_are_bounded_and_end_at_max_length():
   assert lengths[-1] == 256 and lengths == sorted(set(lengths)) and len(lengths) <= 16
 
 
+@pytest.mark.parametrize('max_length', [8, 20, 64, 100, 128, 256, 512])
+def test_coarse_buckets_are_at_most_three_and_end_at_max_length(max_length):
+  lengths = bucket_lengths(max_length, 'coarse')
+  assert lengths[-1] == max_length and lengths == sorted(set(lengths)) and len(lengths) <= 3
+  assert all(length % 8 == 0 for length in lengths[:-1])
+  # Each halves the next at most (rounded up to a multiple of 8).
+  assert all(shorter >= longer // 2 for shorter, longer in zip(lengths, lengths[1:]))
+
+
 def test_long_pairs_are_dropped_and_counted():
   split = _split(max_len=100, max_length=64)
   assert split.num_dropped > 0

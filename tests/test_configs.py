@@ -138,8 +138,10 @@ def test_unknown_row_is_an_error():
      r'config.data.max_length \+ config.decode.max_extra_length = 306'),
     ('decode.beam_size', 18500, 'config.decode.beam_size=18500 needs a vocabulary of at least '
      '37001 tokens'),
-    ('data.pack_length', 257, 'config.data.pack_length must be 0 .* at most '
+    ('data.pack_length', 257, 'config.data.pack_length must be None .* at most '
      'config.data.max_length=256, got 257'),
+    ('data.pack_length', -1, 'config.data.pack_length must be None .* got -1'),
+    ('data.buckets', 'medium', 'config.data.buckets must be one of'),
     ('train.loss_chunk', -4, 'config.train.loss_chunk must be 0 .* got -4'),
     ('parallel.axis_rules', (('batch', 'data'), ('mpl', 'model')),
      r"config.parallel.axis_rules: \('mpl', 'model'\) is not"),

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from transformer_jax import config_lib
-from transformer_jax.data import builtin_grammar, pipeline, tokenizer
+from transformer_jax.data import batching, builtin_grammar, pipeline, tokenizer
 
 tiny = config_lib.import_sibling(__file__, '../configs/tiny')
 
@@ -69,6 +69,33 @@ def test_train_iterator_respects_the_token_budget(config, data):
     rows, length = batch['inputs'].shape
     assert rows * length <= config.data.tokens_per_batch and length <= config.data.max_length
     np.testing.assert_array_equal(batch['decoder_inputs'][:, 1:], batch['targets'][:, :-1])
+
+
+def _shapes(batches) -> set:
+  return {batch['inputs'].shape for batch in batches}
+
+
+@pytest.mark.parametrize('accelerator', [False, True])
+def test_the_platform_picks_the_batch_shapes(config, workdir, data, accelerator, monkeypatch):
+  """By default a CPU batches by the fine buckets; an accelerator trains on packed rows of one
+  shape and evaluates in at most three bucket shapes."""
+  monkeypatch.setattr(pipeline, 'on_accelerator', lambda: accelerator)
+  assert (config.data.buckets, config.data.pack_length) == ('auto', None)
+  reused = config.copy_and_resolve_references()
+  reused.data.spm_model = os.path.join(workdir, tokenizer.MODEL_FILENAME)
+  loaded = pipeline.load(reused, workdir, rows_multiple=2)
+  iterator = loaded.train_iterator(seed=0)
+  epoch = [next(iterator) for _ in range(iterator.get_state()['batches'])]
+  validation = _shapes(loaded.eval_batches('validation'))
+  max_length = config.data.max_length
+  if accelerator:
+    assert _shapes(epoch) == {(config.data.tokens_per_batch // max_length, max_length)}
+    assert all('source_segments' in batch for batch in epoch)
+    widths = batching.bucket_lengths(max_length, 'coarse')
+  else:
+    assert len(_shapes(epoch)) > 3 and all('source_segments' not in batch for batch in epoch)
+    widths = batching.bucket_lengths(max_length, 'fine')
+  assert {width for _, width in _shapes(epoch) | validation} <= set(widths)
 
 
 def test_evaluation_batches_are_one_micro_batch(config, workdir, data):

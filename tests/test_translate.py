@@ -17,7 +17,7 @@ import pytest
 
 from conftest import text_of_max_length, train_config
 from transformer_jax import bleu, checkpointing, decoding, evaluate, train, translate
-from transformer_jax.data import batching, datasets, tokenizer
+from transformer_jax.data import datasets, tokenizer
 from transformer_jax.translator import Translator
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
@@ -133,7 +133,7 @@ def test_translations_on_the_mesh_equal_one_device_and_the_uncached_decoder(work
   outputs = translator.translate_ids(sources)
   assert outputs[1] == []
   params = jax.device_put(translator.params, jax.devices()[0])
-  lengths = batching.bucket_lengths(translator.config.data.max_length)
+  lengths = translator.lengths
   for cached in (True, False):
     run = jax.jit(lambda p, x, cached=cached: decoding.decode(
         translator.model.eval_model, p, x, beam_size=4, alpha=0.6, max_extra_length=50,

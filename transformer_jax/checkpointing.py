@@ -38,7 +38,8 @@ CONFIG_FILENAME = 'config.json'
 # (tests/test_configs.py counts them).
 _ADDED_FIELDS = {'model.qkv_init': 'separate', 'model.attention_bias': False,
                  'model.decoder_start': 'learned',
-                 'data.preprocessing': 'none', 'data.pack_length': 0, 'train.loss_chunk': 0}
+                 'data.preprocessing': 'none', 'data.pack_length': 0, 'data.buckets': 'fine',
+                 'train.loss_chunk': 0, 'train.compilation_cache_dir': None}
 
 
 @dataclasses.dataclass(frozen=True)

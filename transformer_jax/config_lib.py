@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from transformer_jax import partitioning
-from transformer_jax.data import preprocessing
+from transformer_jax.data import batching, preprocessing
 from transformer_jax.model_config import CHOICES as MODEL_CHOICES, TransformerConfig
 
 _POSITIVE_INTS = (
@@ -39,6 +39,7 @@ _CHOICES = {
     'data.dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'multi30k', 'builtin'),
     'data.spm_model_type': ('bpe', 'unigram'),
     'data.preprocessing': preprocessing.CHOICES,
+    'data.buckets': ('auto', *batching.BUCKETS),
 }
 
 
@@ -94,10 +95,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ValueError('config.train.loss_chunk must be 0 (logits whole) or a number of target '
                      f'positions, got {loss_chunk!r}')
   pack_length = config.data.pack_length
-  if isinstance(pack_length, bool) or not isinstance(pack_length, int) or not (
-      pack_length == 0 or 1 <= pack_length <= config.data.max_length):
-    raise ValueError(f'config.data.pack_length must be 0 (no packing) or at most '
-                     f'config.data.max_length={config.data.max_length}, got {pack_length!r}')
+  if pack_length is not None and (
+      isinstance(pack_length, bool) or not isinstance(pack_length, int)
+      or not 0 <= pack_length <= config.data.max_length):
+    raise ValueError(f'config.data.pack_length must be None (by platform), 0 (no packing) or at '
+                     f'most config.data.max_length={config.data.max_length}, got '
+                     f'{pack_length!r}')
+  cache = config.train.compilation_cache_dir
+  if cache is not None and not isinstance(cache, str):
+    raise ValueError('config.train.compilation_cache_dir must be None (the user\'s cache), a '
+                     f'directory or \'\' (no cache), got {cache!r}')
   if config.data.source_lang == config.data.target_lang:
     raise ValueError('config.data.source_lang and config.data.target_lang must differ, both are '
                      f'{config.data.source_lang!r}')

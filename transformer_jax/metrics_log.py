@@ -25,15 +25,17 @@ class MetricsLog:
       self._jsonl = open(path, 'a')
       self._tensorboard = tensorboardX.SummaryWriter(os.path.join(workdir, 'tensorboard'))
 
-  def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
-    """Records `metrics` of `split` ('train', 'validation', ...) at `step`."""
+  def write(self, step: int, split: str, metrics: dict[str, float | str]) -> None:
+    """Records `metrics` of `split` ('train', 'validation', 'compile') at `step`; TensorBoard
+    gets the numbers."""
     if not self._enabled:
       return
     with self._jsonl_errors():
       self._jsonl.write(json.dumps({'step': step, 'split': split, **metrics}) + '\n')
       self._jsonl.flush()
     for name, value in metrics.items():
-      self._tensorboard.add_scalar(f'{split}/{name}', value, step)
+      if not isinstance(value, str):
+        self._tensorboard.add_scalar(f'{split}/{name}', value, step)
     self._tensorboard.flush()
 
   def close(self) -> None:

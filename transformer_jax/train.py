@@ -10,6 +10,11 @@ Restarting with the same workdir resumes from its latest checkpoint: parameters,
 state, step, dropout key and the data iterator's position are restored, so the resumed run
 continues exactly as the uninterrupted one would have. Everything that can be wrong with the
 input (config, workdir, mesh, dataset) is reported before anything is compiled.
+
+Compiling is reported apart from training (`compilation`): each batch shape's first step
+prints and logs (metrics.jsonl, split 'compile') how long its train step took to compile, or
+to load from the persistent compilation cache; the 'train' records' step time and tokens/s
+leave it out and give it as `compile_seconds`, and the 'validation' records give evaluation's.
 """
 
 import contextlib
@@ -22,8 +27,8 @@ from ml_collections import config_flags
 import numpy as np
 import tqdm
 
-from transformer_jax import checkpointing, cli, config_lib, evaluate, metrics_log, preemption
-from transformer_jax import workdirs
+from transformer_jax import checkpointing, cli, compilation, config_lib, evaluate, metrics_log
+from transformer_jax import preemption, workdirs
 from transformer_jax.data import pipeline
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
@@ -49,6 +54,7 @@ class _TrainMetrics:
     self._pending = []
     self._start = time.perf_counter()
     self._paused = 0.0  # seconds since `_start` spent outside training steps
+    self._compiling = 0.0  # of which compiling train steps
 
   def add(self, step: int, metrics: dict) -> None:
     self._pending.append((step, metrics))
@@ -63,9 +69,15 @@ class _TrainMetrics:
     finally:
       self._paused += time.perf_counter() - start
 
+  def compiled(self, seconds: float) -> None:
+    """`seconds` of the last step went to compiling it: counted apart from the steps."""
+    self._paused += seconds
+    self._compiling += seconds
+
   def summary(self) -> dict | None:
     """Over the steps since the last call: loss, nll and accuracy per target token, the mean
-    gradient norm, tokens/s and step time; None if empty."""
+    gradient norm, tokens/s, step time and the seconds spent compiling train steps (left out
+    of the other two); None if empty."""
     if not self._pending:
       return None
     fetched = jax.device_get(self._pending)
@@ -86,8 +98,9 @@ class _TrainMetrics:
     summary['learning_rate'] = float(fetched[-1][1]['learning_rate'])
     summary['target_tokens_per_second'] = float(tokens.sum()) / elapsed
     summary['step_time'] = elapsed / steps_done
+    summary['compile_seconds'] = self._compiling
     self._pending = []
-    self._start, self._paused = time.perf_counter(), 0.0
+    self._start, self._paused, self._compiling = time.perf_counter(), 0.0, 0.0
     return summary
 
 
@@ -97,6 +110,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   throughout (`workdirs.lock`); on SIGTERM saves a checkpoint at the next step boundary and
   returns (`preemption`)."""
   config_lib.validate(config)
+  compilation.use_cache(config)
   if config.parallel.distributed:
     _initialize_distributed(config)
   workdirs.check_writable(workdir)
@@ -119,7 +133,14 @@ def _load_data(config: ml_collections.ConfigDict, workdir: str, trainer: Trainer
   return data
 
 
+def _batch_shape(batch: dict) -> str:
+  """'rows x length', '(packed)' added for a packed batch."""
+  rows, length = batch['inputs'].shape
+  return f'{rows} x {length}' + (' (packed)' if 'source_segments' in batch else '')
+
+
 def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  startup = compilation.so_far()
   model = ShardedModel(config)
   trainer = Trainer(model)
   checkpointing.check_compatible(config, workdir)
@@ -145,6 +166,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
     evaluator = evaluate.Evaluator(model, data)
     log = metrics_log.MetricsLog(workdir)
     cleanup.callback(log.close)
+    _log_compiles(log, start, 'startup', compilation.so_far() - startup)
     pending = _TrainMetrics()
     progress = tqdm.tqdm(total=train.num_train_steps, initial=start, disable=not lead,
                          unit='step', dynamic_ncols=True)
@@ -152,7 +174,14 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
     eval_metrics = {}
     with preemption.Notice() as notice:
       for step in range(start + 1, train.num_train_steps + 1):
-        state, metrics = trainer.train_step(state, model.put_batch(next(iterator)))
+        batch = next(iterator)
+        before = compilation.so_far()
+        state, metrics = trainer.train_step(state, model.put_batch(batch))
+        compiled = compilation.so_far() - before  # a new batch shape: its step compiled
+        if compiled:
+          pending.compiled(compiled.seconds)
+          _log_compiles(log, step, f'train step, batches of {_batch_shape(batch)}', compiled,
+                        progress.write)
         pending.add(step, metrics)
         progress.update()
         last = step == train.num_train_steps
@@ -172,8 +201,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
             checkpoints.save(step, state, iterator.get_state())
         if evaluate_now:
           with pending.paused():
+            before = compilation.so_far()
             eval_metrics = evaluator(state.params, 'validation', train.num_eval_steps,
                                      train.eval_bleu)
+            eval_metrics['compile_seconds'] = (compilation.so_far() - before).seconds
           log.write(step, 'validation', eval_metrics)
           if lead:
             progress.write(f'step {step} validation ' + ' '.join(
@@ -184,7 +215,18 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
             progress.write(f'Preempted (SIGTERM): saved step {step} in {workdir}; run the same '
                            'command again to resume')
           break
+    _log_compiles(log, progress.n, 'the whole run', compilation.so_far() - startup,
+                  progress.write)
   return eval_metrics
+
+
+def _log_compiles(log: metrics_log.MetricsLog, step: int, what: str,
+                  compiled: compilation.Compiles, write=print) -> None:
+  """Records in metrics.jsonl, and prints on process 0, what `what` compiled at `step`."""
+  log.write(step, 'compile', {'what': what, 'seconds': compiled.seconds,
+                              'compiled': compiled.compiled, 'loaded': compiled.loaded})
+  if jax.process_index() == 0:
+    write(f'step {step}: {what}: {compiled.describe()}')
 
 
 if __name__ == '__main__':

@@ -4,9 +4,10 @@ share.
   translator = translator.Translator('/tmp/run', beam_size=4, alpha=0.6, average_last=5)
   german = translator.translate(['A man is sleeping.'])
 
-Sentences are grouped by length into the training buckets and decoded `batch_size` at a time
-(empty rows fill a bucket's last batch), so decoding compiles once per bucket. Output order is
-input order.
+Sentences are grouped by length into the buckets of `config.data.buckets` (`lengths`) and
+decoded `batch_size` at a time (empty rows fill a bucket's last batch), so decoding compiles
+once per bucket, and loads from JAX's persistent compilation cache what an earlier evaluation
+of the same shapes compiled. Output order is input order.
 """
 
 import contextlib
@@ -17,8 +18,8 @@ from absl import logging
 import numpy as np
 import tqdm
 
-from transformer_jax import checkpointing, config_lib, decoding, partitioning
-from transformer_jax.data import batching, preprocessing, tokenizer
+from transformer_jax import checkpointing, compilation, config_lib, decoding, partitioning
+from transformer_jax.data import batching, pipeline, preprocessing, tokenizer
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.model_config import PAD_ID
 from transformer_jax.sharded_model import ShardedModel
@@ -38,6 +39,7 @@ class Translator:
     config_lib.validate(config)
     if batch_size <= 0:
       raise ValueError(f'--batch_size must be a positive integer, got {batch_size}')
+    compilation.use_cache(config)
     self.config = config
     self.workdir = workdir
     self.model = ShardedModel(config)
@@ -51,6 +53,7 @@ class Translator:
                       len(self.steps), self.steps, config.decode.average_last)
     shards = self.model.batch_shards
     self.rows = -(-batch_size // shards) * shards
+    self.lengths = batching.bucket_lengths(config.data.max_length, pipeline.buckets(config))
     decode = config.decode
     self._decode = decoding.jit_decode(self.model, decode.beam_size, decode.alpha,
                                        decode.max_extra_length, cached)
@@ -85,7 +88,7 @@ class Translator:
     if len(too_long):
       raise ValueError(f'source {too_long[0]} has {sizes[too_long[0]]} tokens, more than '
                        f'config.data.max_length={max_length} ({len(too_long)} such sources)')
-    lengths = batching.bucket_lengths(max_length)
+    lengths = self.lengths
     bucket = np.searchsorted(lengths, sizes)
     outputs = [[] for _ in sources]
     with tqdm.tqdm(total=len(sources), disable=not progress, unit='sentence',

@@ -36,8 +36,16 @@ import numpy as np
 from transformer_jax.model_config import PAD_ID
 
 
-def bucket_lengths(max_length: int) -> list[int]:
-  """Bucket lengths: multiples of 8 up to 64, then growing by ~1/4, ending at max_length."""
+BUCKETS = ('fine', 'coarse')
+
+
+def bucket_lengths(max_length: int, buckets: str = 'fine') -> list[int]:
+  """Bucket lengths ending at max_length. 'fine': multiples of 8 up to 64, then growing by
+  ~1/4 (11 buckets for max_length 128); 'coarse': max_length / 4 and / 2 rounded up to
+  multiples of 8, and max_length (at most 3 buckets)."""
+  if buckets == 'coarse':
+    return sorted({-(-max_length // (8 * part)) * 8 for part in (4, 2)} - {max_length}
+                  | {max_length})
   lengths, length = [], 8
   while length < max_length:
     lengths.append(length)
@@ -73,6 +81,7 @@ class Batcher:
   tokens_per_batch: int
   rows_multiple: int = 1
   pack_length: int = 0  # 0: no packing
+  buckets: str = 'fine'  # bucket_lengths' scheme
 
   def __post_init__(self):
     if self.tokens_per_batch < self.max_length * self.rows_multiple:
@@ -84,7 +93,7 @@ class Batcher:
 
   @property
   def lengths(self) -> list[int]:
-    return bucket_lengths(self.max_length)
+    return bucket_lengths(self.max_length, self.buckets)
 
   def rows(self, length: int) -> int:
     """Rows of a batch of bucket `length`."""
@@ -227,7 +236,7 @@ class TrainIterator(Iterator[dict]):
     b = self._batcher
     return {'seed': self._seed, 'pairs': len(b.split), 'max_length': b.max_length,
             'tokens_per_batch': b.tokens_per_batch, 'rows_multiple': b.rows_multiple,
-            'pack_length': b.pack_length}
+            'pack_length': b.pack_length, 'buckets': b.buckets}
 
   def get_state(self) -> dict:
     return {'epoch': self._epoch, 'index': self._index, 'batches': len(self._plan),
@@ -237,6 +246,8 @@ class TrainIterator(Iterator[dict]):
     self._start_epoch(int(state['epoch']))
     self._index = int(state['index'])
     saved = state.get('batching')  # absent from checkpoints written before it was saved
+    if saved is not None:
+      saved = {'buckets': 'fine', **saved}  # the only scheme before there was a choice
     if saved is not None and saved != self.batching():
       changes = ', '.join(f'{name} {saved.get(name)} -> {value}'
                           for name, value in self.batching().items() if saved.get(name) != value)

@@ -13,6 +13,7 @@ import os
 from typing import Iterator
 
 from absl import logging
+import jax
 import ml_collections
 import sentencepiece as spm
 
@@ -35,6 +36,27 @@ class Data:
   def eval_batches(self, split: str, process_index: int = 0,
                    process_count: int = 1) -> Iterator[dict]:
     return batching.eval_batches(self.batchers[split], process_index, process_count)
+
+
+def on_accelerator() -> bool:
+  """Whether JAX computes on GPUs or TPUs, where every new batch shape costs 10-30 s of
+  compiling (a CPU compiles one in seconds)."""
+  return jax.default_backend() != 'cpu'
+
+
+def buckets(config: ml_collections.ConfigDict) -> str:
+  """`config.data.buckets`, 'auto' resolved: 'fine' on a CPU, 'coarse' on an accelerator."""
+  if config.data.buckets != 'auto':
+    return config.data.buckets
+  return 'coarse' if on_accelerator() else 'fine'
+
+
+def pack_length(config: ml_collections.ConfigDict) -> int:
+  """`config.data.pack_length`, None resolved: 0 (no packing) on a CPU, `data.max_length` on
+  an accelerator (one training batch shape)."""
+  if config.data.pack_length is not None:
+    return config.data.pack_length
+  return config.data.max_length if on_accelerator() else 0
 
 
 def vocabulary(config: ml_collections.ConfigDict, workdir: str,
@@ -98,4 +120,4 @@ def batcher(config: ml_collections.ConfigDict, processor: spm.SentencePieceProce
   if not train:
     tokens_per_batch //= config.train.grad_accum_steps
   return batching.Batcher(tokenized, config.data.max_length, tokens_per_batch, rows_multiple,
-                          config.data.pack_length if train else 0)
+                          pack_length(config) if train else 0, buckets(config))
