@@ -52,12 +52,18 @@ def _sweep(*args) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_rows_run_are_tabulated_and_skipped_when_done(tmp_path):
   sweep, workdir, results = _sweep_file(tmp_path), tmp_path / 'run', tmp_path / 'results'
+  # Both rows at once, each on its own core (or half of them).
   done = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}',
-                '--override=model.dropout_rate=0.2')
+                '--override=model.dropout_rate=0.2', '--concurrent=2')
   assert done.returncode == 0, done.stderr[-3000:]
   assert sorted(os.listdir(results)) == ['small.json', 'wide.json']
   with open(results / 'wide.json') as f:
     wide = json.load(f)
+  with open(results / 'small.json') as f:
+    small = json.load(f)
+  cores = [row['concurrent']['cores'] for row in (small, wide)]
+  assert small['concurrent']['rows'] == wide['concurrent']['rows'] == 2
+  assert sorted(sum(cores, [])) == sorted(os.sched_getaffinity(0)) and all(cores)
   assert wide['model']['d_ff'] == 128 and wide['steps'] == 20 and wide['beam_size'] == 4
   assert wide['model']['dropout_rate'] == 0.2 and wide['overrides'] == ['model.dropout_rate=0.2']
   assert wide['split'] == 'validation' and wide['checkpoint_steps'] == [20]
@@ -89,7 +95,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
   # What a preempted training run leaves: exit status 0, checkpoints short of the last step.
   workdir = tmp_path / 'row'
 
-  def fake_run(command, log_path, timing_path=None):
+  def fake_run(command, log_path, timing_path=None, slot=None):
     assert command[2] == 'transformer_jax.train', f'ran {command[2]} after an unfinished run'
     (workdir / 'config.json').write_text(json.dumps({'train': {'num_train_steps': 20}}))
     for step in ('10', '12', '20.orbax-checkpoint-tmp-1'):  # step 20 never finished writing
@@ -144,6 +150,71 @@ def test_a_sigterm_to_the_sweep_reaches_the_running_command(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is record  # the sweep's handler is gone again
   finally:
     signal.signal(signal.SIGTERM, previous)
+
+
+def test_slots_split_the_cores_or_the_accelerators_memory(monkeypatch):
+  monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3, 5})
+  assert [slot.cores for slot in sweep_lib.slots(2, 'cpu')] == [(0, 1), (2, 3, 5)]
+  assert sweep_lib.slots(1, 'cpu') == [sweep_lib.Slot()]  # alone: every core, as without
+  with pytest.raises(ValueError, match='--concurrent=6: more rows at once than the 5 CPU cores'):
+    sweep_lib.slots(6, 'cpu')
+  gpu = sweep_lib.slots(4, 'gpu')
+  assert len(gpu) == 4 and all(slot.cores is None for slot in gpu)
+  assert all(dict(slot.env) == {'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.225'} for slot in gpu)
+
+
+def test_a_command_runs_on_its_slots_cores_and_environment(tmp_path):
+  slot = sweep_lib.Slot(cores=(0,), env=(('XLA_PYTHON_CLIENT_MEM_FRACTION', '0.450'),))
+  child = ('import os; print(sorted(os.sched_getaffinity(0)), '
+           'os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"])')
+  _, output = sweep_lib._run([sys.executable, '-c', child], str(tmp_path / 'log'), slot=slot)
+  assert output.split() == ['[0]', '0.450']
+
+
+def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
+  """sweep.run with run_row replaced by a row that takes 0.3 s (or fails, for `fail`); returns
+  the (row, start, end, slot) of each row that ran."""
+  ran, lock = [], threading.Lock()
+  monkeypatch.setattr(sweep_lib, '_platform', lambda: ('cpu', 'cpu'))
+  monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1})
+  monkeypatch.setattr(sweep_lib, 'write_table', lambda *args: None)
+
+  def fake_row(sweep_path, row, workdir, overrides, slot, concurrent, device_kind):
+    start = time.perf_counter()
+    time.sleep(0.3)
+    with lock:
+      ran.append((row, start, time.perf_counter(), slot))
+    if row == fail:
+      raise RuntimeError(f'{row} failed')
+    return {'perplexity': 5.0, 'bleu_tokenized': 30.0, 'train_seconds': 0.3}
+
+  monkeypatch.setattr(sweep_lib, 'run_row', fake_row)
+  return ran
+
+
+def _overlapping(ran) -> bool:
+  return any(a[1] < b[2] and b[1] < a[2] for a in ran for b in ran if a is not b)
+
+
+@pytest.mark.parametrize('concurrent', [1, 2])
+def test_rows_run_side_by_side_each_in_its_own_slot(tmp_path, monkeypatch, concurrent):
+  ran = _fake_rows(tmp_path, monkeypatch)
+  results = sweep_lib.run(_sweep_file(tmp_path), str(tmp_path / 'run'), ['small', 'wide'],
+                          str(tmp_path / 'results'), concurrent=concurrent)
+  assert sorted(results) == ['small', 'wide']
+  assert sorted(os.listdir(tmp_path / 'results')) == ['small.json', 'wide.json']
+  assert _overlapping(ran) == (concurrent == 2)
+  if concurrent == 2:
+    assert sorted(slot.cores for *_, slot in ran) == [(0,), (1,)]
+
+
+def test_after_a_failed_row_no_new_row_starts(tmp_path, monkeypatch):
+  ran = _fake_rows(tmp_path, monkeypatch, fail='small')
+  with pytest.raises(RuntimeError, match='small failed'):
+    sweep_lib.run(_sweep_file(tmp_path), str(tmp_path / 'run'), ['small', 'wide'],
+                  str(tmp_path / 'results'), concurrent=1)
+  assert [row for row, *_ in ran] == ['small']
+  assert not os.path.exists(tmp_path / 'results' / 'small.json')
 
 
 def test_a_failed_command_names_its_log(tmp_path):

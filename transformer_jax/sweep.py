@@ -1,7 +1,8 @@
-r"""Runs the rows of a sweep one after another and tabulates them beside the paper's figures.
+r"""Runs the rows of a sweep, one or several at a time, and tabulates them beside the paper's
+figures.
 
   python -m transformer_jax.sweep --sweep=experiments/table3_multi30k.py --workdir=DIR \
-      [--rows=A1,C3] [--results=experiments/results/table3_multi30k] \
+      [--rows=A1,C3] [--results=experiments/results/table3_multi30k] [--concurrent=K] \
       [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
 
 A sweep file is a config file whose `get_config(row)` gives each row's config, with
@@ -22,15 +23,26 @@ table is rewritten: `DIR/table3.md`, `table3.csv` and `table3.png`.
 `train` (precision, memory, devices: what should not change a row's result, though nothing
 stops it); each is checked against every row before anything trains, and a row's JSON lists
 the overrides it ran with.
+
+`--concurrent=K` runs K rows at once, each row's training and evaluation in one of K slots: on
+a CPU each slot is pinned to its own K-th of the cores (K at most the number of cores); on a
+GPU or TPU the K processes share the device, each allowed 0.9 / K of its memory
+(XLA_PYTHON_CLIENT_MEM_FRACTION) instead of JAX's default 0.75 (which a second process would not
+find). The sweep itself never starts a backend: a child process reports the platform. A row's
+JSON records the concurrency it ran under (`train_seconds` compare only at equal K). If a row
+fails, the rows running finish and no new one starts.
 """
 
+from concurrent import futures
 import contextlib
 import csv
+import dataclasses
 import io
 from importlib import metadata
 import json
 import os
 import platform
+import queue
 import signal
 import subprocess
 import sys
@@ -59,20 +71,63 @@ def _processor() -> str:
     return platform.processor()
 
 
-def _versions() -> dict:
+_PROBE = ('import json, jax; '
+          'print(json.dumps([jax.default_backend(), jax.devices()[0].device_kind]))')
+
+
+def _platform() -> tuple[str, str]:
+  """JAX's platform ('cpu', 'gpu', 'tpu') and device kind, asked of a child process, so that
+  the sweep itself holds no accelerator memory."""
+  output = subprocess.run([sys.executable, '-c', _PROBE], check=True, capture_output=True,
+                          text=True, env=dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE='false'))
+  backend, kind = json.loads(output.stdout.strip().splitlines()[-1])
+  return backend, kind
+
+
+def _versions(device_kind: str) -> dict:
   """Package versions and the machine a row ran on: training times compare only on one."""
-  import jax  # pylint: disable=import-outside-toplevel
-  return {'python': platform.python_version(), 'device': jax.devices()[0].device_kind,
+  return {'python': platform.python_version(), 'device': device_kind,
           'processor': _processor(),
           **{name: metadata.version(name) for name in ('jax', 'flax', 'optax', 'sacrebleu')}}
 
 
-def _run(command: list[str], log_path: str, timing_path: str | None = None) -> tuple[float, str]:
-  """Runs a command, its stderr and stdout appended to `log_path`; returns its wall time and
-  stdout. With `timing_path`, the seconds spent so far, added to those the file holds from
-  earlier attempts, are written there every `SAVE_SECONDS_EVERY` seconds and at the end, so an
-  attempt that is killed still counts when the row resumes. A SIGTERM sent to the sweep is
-  passed on to the command (training then saves and stops, as when preempted) and the sweep
+@dataclasses.dataclass(frozen=True)
+class Slot:
+  """Where a row runs when several run at once: the CPU cores its processes are pinned to
+  (None: all), and environment variables for them."""
+
+  cores: tuple[int, ...] | None = None
+  env: tuple[tuple[str, str], ...] = ()
+
+
+def slots(concurrent: int, backend: str) -> list[Slot]:
+  """`concurrent` slots on `backend`: on a CPU each its own contiguous block of this
+  process's cores; on an accelerator each 0.9 / concurrent of the device's memory."""
+  if concurrent == 1:
+    return [Slot()]
+  if backend == 'cpu':
+    cores = sorted(os.sched_getaffinity(0))
+    if concurrent > len(cores):
+      raise ValueError(f'--concurrent={concurrent}: more rows at once than the {len(cores)} CPU '
+                       'cores this process may use')
+    bounds = [len(cores) * i // concurrent for i in range(concurrent + 1)]
+    return [Slot(cores=tuple(cores[bounds[i]:bounds[i + 1]])) for i in range(concurrent)]
+  return [Slot(env=(('XLA_PYTHON_CLIENT_MEM_FRACTION', f'{0.9 / concurrent:.3f}'),))
+          ] * concurrent
+
+
+# The commands running now: a SIGTERM to the sweep is passed on to each (see `_run`).
+_RUNNING: set[subprocess.Popen] = set()
+_RUNNING_LOCK = threading.RLock()  # reentrant: the handler may interrupt its own thread
+
+
+def _run(command: list[str], log_path: str, timing_path: str | None = None,
+         slot: Slot = Slot()) -> tuple[float, str]:
+  """Runs a command in `slot`, its stderr and stdout appended to `log_path`; returns its wall
+  time and stdout. With `timing_path`, the seconds spent so far, added to those the file holds
+  from earlier attempts, are written there every `SAVE_SECONDS_EVERY` seconds and at the end,
+  so an attempt that is killed still counts when the row resumes. A SIGTERM sent to the sweep
+  is passed on to the command (training then saves and stops, as when preempted) and the sweep
   waits for it. Raises RuntimeError naming the log if the command fails."""
   previous = 0.0
   if timing_path and os.path.exists(timing_path):
@@ -80,8 +135,7 @@ def _run(command: list[str], log_path: str, timing_path: str | None = None) -> t
       previous = json.load(f)
   start = time.perf_counter()
   with open(log_path, 'a') as log, tempfile.TemporaryFile('w+') as stdout:
-    process = subprocess.Popen(command, stdout=stdout, stderr=log, text=True)
-    with _passing_sigterm_to(process):
+    with _passing_sigterm(), _running(command, slot, stdout, log) as process:
       returncode = None
       while returncode is None:
         try:
@@ -100,13 +154,38 @@ def _run(command: list[str], log_path: str, timing_path: str | None = None) -> t
 
 
 @contextlib.contextmanager
-def _passing_sigterm_to(process: subprocess.Popen) -> Iterator[None]:
-  """Within the block a SIGTERM to this process is sent on to `process` instead. Handlers can
-  be set only from the main thread; elsewhere SIGTERM keeps its action."""
+def _running(command: list[str], slot: Slot, stdout, stderr) -> Iterator[subprocess.Popen]:
+  """`command` started in `slot` and listed in `_RUNNING` while the block runs. The cores are
+  set as soon as the child exists, long before it imports JAX, whose threads inherit them (and
+  which sizes its thread pools by them)."""
+  with _RUNNING_LOCK:  # so that a SIGTERM arriving now finds the process listed
+    process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True,
+                               env={**os.environ, **dict(slot.env)})
+    if slot.cores is not None:
+      os.sched_setaffinity(process.pid, slot.cores)
+    _RUNNING.add(process)
+  try:
+    yield process
+  finally:
+    with _RUNNING_LOCK:
+      _RUNNING.discard(process)
+
+
+def _terminate_running(*_) -> None:
+  with _RUNNING_LOCK:
+    for process in _RUNNING:
+      process.send_signal(signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _passing_sigterm() -> Iterator[None]:
+  """Within the block a SIGTERM to this process is sent on to the commands running instead.
+  Handlers can be set only from the main thread: rows run in other threads rely on the main
+  thread's block around them."""
   if threading.current_thread() is not threading.main_thread():
     yield
     return
-  previous = signal.signal(signal.SIGTERM, lambda *_: process.send_signal(signal.SIGTERM))
+  previous = signal.signal(signal.SIGTERM, _terminate_running)
   try:
     yield
   finally:
@@ -134,15 +213,17 @@ def with_overrides(config: Any, overrides: list[str]) -> Any:
   return flag_values.config
 
 
-def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = ()) -> dict:
-  """Trains (or resumes) and evaluates one row; returns its figures. Its `train_seconds` are
-  the wall time of every training attempt, dev evaluations during training included."""
+def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = (),
+            slot: Slot = Slot(), concurrent: int = 1, device_kind: str = '') -> dict:
+  """Trains (or resumes) and evaluates one row in `slot` (one of `concurrent`); returns its
+  figures. Its `train_seconds` are the wall time of every training attempt, dev evaluations
+  during training included."""
   os.makedirs(workdir, exist_ok=True)
   log_path = os.path.join(workdir, 'sweep.log')
   train_seconds, _ = _run([sys.executable, '-m', 'transformer_jax.train',
                            f'--config={sweep_path}:{row}', f'--workdir={workdir}',
                            *_override_args(overrides)], log_path,
-                          os.path.join(workdir, 'sweep_train_seconds.json'))
+                          os.path.join(workdir, 'sweep_train_seconds.json'), slot)
   with open(os.path.join(workdir, 'config.json')) as f:
     config = json.load(f)
   # A training run stopped by SIGTERM (preemption) saves and exits normally, unfinished.
@@ -152,7 +233,8 @@ def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = ()) 
                        f'{config["train"]["num_train_steps"]} (preempted); run the sweep again '
                        'to resume it')
   eval_seconds, output = _run([sys.executable, '-m', 'transformer_jax.evaluate',
-                               f'--workdir={workdir}', *EVAL_FLAGS, '--json'], log_path)
+                               f'--workdir={workdir}', *EVAL_FLAGS, '--json'], log_path,
+                              slot=slot)
   figures = json.loads(output.strip().splitlines()[-1])
   dev_curve = [{'step': r['step'], 'perplexity': r['perplexity']}
                for r in metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
@@ -160,7 +242,9 @@ def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = ()) 
   return {'row': row, 'train_seconds': train_seconds, 'eval_seconds': eval_seconds,
           'steps': config['train']['num_train_steps'], 'model': config['model'],
           'label_smoothing': config['train']['label_smoothing'], **figures,
-          'dev_curve': dev_curve, 'overrides': list(overrides), 'versions': _versions()}
+          'dev_curve': dev_curve, 'overrides': list(overrides),
+          'concurrent': {'rows': concurrent, 'cores': slot.cores},
+          'versions': _versions(device_kind)}
 
 
 def _table_rows(sweep: Any, results: dict) -> list[dict]:
@@ -226,9 +310,11 @@ def _plot(table: list[dict], path: str) -> None:
 
 
 def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str | None,
-        overrides: list[str] = ()) -> dict:
-  """Runs the rows not finished yet, with `overrides` (`FIELD=VALUE`) in every row; returns
-  every finished row's figures."""
+        overrides: list[str] = (), concurrent: int = 1) -> dict:
+  """Runs the rows not finished yet, `concurrent` at a time, with `overrides` (`FIELD=VALUE`)
+  in every row; returns every finished row's figures."""
+  if concurrent < 1:
+    raise ValueError(f'--concurrent must be at least 1, got {concurrent}')
   sweep = config_lib.load_sweep(sweep_path)
   rows = list(sweep.ROWS) if rows is None else rows
   unknown = [row for row in rows if row not in sweep.ROWS]
@@ -248,14 +334,40 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
   for row in rows:
     if row in results:
       print(f'{row}: done already ({os.path.join(results_dir, row + ".json")})', flush=True)
-      continue
-    print(f'{row}: training in {os.path.join(workdir, row)}', flush=True)
-    results[row] = run_row(sweep_path, row, os.path.join(workdir, row), overrides)
-    atomic.write(os.path.join(results_dir, f'{row}.json'), json.dumps(results[row], indent=2))
-    print(f'{row}: dev PPL {results[row]["perplexity"]:.2f}, BLEU '
-          f'{results[row]["bleu_tokenized"]:.2f}, {results[row]["train_seconds"] / 60:.1f} min',
-          flush=True)
-    write_table(sweep, results, workdir)
+  to_run = [row for row in rows if row not in results]
+  if to_run:
+    backend, device_kind = _platform()
+    free = queue.Queue()
+    for slot in slots(concurrent, backend):
+      free.put(slot)
+    lock, failed = threading.Lock(), threading.Event()
+
+    def run_one(row: str) -> None:
+      if failed.is_set():  # a row failed: start no new one
+        return
+      slot = free.get()
+      try:
+        print(f'{row}: training in {os.path.join(workdir, row)}', flush=True)
+        result = run_row(sweep_path, row, os.path.join(workdir, row), overrides, slot,
+                         concurrent, device_kind)
+      except BaseException:
+        failed.set()
+        raise
+      finally:
+        free.put(slot)
+      atomic.write(os.path.join(results_dir, f'{row}.json'), json.dumps(result, indent=2))
+      with lock:
+        results[row] = result
+        print(f'{row}: dev PPL {result["perplexity"]:.2f}, BLEU '
+              f'{result["bleu_tokenized"]:.2f}, {result["train_seconds"] / 60:.1f} min',
+              flush=True)
+        write_table(sweep, results, workdir)
+
+    with _passing_sigterm(), futures.ThreadPoolExecutor(concurrent) as pool:
+      done = [pool.submit(run_one, row) for row in to_run]
+    errors = [future.exception() for future in done if future.exception()]
+    if errors:
+      raise errors[0]
   write_table(sweep, results, workdir)
   return results
 
@@ -270,5 +382,6 @@ if __name__ == '__main__':
                                  '(default: WORKDIR/rows).')
   _OVERRIDE = flags.DEFINE_multi_string('override', [], 'FIELD=VALUE: a config field set in '
                                         'every row (as train\'s --config.FIELD=VALUE).')
+  _CONCURRENT = flags.DEFINE_integer('concurrent', 1, 'Rows run at once (module docstring).')
   cli.run(lambda: run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value,
-                      _RESULTS.value, _OVERRIDE.value))
+                      _RESULTS.value, _OVERRIDE.value, _CONCURRENT.value))
