@@ -42,6 +42,15 @@ def test_detokenized_bleu_is_sacrebleus():
   assert result['signature'].startswith('nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp')
 
 
+def test_lowercased_detokenized_bleu_is_sacrebleu_on_text_lowercased_beforehand():
+  result = bleu.scores(HYPOTHESES, REFERENCES, 'de')
+  expected = sacrebleu.corpus_bleu([h.lower() for h in HYPOTHESES],
+                                   [[r.lower() for r in REFERENCES]]).score
+  assert result['detokenized_lowercase'] == pytest.approx(expected)
+  assert result['detokenized_lowercase'] > result['detokenized']  # 'das' matches 'Das'
+  assert result['signature_lowercase'].startswith('nrefs:1|case:lc|eff:no|tok:13a|smooth:exp')
+
+
 @pytest.mark.parametrize('name, lowercase, split', [('tokenized', False, True),
                                                     ('tokenized_lowercase', True, True),
                                                     ('tokenized_lowercase_unsplit', True, False)])

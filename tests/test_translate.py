@@ -14,10 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+import sacrebleu
 
 from conftest import text_of_max_length, train_config
 from transformer_jax import bleu, checkpointing, decoding, evaluate, train, translate
-from transformer_jax.data import datasets, tokenizer
+from transformer_jax.data import datasets, pipeline, tokenizer
 from transformer_jax.translator import Translator
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
@@ -85,14 +86,21 @@ def test_perplexity_is_the_exp_of_the_mean_nll_per_reference_token(workdir):
   assert evaluate.perplexity(translator, pairs, 'test') == got  # no dropout
 
 
-def test_preprocessing_applies_to_inputs_and_is_undone_on_outputs(workdir, tmp_path):
-  """The same model read with data.preprocessing='lowercase_moses': inputs are lowercased and
-  tokenized before the vocabulary, and translations Moses-detokenized."""
+def _lowercasing_copy(workdir: str, tmp_path) -> str:
+  """A copy of `workdir` whose config.json says data.preprocessing='lowercase_moses': the same
+  model, read as a model of lowercased text."""
   moses_workdir = str(tmp_path / 'moses')
   shutil.copytree(workdir, moses_workdir)
   config = checkpointing.load_config(moses_workdir)
   config.data.preprocessing = 'lowercase_moses'
   checkpointing.write_config(config, moses_workdir)
+  return moses_workdir
+
+
+def test_preprocessing_applies_to_inputs_and_is_undone_on_outputs(workdir, tmp_path):
+  """The same model read with data.preprocessing='lowercase_moses': inputs are lowercased and
+  tokenized before the vocabulary, and translations Moses-detokenized."""
+  moses_workdir = _lowercasing_copy(workdir, tmp_path)
   plain = Translator(workdir, average_last=1)
   moses = Translator(moses_workdir, average_last=1)
   texts = ['The man sees a dog.', 'A small cat sleeps.']
@@ -241,10 +249,53 @@ def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
   assert (figures['bleu_tokenized_lowercase_unsplit']
           == expected['tokenized_lowercase_unsplit'])
   assert figures['sacrebleu_signature'].startswith('nrefs:1|case:mixed')
+  assert figures['bleu_case'] == 'cased'
+  lines = evaluate.report(figures).splitlines()
+  assert lines[1].startswith('BLEU (sacreBLEU, detokenized) ') and 'case:mixed' in lines[1]
+  assert lines[2].startswith('BLEU (tokenized, compound-split, cased)')
   assert 1.0 < figures['perplexity'] < config.data.vocab_size
   saved = figures['hypotheses'][:-len('.txt')] + '.json'
   with open(saved) as f:
     assert json.load(f) == figures
+
+
+def test_a_model_of_lowercased_text_is_scored_lowercased_only(workdir, tmp_path):
+  """Its report leads with sacreBLEU's lowercased figure and the tokenized lowercased ones, and
+  leaves the cased figures out; the JSON's keys for them hold the lowercased figures."""
+  translator = Translator(_lowercasing_copy(workdir, tmp_path), beam_size=1, average_last=1)
+  result = evaluate.evaluate(translator, 'test')
+  with open(result['hypotheses'], encoding='utf-8') as f:
+    hypotheses = f.read().split('\n')[:-1]
+  references = [t for _, t in datasets.load_pairs(translator.config.data, 'test')]
+  assert any(t != t.lower() for t in references)  # the raw references are cased
+  lowercased = sacrebleu.corpus_bleu([h.lower() for h in hypotheses],
+                                     [[r.lower() for r in references]]).score
+  expected = bleu.scores(hypotheses, references, 'de')
+  assert result['bleu_case'] == 'lowercased'
+  assert result['bleu_detokenized'] == pytest.approx(lowercased)
+  assert result['sacrebleu_signature'].startswith('nrefs:1|case:lc')
+  assert result['bleu_tokenized'] == expected['tokenized_lowercase']
+  assert (result['bleu_tokenized_lowercase'], result['bleu_tokenized_lowercase_unsplit']) == (
+      expected['tokenized_lowercase'], expected['tokenized_lowercase_unsplit'])
+  lines = evaluate.report(result).splitlines()
+  assert lines[1].startswith('BLEU (sacreBLEU, detokenized, lowercased)')
+  assert f'{lowercased:.2f}  nrefs:1|case:lc' in lines[1]
+  assert lines[2].startswith('BLEU (tokenized, lowercased)')
+  assert (f'{expected["tokenized_lowercase"]:.2f}  '
+          f'({expected["tokenized_lowercase_unsplit"]:.2f} without') in lines[2]
+  assert lines[3].startswith('cased BLEU') and 'not reported' in lines[3]
+  assert not any('case:mixed' in line or ', cased)' in line for line in lines)
+
+
+def test_the_training_evaluator_names_bleu_of_lowercased_text(workdir, tmp_path):
+  """During training BLEU is computed on the preprocessed text: of a model of lowercased text,
+  it is logged as `bleu_lowercased` too (and stays `bleu` for readers of metrics.jsonl)."""
+  for path, lowercased in ((workdir, False), (_lowercasing_copy(workdir, tmp_path), True)):
+    translator = Translator(path, beam_size=1, average_last=1)
+    data = pipeline.load(translator.config, path, translator.model.batch_shards)
+    metrics = evaluate.Evaluator(translator.model, data)(translator.params, 'validation', 1)
+    assert 0 <= metrics['bleu'] <= 100
+    assert metrics.get('bleu_lowercased') == (metrics['bleu'] if lowercased else None)
 
 
 @pytest.mark.parametrize('data, expected', [

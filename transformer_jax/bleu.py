@@ -2,6 +2,8 @@
 
 - `detokenized`: sacreBLEU on detokenized text (its default 13a tokenization, cased), with
   sacreBLEU's signature: the figure to compare across papers today.
+- `detokenized_lowercase`: the same with sacreBLEU's own lowercasing (`BLEU(lowercase=True)`,
+  `case:lc` in its signature): the one to compare for a model of lowercased text.
 - `tokenized`: the paper's figure (§6.1), as tensor2tensor's `get_ende_bleu.sh` computed it:
   Moses-tokenized (`tokenizer.perl -l <lang>`, here sacremoses), compounds split
   (`a-b` -> `a ##AT##-##AT## b`), cased, multi-bleu on the tokens. Left out: the step that
@@ -40,13 +42,17 @@ def _variants(texts: Sequence[str], lang: str) -> dict:
 
 
 def scores(hypotheses: Sequence[str], references: Sequence[str], lang: str) -> dict:
-  """The four BLEU figures of `hypotheses` against one reference each, in target language
-  `lang`, and sacreBLEU's signature for the detokenized one."""
+  """The five BLEU figures of `hypotheses` against one reference each, in target language
+  `lang`, and sacreBLEU's signatures for the two detokenized ones (`signature`,
+  `signature_lowercase`)."""
   if len(hypotheses) != len(references):
     raise ValueError(f'{len(hypotheses)} hypotheses but {len(references)} references')
-  metric = sacrebleu.BLEU()
-  detokenized = metric.corpus_score(list(hypotheses), [list(references)])
-  result = {'detokenized': detokenized.score, 'signature': str(metric.get_signature())}
+  result = {}
+  for suffix, lowercase in (('', False), ('_lowercase', True)):
+    metric = sacrebleu.BLEU(lowercase=lowercase)
+    result[f'detokenized{suffix}'] = metric.corpus_score(list(hypotheses),
+                                                         [list(references)]).score
+    result[f'signature{suffix}'] = str(metric.get_signature())
   hypothesis_tokens, reference_tokens = _variants(hypotheses, lang), _variants(references, lang)
   for name, tokens in hypothesis_tokens.items():
     result[name] = sacrebleu.corpus_bleu(tokens, [reference_tokens[name]], tokenize='none',

@@ -9,7 +9,9 @@ corpus BLEU (sacreBLEU on detokenized text) of translations decoded as `config.d
 (beam search, or greedy with beam_size 1). Its references are the target token ids decoded
 back to text, so BLEU there follows the vocabulary's round trip (SentencePiece's NFKC
 normalisation and unknown characters change a few; docs/data.md) and is computed on
-preprocessed text when `config.data.preprocessing` is set. It decodes the loss's batches,
+preprocessed text when `config.data.preprocessing` is set: with 'lowercase_moses', on
+lowercased Moses tokens, so it is logged as `bleu_lowercased` too (the same figure; `bleu` is
+kept for readers of metrics.jsonl). It decodes the loss's batches,
 padded to the bucket of each pair's longer side, so the output cap (padded input length + 50)
 can be a bucket longer than `evaluate`'s, which pads by the source alone: the two BLEU figures
 of one checkpoint can differ slightly, and `evaluate`'s is the one to report.
@@ -17,9 +19,14 @@ of one checkpoint can differ slightly, and `evaluate`'s is the one to report.
 `evaluate`, after training: a `Translator`'s averaged checkpoints translate every source
 sentence of the split (one too long for the model is truncated, with a warning), scored
 against the raw reference text. Reported, each labelled: sacreBLEU on detokenized text with its
-signature; the paper's tokenized, compound-split, cased BLEU; the same lowercased (Multi30k
-papers' usual figure); per-token perplexity of the references (pairs longer than
-config.data.max_length are left out of it and counted); the number of sentences; decoding time.
+signature; the paper's tokenized, compound-split, cased BLEU; the same lowercased, also without
+the compound splitting (Multi30k papers' usual figure); per-token perplexity of the references
+(pairs longer than config.data.max_length are left out of it and counted); the number of
+sentences; decoding time. A model of lowercased text (a `config.data.preprocessing` that
+lowercases) translates into lowercase, which cased BLEU would only fault for its case: its
+sacreBLEU is sacreBLEU's lowercased figure (`case:lc` in the signature), reported first, with the
+tokenized lowercased ones, and its cased figures are left out. The JSON's `bleu_case` says which
+('cased' or 'lowercased') `bleu_detokenized`, `sacrebleu_signature` and `bleu_tokenized` are.
 The translations go to `DIR/eval/<name>.txt` and the figures to `DIR/eval/<name>.json`, where
 the name records the split, checkpoints and decoding settings.
 """
@@ -34,7 +41,7 @@ import jax
 import sacrebleu
 
 from transformer_jax import atomic, bleu, cli, decoding, loss, partitioning, workdirs
-from transformer_jax.data import batching, datasets, pipeline, tokenizer
+from transformer_jax.data import batching, datasets, pipeline, preprocessing, tokenizer
 from transformer_jax.model_config import PAD_ID
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.translator import Translator
@@ -57,6 +64,7 @@ class Evaluator:
     decode = model.config.decode
     self._decode = decoding.jit_decode(model, decode.beam_size, decode.alpha,
                                        decode.max_extra_length)
+    self._lowercased = preprocessing.from_config(model.config.data).lowercases
 
   def __call__(self, params, split: str, num_batches: int = -1, with_bleu: bool = True
                ) -> dict:
@@ -81,6 +89,8 @@ class Evaluator:
     metrics = _per_token(totals)
     if with_bleu:
       metrics['bleu'] = sacrebleu.corpus_bleu(hypotheses, [references]).score
+      if self._lowercased:  # named, so that the log says which BLEU it is
+        metrics['bleu_lowercased'] = metrics['bleu']
     return metrics
 
 
@@ -96,6 +106,20 @@ def perplexity(translator: Translator, pairs: list[tuple[str, str]], split: str)
     totals = _add_sums(totals, model.loss_sums(translator.params, model.put_batch(batch)))
   return {'perplexity': _per_token(totals)['perplexity'], 'perplexity_pairs': len(batcher.split),
           'perplexity_pairs_too_long': batcher.split.num_dropped}
+
+
+def _bleu_figures(scores: dict, lowercased: bool) -> dict:
+  """`bleu.scores` as `evaluate`'s keys. `bleu_case` names the case of `bleu_detokenized`,
+  `sacrebleu_signature` and `bleu_tokenized`: 'cased', or 'lowercased' for a model of lowercased
+  text, whose lowercase translations only lowercased BLEU compares with the raw references; its
+  cased figures are left out (`bleu_tokenized` then equals `bleu_tokenized_lowercase`)."""
+  case = '_lowercase' if lowercased else ''
+  return {'bleu_case': 'lowercased' if lowercased else 'cased',
+          'bleu_detokenized': scores[f'detokenized{case}'],
+          'sacrebleu_signature': scores[f'signature{case}'],
+          'bleu_tokenized': scores[f'tokenized{case}'],
+          'bleu_tokenized_lowercase': scores['tokenized_lowercase'],
+          'bleu_tokenized_lowercase_unsplit': scores['tokenized_lowercase_unsplit']}
 
 
 def evaluate(translator: Translator, split: str) -> dict:
@@ -125,11 +149,7 @@ def evaluate(translator: Translator, split: str) -> dict:
       'checkpoint_steps': translator.steps,
       'beam_size': decode.beam_size,
       'alpha': decode.alpha,
-      'bleu_detokenized': scores['detokenized'],
-      'sacrebleu_signature': scores['signature'],
-      'bleu_tokenized': scores['tokenized'],
-      'bleu_tokenized_lowercase': scores['tokenized_lowercase'],
-      'bleu_tokenized_lowercase_unsplit': scores['tokenized_lowercase_unsplit'],
+      **_bleu_figures(scores, translator.preprocessing.lowercases),
       **perplexity(translator, pairs, split),
       'decode_seconds': seconds,
       'sentences_per_second': len(sources) / seconds,
@@ -140,24 +160,37 @@ def evaluate(translator: Translator, split: str) -> dict:
   return result
 
 
+def _bleu_lines(result: dict) -> list[tuple[str, str]]:
+  """The report's BLEU lines (label, value); of a model of lowercased text, lowercased only."""
+  sacre = f'{result["bleu_detokenized"]:.2f}  {result["sacrebleu_signature"]}'
+  lowercase = (f'{result["bleu_tokenized_lowercase"]:.2f}  '
+               f'({result["bleu_tokenized_lowercase_unsplit"]:.2f} without compound splitting, '
+               'as Multi30k papers report it)')
+  if result['bleu_case'] == 'lowercased':
+    return [('BLEU (sacreBLEU, detokenized, lowercased)', sacre),
+            ('BLEU (tokenized, lowercased)', lowercase),
+            ('cased BLEU', 'not reported: the model translates into lowercased text')]
+  return [('BLEU (sacreBLEU, detokenized)', sacre),
+          ('BLEU (tokenized, compound-split, cased)',
+           f'{result["bleu_tokenized"]:.2f}  (the paper\'s)'),
+          ('BLEU (tokenized, lowercased)', lowercase)]
+
+
 def report(result: dict) -> str:
   """`evaluate`'s figures as labelled lines."""
+  lines = [
+      *_bleu_lines(result),
+      ('perplexity per token', f'{result["perplexity"]:.3f}  ({result["perplexity_pairs"]} '
+       f'pairs; {result["perplexity_pairs_too_long"]} too long)'),
+      ('decoding', f'{result["decode_seconds"]:.1f} s, {result["sentences_per_second"]:.1f} '
+       'sentences/s (compilation included)'),
+      ('translations', result['hypotheses']),
+  ]
   return '\n'.join([
       f'{result["split"]}: {result["sentences"]} sentences, checkpoints '
       f'{result["checkpoint_steps"]} averaged, beam {result["beam_size"]}, '
       f'alpha {result["alpha"]}',
-      f'BLEU (sacreBLEU, detokenized)          {result["bleu_detokenized"]:.2f}  '
-      f'{result["sacrebleu_signature"]}',
-      f'BLEU (tokenized, compound-split, cased) {result["bleu_tokenized"]:.2f}  (the paper\'s)',
-      f'BLEU (tokenized, lowercased)            {result["bleu_tokenized_lowercase"]:.2f}  '
-      f'({result["bleu_tokenized_lowercase_unsplit"]:.2f} without compound splitting, as '
-      'Multi30k papers report it)',
-      f'perplexity per token                   {result["perplexity"]:.3f}  '
-      f'({result["perplexity_pairs"]} pairs; {result["perplexity_pairs_too_long"]} too long)',
-      f'decoding                               {result["decode_seconds"]:.1f} s, '
-      f'{result["sentences_per_second"]:.1f} sentences/s (compilation included)',
-      f'translations                           {result["hypotheses"]}',
-  ])
+      *(f'{label:<41} {value}' for label, value in lines)])
 
 
 if __name__ == '__main__':

@@ -26,6 +26,12 @@ class Preprocessing:
     self._detokenizer = sacremoses.MosesDetokenizer(lang=target_lang)
     self._source_lang, self._target_lang = source_lang, target_lang
 
+  @property
+  def lowercases(self) -> bool:
+    """Whether the text is lowercased: then translations are lowercase too, and only
+    lowercased BLEU compares them with the raw references."""
+    return self.kind == 'lowercase_moses'
+
   def _apply(self, text: str, lang: str) -> str:
     if self.kind == 'none':
       return text
