@@ -33,6 +33,7 @@ def _run(pack_length: int, workdir: str) -> float:
   subprocess.run(
       [sys.executable, '-m', 'transformer_jax.train', f'--config={_CONFIG.value}',
        f'--workdir={workdir}', f'--config.data.manual_dir={_MANUAL_DIR.value}',
+       '--config.data.preprocessing=none',  # the raw text every committed figure had
        f'--config.data.pack_length={pack_length}', f'--config.train.num_train_steps={steps}',
        f'--config.train.eval_every_steps={steps}', '--config.train.eval_bleu=false',
        f'--config.train.checkpoint_every_steps={steps}'],

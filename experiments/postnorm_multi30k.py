@@ -43,6 +43,7 @@ MULTI30K = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file_
 
 BASE = {
     'data.manual_dir': MULTI30K if os.path.isdir(MULTI30K) else None,
+    'data.preprocessing': 'none',  # the raw, cased text the stalled runs had
     'model.norm_position': 'post',
     'model.qkv_init': 'separate',  # the initialisation the stalled runs had
     'model.decoder_start': 'learned',  # the start vector they had

@@ -120,6 +120,24 @@ def test_multi30k_config_is_the_published_baseline_with_the_papers_layout():
   assert m.qkv_init == base.get_config().model.qkv_init == 'fused'
 
 
+def test_multi30k_config_trains_and_evaluates_its_headline_recipe_without_overrides():
+  """README's Multi30k row: lowercased, Moses-tokenized text for 12000 steps; evaluate's
+  defaults, beam 5 over the last 10 checkpoints, come from the config too."""
+  config = multi30k.get_config()
+  assert (config.data.preprocessing, config.train.num_train_steps) == ('lowercase_moses', 12000)
+  assert (config.decode.beam_size, config.decode.average_last, config.decode.alpha) == (5, 10, 0.6)
+
+
+@pytest.mark.parametrize('sweep, steps', [('table3_multi30k', 4000), ('postnorm_multi30k', 4000)])
+def test_multi30k_sweeps_pin_the_cased_text_and_steps_they_ran_with(sweep, steps):
+  """Built on configs/multi30k.py, they keep its values of the time whatever it ships now."""
+  module = config_lib.import_sibling(__file__, f'../experiments/{sweep}')
+  for row in module.ROWS:
+    config = module.get_config(row)
+    assert config.data.preprocessing == 'none', row
+    assert config.train.num_train_steps == (3 * steps if row.startswith('big') else steps), row
+
+
 def test_unknown_row_is_an_error():
   with pytest.raises(ValueError, match="unknown Table 3 row 'F1'"):
     table3.get_config('F1')
@@ -219,7 +237,7 @@ def _workdir_with_checkpoint(tmp_path, config):
 
 
 @pytest.mark.parametrize('field, value', [
-    ('data.target_lang', 'fr'), ('data.preprocessing', 'lowercase_moses'),
+    ('data.target_lang', 'fr'), ('data.preprocessing', 'none'),
     ('data.spm_model_type', 'unigram'),
 ])
 def test_checkpoints_cannot_resume_on_other_data(tmp_path, field, value):
