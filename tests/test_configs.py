@@ -5,7 +5,7 @@ import json
 import pytest
 
 from transformer_jax import checkpointing, config_lib, costs, model_config
-from transformer_jax.data import batching
+from transformer_jax.data import batching, pipeline
 
 base = config_lib.import_sibling(__file__, '../configs/base')
 big = config_lib.import_sibling(__file__, '../configs/big')
@@ -95,11 +95,12 @@ def test_big_config_is_the_big_row_but_for_averaging():
   assert big.get_config().to_dict() == row.to_dict()
 
 
+@pytest.mark.parametrize('buckets', batching.BUCKETS)
 @pytest.mark.parametrize('module', [base, big])
-def test_the_fused_loss_chunk_pads_no_bucket(module):
+def test_the_fused_loss_chunk_pads_no_bucket(module, buckets):
   # loss.projected_loss_sums pads the target length up to a multiple of the chunk.
   config = module.get_config()
-  lengths = batching.bucket_lengths(config.data.max_length)
+  lengths = batching.bucket_lengths(config.data.max_length, buckets)
   assert config.train.loss_chunk > 0
   assert all(length % config.train.loss_chunk == 0 for length in lengths), lengths
 
@@ -138,6 +139,28 @@ def test_multi30k_sweeps_pin_the_cased_text_and_steps_they_ran_with(sweep, steps
     assert config.train.num_train_steps == (3 * steps if row.startswith('big') else steps), row
 
 
+def test_the_table3_sweep_batches_as_its_committed_rows_on_any_platform(monkeypatch):
+  monkeypatch.setattr(pipeline, 'on_accelerator', lambda: True)
+  module = config_lib.import_sibling(__file__, '../experiments/table3_multi30k')
+  for row in module.ROWS:
+    config = module.get_config(row)
+    assert (pipeline.buckets(config), pipeline.pack_length(config)) == ('fine', 0), row
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('model.d_v', 32, 'got d_k 64, d_v 32, rate 0.0'),
+    ('model.attention_dropout_rate', 0.1, 'got d_k 64, d_v 64, rate 0.1'),
+])
+def test_jax_attention_needs_equal_head_widths_and_no_attention_dropout(field, value, message):
+  config = base.get_config()
+  config.update_from_flattened_dict({field: value})
+  config_lib.validate(config)  # eq. (1) written out takes both
+  config.model.attention_impl = 'cudnn'
+  with pytest.raises(ValueError, match=r"config.model.attention_impl='cudnn' \(jax.nn."
+                     rf"dot_product_attention\) needs config.model.d_k = d_v .*{message}"):
+    config_lib.validate(config)
+
+
 def test_unknown_row_is_an_error():
   with pytest.raises(ValueError, match="unknown Table 3 row 'F1'"):
     table3.get_config('F1')
@@ -160,6 +183,8 @@ def test_unknown_row_is_an_error():
      'config.data.max_length=256, got 257'),
     ('data.pack_length', -1, 'config.data.pack_length must be None .* got -1'),
     ('data.buckets', 'medium', 'config.data.buckets must be one of'),
+    ('model.attention_impl', 'flash', 'config.model.attention_impl must be one of'),
+    ('train.dropout_prng_impl', 'philox', 'config.train.dropout_prng_impl must be one of'),
     ('train.loss_chunk', -4, 'config.train.loss_chunk must be 0 .* got -4'),
     ('parallel.axis_rules', (('batch', 'data'), ('mpl', 'model')),
      r"config.parallel.axis_rules: \('mpl', 'model'\) is not"),
@@ -258,6 +283,15 @@ def test_checkpoints_cannot_resume_with_another_vocabulary_file(tmp_path):
     checkpointing.check_compatible(config, workdir)
   (tmp_path / 'other.model').write_bytes(b'the run\'s vocabulary')  # a copy: the same file
   checkpointing.check_compatible(config, workdir)
+
+
+def test_checkpoints_cannot_resume_with_another_dropout_generator(tmp_path):
+  workdir = _workdir_with_checkpoint(tmp_path, multi30k.get_config())
+  config = multi30k.get_config()
+  config.train.dropout_prng_impl = 'rbg'
+  with pytest.raises(ValueError, match="another generator \\(train.dropout_prng_impl "
+                     "'threefry2x32' -> 'rbg'\\)"):
+    checkpointing.check_compatible(config, workdir)
 
 
 def test_other_changes_resume_and_are_named_in_a_warning(tmp_path, caplog):

@@ -259,6 +259,26 @@ def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
     assert json.load(f) == figures
 
 
+def test_a_second_evaluation_compiles_nothing(workdir, tmp_path):
+  copy = str(tmp_path / 'run')
+  shutil.copytree(workdir, copy)
+  config = checkpointing.load_config(copy)
+  config.train.compilation_cache_dir = str(tmp_path / 'cache')
+  checkpointing.write_config(config, copy)
+  runs = []
+  for _ in range(2):
+    result = _run('transformer_jax.evaluate', f'--workdir={copy}', '--split=validation',
+                  '--json', '--beam_size=2', '--average_last=1')
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    runs.append(json.loads(result.stdout.decode().strip().splitlines()[-1]))
+  first, second = runs
+  assert first['programs_compiled'] > 0 and first['decode_compile_seconds'] > 0
+  assert second['programs_compiled'] == 0
+  assert second['programs_loaded'] == first['programs_compiled'] + first['programs_loaded']
+  assert second['bleu_tokenized'] == first['bleu_tokenized']
+  assert 'loaded from the compilation cache' in evaluate.report(second)
+
+
 def test_a_model_of_lowercased_text_is_scored_lowercased_only(workdir, tmp_path):
   """Its report leads with sacreBLEU's lowercased figure and the tokenized lowercased ones, and
   leaves the cased figures out; the JSON's keys for them hold the lowercased figures."""

@@ -22,7 +22,9 @@ against the raw reference text. Reported, each labelled: sacreBLEU on detokenize
 signature; the paper's tokenized, compound-split, cased BLEU; the same lowercased, also without
 the compound splitting (Multi30k papers' usual figure); per-token perplexity of the references
 (pairs longer than config.data.max_length are left out of it and counted); the number of
-sentences; decoding time. A model of lowercased text (a `config.data.preprocessing` that
+sentences; decoding time and the part of it spent compiling, and how many programs were
+compiled or loaded from the persistent compilation cache (a second evaluation of a run
+compiles none: `compilation`). A model of lowercased text (a `config.data.preprocessing` that
 lowercases) translates into lowercase, which cased BLEU would only fault for its case: its
 sacreBLEU is sacreBLEU's lowercased figure (`case:lc` in the signature), reported first, with the
 tokenized lowercased ones, and its cased figures are left out. The JSON's `bleu_case` says which
@@ -40,7 +42,8 @@ from absl import flags
 import jax
 import sacrebleu
 
-from transformer_jax import atomic, bleu, cli, decoding, loss, partitioning, workdirs
+from transformer_jax import atomic, bleu, cli, compilation, decoding, loss, partitioning
+from transformer_jax import workdirs
 from transformer_jax.data import batching, datasets, pipeline, preprocessing, tokenizer
 from transformer_jax.model_config import PAD_ID
 from transformer_jax.sharded_model import ShardedModel
@@ -133,9 +136,11 @@ def evaluate(translator: Translator, split: str) -> dict:
                    f'write to {directory}')
   pairs = datasets.load_pairs(config.data, split)
   sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+  before = compilation.so_far()
   start = time.perf_counter()
   hypotheses = translator.translate(sources, f'{split} source', progress=True)
   seconds = time.perf_counter() - start
+  decode_compiles = compilation.so_far() - before
   decode = config.decode
   name = (f'{split}-step{translator.steps[-1]}-avg{len(translator.steps)}'
           f'-beam{decode.beam_size}-alpha{decode.alpha:g}')
@@ -152,9 +157,12 @@ def evaluate(translator: Translator, split: str) -> dict:
       **_bleu_figures(scores, translator.preprocessing.lowercases),
       **perplexity(translator, pairs, split),
       'decode_seconds': seconds,
+      'decode_compile_seconds': decode_compiles.seconds,
       'sentences_per_second': len(sources) / seconds,
       'hypotheses': hypothesis_path,
   }
+  compiles = compilation.so_far() - before  # decoding's and the perplexity's programs
+  result.update(programs_compiled=compiles.compiled, programs_loaded=compiles.loaded)
   if lead:
     atomic.write(os.path.join(directory, f'{name}.json'), json.dumps(result, indent=2))
   return result
@@ -183,7 +191,9 @@ def report(result: dict) -> str:
       ('perplexity per token', f'{result["perplexity"]:.3f}  ({result["perplexity_pairs"]} '
        f'pairs; {result["perplexity_pairs_too_long"]} too long)'),
       ('decoding', f'{result["decode_seconds"]:.1f} s, {result["sentences_per_second"]:.1f} '
-       'sentences/s (compilation included)'),
+       f'sentences/s ({result["decode_compile_seconds"]:.1f} s of it compiling)'),
+      ('programs', f'{result["programs_compiled"]} compiled, {result["programs_loaded"]} '
+       'loaded from the compilation cache'),
       ('translations', result['hypotheses']),
   ]
   return '\n'.join([

@@ -14,7 +14,8 @@ input (config, workdir, mesh, dataset) is reported before anything is compiled.
 Compiling is reported apart from training (`compilation`): each batch shape's first step
 prints and logs (metrics.jsonl, split 'compile') how long its train step took to compile, or
 to load from the persistent compilation cache; the 'train' records' step time and tokens/s
-leave it out and give it as `compile_seconds`, and the 'validation' records give evaluation's.
+leave it out and give it as `compile_seconds`, and the 'validation' records give evaluation's
+(and the evaluation's wall time, `seconds`).
 """
 
 import contextlib
@@ -201,10 +202,11 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
             checkpoints.save(step, state, iterator.get_state())
         if evaluate_now:
           with pending.paused():
-            before = compilation.so_far()
+            before, start_time = compilation.so_far(), time.perf_counter()
             eval_metrics = evaluator(state.params, 'validation', train.num_eval_steps,
                                      train.eval_bleu)
-            eval_metrics['compile_seconds'] = (compilation.so_far() - before).seconds
+            eval_metrics.update(seconds=time.perf_counter() - start_time,
+                                compile_seconds=(compilation.so_far() - before).seconds)
           log.write(step, 'validation', eval_metrics)
           if lead:
             progress.write(f'step {step} validation ' + ' '.join(
