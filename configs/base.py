@@ -51,6 +51,12 @@ def get_config() -> ml_collections.ConfigDict:
   # projections (the paper's equations have none; tensor2tensor v1's convolutions and fairseq do).
   config.model.qkv_init = 'fused'
   config.model.attention_bias = False
+  # How eq. (1) is computed in training and evaluation (decoding with the key/value cache and
+  # the attention pictures always use 'explicit'): 'explicit' writes it out (scores, mask,
+  # softmax in float32, dropout on the weights); 'xla' and 'cudnn' call
+  # jax.nn.dot_product_attention with that implementation ('cudnn': cuDNN's fused attention, on
+  # NVIDIA GPUs in bfloat16), which need d_k = d_v and no attention dropout. An option.
+  config.model.attention_impl = 'explicit'
   # One matrix for source embedding, target embedding and pre-softmax projection (§3.4).
   config.model.share_embeddings = True
   # The decoder's first input, before the position encoding (§3.1 says only that the outputs
@@ -138,6 +144,12 @@ def get_config() -> ml_collections.ConfigDict:
   # 39.4 -> 37.2 ms a step, big 87.2 -> 85.2 ms with N 16; float32 base 70.0 -> 69.3 ms with
   # N 16 on another machine (docs/performance.md).
   config.train.loss_chunk = 8
+  # The random-number generator of dropout's masks (the paper is silent): JAX's default
+  # 'threefry2x32' (its masks are the same however a batch is split over devices), or XLA's
+  # 'rbg' / 'unsafe_rbg' generators, which large JAX codebases use for speed on accelerators
+  # (their masks depend on the mesh). Each keeps an element with the same probability; the
+  # parameters are drawn with threefry whatever this says. Fixed for a run's checkpoints.
+  config.train.dropout_prng_impl = 'threefry2x32'
   # JAX's persistent compilation cache (transformer_jax/compilation.py): None keeps it in
   # $XDG_CACHE_HOME/transformer_jax/jax (~/.cache/... by default), a path moves it, '' turns it
   # off. A resumed run, another seed or an evaluation then loads its programs, not compiles.

@@ -7,8 +7,11 @@
 #    models at its batch of about 25000 source + 25000 target tokens (section 5.1; 781 pairs of
 #    32 + 32 tokens), in bfloat16 and float32: OUT_DIR/benchmark_{base,big}_{dtype}.json; and
 #    each model in bfloat16 with the whole logits instead of the configs' fused projection and
-#    loss (`train.loss_chunk` 0): OUT_DIR/benchmark_{base,big}_bfloat16_loss_chunk0.json; and
-#    where base's bfloat16 step spends its kernel time (experiments/profile_step.py):
+#    loss (`train.loss_chunk` 0): OUT_DIR/benchmark_{base,big}_bfloat16_loss_chunk0.json; each
+#    model in bfloat16 with dropout's masks from the rbg generator, with cuDNN's fused attention,
+#    and with both (`train.dropout_prng_impl`, `model.attention_impl`):
+#    OUT_DIR/benchmark_{base,big}_bfloat16_{rbg,cudnn,rbg_cudnn}.json; and where base's bfloat16
+#    step spends its kernel time (experiments/profile_step.py):
 #    OUT_DIR/profile_base_bfloat16.json.
 # 2. With a trained workdir: beam-4 decoding speed on Multi30k test2016
 #    (experiments/decode_speed.py, cached decoder only) and the same beside Hugging Face
@@ -46,6 +49,12 @@ for config in base big; do
   done
   benchmark "benchmark_${config}_bfloat16_loss_chunk0" "$config" --config.dtype=bfloat16 \
       --config.train.loss_chunk=0
+  benchmark "benchmark_${config}_bfloat16_rbg" "$config" --config.dtype=bfloat16 \
+      --config.train.dropout_prng_impl=rbg
+  benchmark "benchmark_${config}_bfloat16_cudnn" "$config" --config.dtype=bfloat16 \
+      --config.model.attention_impl=cudnn
+  benchmark "benchmark_${config}_bfloat16_rbg_cudnn" "$config" --config.dtype=bfloat16 \
+      --config.train.dropout_prng_impl=rbg --config.model.attention_impl=cudnn
 done
 
 echo "== profile_base_bfloat16"

@@ -112,6 +112,31 @@ def test_fully_masked_row_is_finite_and_has_finite_gradients(rng):
   assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
 
 
+def test_jax_attention_equals_eq_1_written_out_and_leaves_the_pictures_to_it(rng):
+  """attention_impl='xla' (jax.nn.dot_product_attention, as 'cudnn' calls it): the outputs and
+  gradients of eq. (1) written out, an all-padding row included; applied to collect the
+  attention weights, it computes them as written out."""
+  cfg = tiny_config(d_k=6, d_v=6)
+  x = rng.normal(size=(3, 5, cfg.d_model)).astype(np.float32)
+  valid = jnp.array([[True] * 5, [True] * 3 + [False] * 2, [False] * 5])
+  mask = padding_mask(valid) & causal_mask(5)
+  explicit, params = _init(cfg, x, x, mask)
+  fused = MultiHeadAttention(cfg.replace(attention_impl='xla'))
+
+  def loss(module, params):
+    return jnp.sum(jnp.sin(module.apply({'params': params}, x, x, mask)))
+
+  np.testing.assert_allclose(fused.apply({'params': params}, x, x, mask),
+                             explicit.apply({'params': params}, x, x, mask), rtol=1e-5, atol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+               jax.grad(loss, argnums=1)(fused, params),
+               jax.grad(loss, argnums=1)(explicit, params))
+  _, sown = fused.apply({'params': params}, x, x, mask, mutable=['intermediates'])
+  _, want = explicit.apply({'params': params}, x, x, mask, mutable=['intermediates'])
+  np.testing.assert_array_equal(sown['intermediates']['attention_weights'][0],
+                                want['intermediates']['attention_weights'][0])
+
+
 def test_causal_mask_allows_only_the_past():
   mask = np.asarray(causal_mask(4))[0, 0]
   for i in range(4):

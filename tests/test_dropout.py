@@ -30,23 +30,31 @@ def _reference(rate, x, key):
   return np.where(keep, np.asarray(x, np.float64) * 2**16 / threshold, 0.0), keep
 
 
+# JAX's random-number generators (config.train.dropout_prng_impl): the masks come from any
+# key's bits the same way, so every property below holds for each.
+IMPLS = ('threefry2x32', 'rbg', 'unsafe_rbg')
+
+
+@pytest.mark.parametrize('impl', IMPLS)
 @pytest.mark.parametrize('rate, shape', [(0.1, (3, 7, 16)), (0.3, (2, 5, 9)), (0.5, (4, 1)),
                                          (0.2, (11,)), (0.3, (6, 1, 4))])
-def test_output_is_the_mask_of_the_draws_times_the_inverse_keep_probability(rng, rate, shape):
+def test_output_is_the_mask_of_the_draws_times_the_inverse_keep_probability(rng, rate, shape,
+                                                                           impl):
   x = rng.standard_normal(shape).astype(np.float32)
-  key = jax.random.key(3)
+  key = jax.random.key(3, impl=impl)
   expected, _ = _reference(rate, x, key)
   np.testing.assert_allclose(_apply(rate, jnp.asarray(x), key), expected, rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize('impl', IMPLS)
 @pytest.mark.parametrize('rate', [0.1, 0.3])
-def test_masks_drop_at_the_rate_and_keep_the_expectation(rate):
+def test_masks_drop_at_the_rate_and_keep_the_expectation(rate, impl):
   """Over 2^20 elements: the dropped fraction is within 5 standard deviations of the rate
   (whose 16-bit rounding, under 2^-17, is far inside that), and so is the mean of the output of
   ones (its expectation is 1); rows i and i + 32, drawn from the two halves of the same words,
   are dropped together as often as independent draws would be."""
   n = 2**20
-  y = np.asarray(_apply(rate, jnp.ones((64, n // 64)), jax.random.key(0)))
+  y = np.asarray(_apply(rate, jnp.ones((64, n // 64)), jax.random.key(0, impl=impl)))
   dropped = y == 0
   sigma = (rate * (1 - rate) / n) ** 0.5
   assert abs(dropped.mean() - rate) < 5 * sigma
@@ -55,11 +63,13 @@ def test_masks_drop_at_the_rate_and_keep_the_expectation(rate):
   assert abs(both - rate**2) < 5 * (rate**2 * (1 - rate**2) / (n // 2)) ** 0.5
 
 
-def test_a_key_gives_one_mask_and_another_key_another():
+@pytest.mark.parametrize('impl', IMPLS)
+def test_a_key_gives_one_mask_and_another_key_another(impl):
   x = jnp.ones((8, 32))
-  first = _apply(0.3, x, jax.random.key(1))
-  np.testing.assert_array_equal(first, _apply(0.3, x, jax.random.key(1)))
-  assert (np.asarray(first) != np.asarray(_apply(0.3, x, jax.random.key(2)))).mean() > 0.2
+  first = _apply(0.3, x, jax.random.key(1, impl=impl))
+  np.testing.assert_array_equal(first, _apply(0.3, x, jax.random.key(1, impl=impl)))
+  other = _apply(0.3, x, jax.random.fold_in(jax.random.key(1, impl=impl), 1))
+  assert (np.asarray(first) != np.asarray(other)).mean() > 0.2
 
 
 def test_bfloat16_inputs_are_scaled_in_float32_and_rounded_once(rng):

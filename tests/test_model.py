@@ -23,8 +23,10 @@ def _logits(cfg, params, inputs, decoder_inputs, seed=0):
     dict(norm_position='pre', norm_type='scale_norm', fixnorm=True),
     dict(position_encoding='learned', share_embeddings=False),
     dict(decoder_start='learned'),
+    # jax.nn.dot_product_attention, the path 'cudnn' shares; it needs d_k = d_v.
+    dict(attention_impl='xla', d_k=6, d_v=6),
 ], ids=['post-norm', 'pre-norm', 'pre-norm-scalenorm-fixnorm', 'learned-untied',
-        'learned-start'])
+        'learned-start', 'jax-attention'])
 def test_logits_match_numpy_reference(rng, options):
   cfg = tiny_config(**options)
   params = perturbed(init_params(cfg), rng)

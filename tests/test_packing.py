@@ -42,9 +42,11 @@ def test_segment_positions_restart_for_every_sentence():
                                 [[0, 1, 2, 0, 1, 0, 0, 1], [0, 1, 2, 3, 4, 5, 6, 7]])
 
 
-@pytest.mark.parametrize('position_encoding', ['sinusoid', 'learned'])
-def test_packed_pairs_get_the_logits_they_have_alone(position_encoding):
-  cfg = tiny_config(position_encoding=position_encoding, max_len=32)
+@pytest.mark.parametrize('position_encoding, attention', [
+    ('sinusoid', {}), ('learned', {}),
+    ('sinusoid', {'attention_impl': 'xla', 'd_k': 6, 'd_v': 6})])  # jax's, with segment masks
+def test_packed_pairs_get_the_logits_they_have_alone(position_encoding, attention):
+  cfg = tiny_config(position_encoding=position_encoding, max_len=32, **attention)
   model, params = Transformer(cfg), init_params(cfg)
   rng = np.random.default_rng(0)
   rows = [_pairs(rng, cfg.vocab_size, [(4, 3), (2, 5), (3, 2)]),

@@ -119,6 +119,15 @@ def dot_product_attention(query, key, value, mask, dropout: nn.Module):
   return jnp.einsum('bhqk,bkhd->bqhd', dropout(weights).astype(value.dtype), value), weights
 
 
+def fused_attention(query, key, value, mask, implementation: str):
+  """Eq. (1) by `jax.nn.dot_product_attention` ('xla' or 'cudnn'), the same arguments and
+  output as `dot_product_attention` with d_k = d_v and no dropout on the weights, which it
+  does not return. The mask goes in whole (cuDNN turns it into a bias)."""
+  mask = jnp.broadcast_to(mask, (*mask.shape[:2], query.shape[1], key.shape[1]))
+  return jax.nn.dot_product_attention(query, key, value, mask=mask,
+                                      implementation=implementation)
+
+
 def attention_over_blocks(query, keys, values, mask):
   """Eq. (1) as `dot_product_attention`, over keys and values given as blocks of positions in
   the cache layouts: query (n, q, h, d_k); keys [(n, h, d_k, k_i)]; values [(n, h, k_i, d_v)];
@@ -217,11 +226,16 @@ class MultiHeadAttention(nn.Module):
       key, value = keys_values()
       if step is not None:
         self._create_cache(key, value, step.copies)
-      attention_dropout = Dropout(cfg.attention_dropout_rate, deterministic=cfg.deterministic)
-      heads, weights = dot_product_attention(query, key, value, mask, attention_dropout)
+      if cfg.attention_impl != 'explicit' and not self.is_mutable_collection('intermediates'):
+        heads, weights = fused_attention(query, key, value, mask, cfg.attention_impl), None
+      else:
+        attention_dropout = Dropout(cfg.attention_dropout_rate,
+                                    deterministic=cfg.deterministic)
+        heads, weights = dot_product_attention(query, key, value, mask, attention_dropout)
     heads = heads.reshape(query.shape[0], -1, *heads.shape[2:])
-    # Kept only when applied with mutable=['intermediates'] (see `visualize`); otherwise a no-op
-    # and the weights cost nothing beyond the softmax itself.
+    # Kept only when applied with mutable=['intermediates'] (see `visualize`, which therefore
+    # always gets eq. (1) written out); otherwise a no-op and the weights cost nothing beyond
+    # the softmax itself.
     self.sow('intermediates', 'attention_weights', weights)
     heads = Dropout(cfg.drophead_rate, broadcast_dims=(1, 3))(
         heads, deterministic=cfg.deterministic)

@@ -39,7 +39,8 @@ CONFIG_FILENAME = 'config.json'
 _ADDED_FIELDS = {'model.qkv_init': 'separate', 'model.attention_bias': False,
                  'model.decoder_start': 'learned',
                  'data.preprocessing': 'none', 'data.pack_length': 0, 'data.buckets': 'fine',
-                 'train.loss_chunk': 0, 'train.compilation_cache_dir': None}
+                 'train.loss_chunk': 0, 'train.compilation_cache_dir': None,
+                 'train.dropout_prng_impl': 'threefry2x32', 'model.attention_impl': 'explicit'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,6 +262,10 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
     shaping = [n for n in changed if n.startswith('model.') or n == 'data.vocab_size']
     raise ValueError(f'{path} describes a model with other parameter shapes ({listed(shaping)}); '
                      'use a new --workdir, or the same model config to resume')
+  if 'train.dropout_prng_impl' in changed:
+    raise ValueError(f'the checkpoints in {workdir} hold a dropout key of another generator '
+                     f'({listed(["train.dropout_prng_impl"])}); use a new --workdir, or the '
+                     'same generator to resume')
   reasons = [listed(other_data)] if other_data else []
   if (config.data.spm_model and os.path.exists(vocabulary)
       and not filecmp.cmp(config.data.spm_model, vocabulary, shallow=False)):

@@ -40,6 +40,7 @@ _CHOICES = {
     'data.spm_model_type': ('bpe', 'unigram'),
     'data.preprocessing': preprocessing.CHOICES,
     'data.buckets': ('auto', *batching.BUCKETS),
+    'train.dropout_prng_impl': ('threefry2x32', 'rbg', 'unsafe_rbg'),
 }
 
 
@@ -105,6 +106,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if cache is not None and not isinstance(cache, str):
     raise ValueError('config.train.compilation_cache_dir must be None (the user\'s cache), a '
                      f'directory or \'\' (no cache), got {cache!r}')
+  if config.model.attention_impl != 'explicit' and (
+      config.model.d_k != config.model.d_v or config.model.attention_dropout_rate):
+    raise ValueError(f'config.model.attention_impl={config.model.attention_impl!r} '
+                     '(jax.nn.dot_product_attention) needs config.model.d_k = d_v and no '
+                     f'config.model.attention_dropout_rate, got d_k {config.model.d_k}, d_v '
+                     f'{config.model.d_v}, rate {config.model.attention_dropout_rate}')
   if config.data.source_lang == config.data.target_lang:
     raise ValueError('config.data.source_lang and config.data.target_lang must differ, both are '
                      f'{config.data.source_lang!r}')

@@ -20,6 +20,7 @@ CHOICES = {
     'norm_type': ('layer_norm', 'scale_norm'),
     'qkv_init': ('fused', 'separate'),
     'decoder_start': ('zero', 'learned'),
+    'attention_impl': ('explicit', 'xla', 'cudnn'),
 }
 
 
@@ -45,6 +46,8 @@ class TransformerConfig:
   decoder_start: str = 'zero'  # the padding id's input embedding: zero (tensor2tensor) or 'learned'
   qkv_init: str = 'fused'  # tensor2tensor v1's fused Q/K/V projections, or 'separate'
   attention_bias: bool = False  # biases on W^Q, W^K, W^V and W^O
+  # eq. (1) written out, or jax.nn.dot_product_attention's 'xla' or 'cudnn' implementation
+  attention_impl: str = 'explicit'
   norm_position: str = 'post'  # 'post' (§3.1) or 'pre'
   norm_type: str = 'layer_norm'  # or 'scale_norm'
   fixnorm: bool = False

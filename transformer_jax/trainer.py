@@ -22,7 +22,8 @@ from transformer_jax.sharded_model import ShardedModel
 
 
 class TrainState(train_state.TrainState):
-  """step, params and opt_state (flax), plus the raw key data that dropout keys derive from."""
+  """step, params and opt_state (flax), plus the raw key data that dropout keys derive from
+  (of `config.train.dropout_prng_impl`'s generator)."""
 
   dropout_key: jax.Array
 
@@ -43,6 +44,7 @@ class Trainer:
     self.config = model.config
     self.tx = optimizer.adam(self.config)
     self.schedule = optimizer.schedule(self.config)
+    self.dropout_prng_impl = self.config.train.dropout_prng_impl
     abstract_state = jax.eval_shape(self._boxed_state)
     self.state_sharding = partitioning.state_shardings(abstract_state, model.mesh, model.rules)
     self.abstract_state = partitioning.placed_shapes(abstract_state, self.state_sharding)
@@ -59,9 +61,13 @@ class Trainer:
 
   def _boxed_state(self) -> TrainState:
     params_key, dropout_key = jax.random.split(jax.random.key(self.config.seed))
+    dropout_data = jax.random.key_data(dropout_key)
+    if self.dropout_prng_impl != 'threefry2x32':  # that generator's key, seeded from the split
+      shape = jax.random.key_data(jax.random.key(0, impl=self.dropout_prng_impl)).shape
+      dropout_data = jax.random.bits(dropout_key, shape, jnp.uint32)
     return TrainState.create(apply_fn=self.model.model.apply,
                              params=self.model.boxed_params(params_key), tx=self.tx,
-                             dropout_key=jax.random.key_data(dropout_key))
+                             dropout_key=dropout_data)
 
   def init_state(self) -> TrainState:
     """The state at step 0, created directly in its shards."""
@@ -77,7 +83,8 @@ class Trainer:
 
   def _update(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     # Dropout is different at every step and micro-batch, and reproducible from the step alone.
-    step_key = jax.random.fold_in(jax.random.wrap_key_data(state.dropout_key), state.step)
+    step_key = jax.random.fold_in(
+        jax.random.wrap_key_data(state.dropout_key, impl=self.dropout_prng_impl), state.step)
     grad_fn = jax.grad(self._loss_sums, has_aux=True)
     k = self.config.train.grad_accum_steps
     micro = jax.lax.with_sharding_constraint(
