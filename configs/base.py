@@ -78,7 +78,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.data = ml_collections.ConfigDict()
   # WMT 2014 English-German (§5.1): TFDS 'wmt14_translate/de-en' (train; validation =
   # newstest2013, the dev set of Table 3; test = newstest2014). Other choices: 'multi30k'
-  # (Multi30k task 1) and 'builtin' (a corpus the package generates, no download).
+  # (Multi30k task 1), 'builtin' (a corpus the package generates, no download) and 'files'
+  # (your own parallel text files, below).
   config.data.dataset = 'wmt14_translate/de-en'
   # Translation direction; swap the two for DE->EN.
   config.data.source_lang = 'en'
@@ -92,6 +93,12 @@ def get_config() -> ml_collections.ConfigDict:
   # A directory holding raw files to prepare a dataset from instead of downloading them
   # (Multi30k: train.en.gz, val.de.gz, test_2016_flickr.fr.gz, ...).
   config.data.manual_dir = ml_collections.config_dict.placeholder(str)
+  # dataset='files': parallel text files, one sentence a line, plain or gzipped ('.gz'), as
+  # patterns where '{lang}' stands for the language: e.g. 'corpus/train.{lang}.gz' names
+  # corpus/train.en.gz and corpus/train.de.gz. test_files is optional (docs/data.md).
+  config.data.train_files = ml_collections.config_dict.placeholder(str)
+  config.data.validation_files = ml_collections.config_dict.placeholder(str)
+  config.data.test_files = ml_collections.config_dict.placeholder(str)
   # Shared source-target byte-pair vocabulary of about 37000 tokens (§5.1), learned with
   # SentencePiece ('bpe' or 'unigram') jointly on source and target training text, from at
   # most max_corpus_chars characters (a seeded sample). spm_model: a SentencePiece model file

@@ -72,7 +72,7 @@ def test_batches_respect_tokens_per_batch_and_bucket_shapes():
   assert len(shapes) <= len(bucket_lengths(64))
 
 
-def test_decoder_inputs_are_targets_shifted_right():
+def test_rows_hold_their_pairs_and_decoder_inputs_are_targets_shifted_right():
   split = _split(n=50)
   batcher = Batcher(split, max_length=64, tokens_per_batch=256)
   for length, indices in batcher.plan(seed=0):
@@ -80,10 +80,10 @@ def test_decoder_inputs_are_targets_shifted_right():
     np.testing.assert_array_equal(batch['decoder_inputs'][:, 0], 0)
     np.testing.assert_array_equal(batch['decoder_inputs'][:, 1:], batch['targets'][:, :-1])
     for row, i in enumerate(indices):
-      if i >= 0:
-        target = split.targets[i]
-        np.testing.assert_array_equal(batch['targets'][row, :len(target)], target)
-        assert not batch['targets'][row, len(target):].any()
+      for name, side in (('inputs', split.sources), ('targets', split.targets)):
+        ids = side[i] if i >= 0 else []  # -1: an empty row filling up the last batch
+        np.testing.assert_array_equal(batch[name][row, :len(ids)], ids)
+        assert not batch[name][row, len(ids):].any()
 
 
 def test_restored_iterator_continues_with_exactly_the_next_batch():

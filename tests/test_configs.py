@@ -203,6 +203,28 @@ def test_invalid_values_name_the_field(field, value, message):
     config_lib.validate(config)
 
 
+@pytest.mark.parametrize('fields, message', [
+    ({}, "config.data.train_files must be set for config.data.dataset='files'"),
+    ({'data.train_files': 'c/train.{lang}'},
+     "config.data.validation_files must be set for config.data.dataset='files'"),
+    ({'data.train_files': 'c/train.en', 'data.validation_files': 'c/valid.{lang}'},
+     r"config.data.train_files='c/train.en' must be a path holding \{lang\} once"),
+    ({'data.train_files': 'c/{lang}/train.{lang}', 'data.validation_files': 'c/valid.{lang}'},
+     'config.data.train_files=.* must be a path holding'),
+    ({'data.train_files': 'c/train.{lang}', 'data.validation_files': 'c/valid.{lang}',
+      'data.test_files': 'c/test.{language}'}, 'config.data.test_files=.* must be a path'),
+])
+def test_a_files_dataset_names_its_missing_or_malformed_field(fields, message):
+  config = base.get_config()
+  config.update_from_flattened_dict({'data.dataset': 'files', **fields})
+  with pytest.raises(ValueError, match=message):
+    config_lib.validate(config)
+  config.update_from_flattened_dict({'data.train_files': 'c/train.{lang}',
+                                     'data.validation_files': 'c/valid.{lang}',
+                                     'data.test_files': None})
+  config_lib.validate(config)  # the test split is optional
+
+
 def test_a_model_config_built_directly_rejects_an_unknown_option():
   with pytest.raises(ValueError,
                      match=r"norm_position must be one of \('post', 'pre'\), got 'Pre'"):

@@ -231,3 +231,98 @@ def test_failed_download_says_what_to_do(tmp_path, monkeypatch):
   with pytest.raises(RuntimeError, match='multi30k is not prepared in .* downloading it failed '
                      r'\(ConnectionError: Name or service not known\).*manual_dir'):
     datasets.load_split(config, 'train')
+
+
+def files_config(tmp_path, directory, **changes) -> ml_collections.ConfigDict:
+  return data_config(dataset='files', source_lang='en', target_lang='de',
+                     tfds_data_dir=str(tmp_path / 'tfds'),
+                     train_files=str(directory / 'train.{lang}'),
+                     validation_files=str(directory / 'valid.{lang}.gz'), **changes)
+
+
+def write_corpus(directory: Path, splits: dict) -> Path:
+  """splits: {'train': [(en, de), ...], ...}; train as plain text, the others gzipped."""
+  directory.mkdir(exist_ok=True)
+  for split, pairs in splits.items():
+    for side, lang in enumerate(('en', 'de')):
+      lines = [pair[side] for pair in pairs]
+      if split == 'train':
+        (directory / f'train.{lang}').write_text(''.join(f'{line}\n' for line in lines),
+                                                 encoding='utf-8')
+      else:
+        write_lines(directory / f'{split}.{lang}.gz', lines)
+  return directory
+
+
+CORPUS = {'train': [('A dog runs.', 'Ein Hund rennt.'), ('Two cats.', 'Zwei Katzen.'),
+                    ('  Padded  ', ' Gepolstert\t'), ('Ünïcode — “quotes”', 'Ünïcode — „Zitate“')],
+          'valid': [('A bird.', 'Ein Vogel.')],
+          'test': [('A fish.', 'Ein Fisch.'), ('The sun.', 'Die Sonne.')]}
+
+
+def test_files_dataset_holds_the_lines_of_plain_and_gzipped_files(tmp_path):
+  directory = write_corpus(tmp_path / 'corpus', CORPUS)
+  config = files_config(tmp_path, directory, test_files=str(directory / 'test.{lang}.gz'))
+  assert datasets.splits(config) == ('train', 'validation', 'test')
+  for split, name in (('train', 'train'), ('validation', 'valid'), ('test', 'test')):
+    expected = [(en.strip(), de.strip()) for en, de in CORPUS[name]]
+    assert datasets.load_pairs(config, split) == expected
+  # The other direction reads the same files with the roles swapped.
+  config.source_lang, config.target_lang = 'de', 'en'
+  assert datasets.load_pairs(config, 'test') == [(de, en) for en, de in CORPUS['test']]
+
+
+def test_files_dataset_of_any_language_pair_without_a_test_split(tmp_path):
+  directory = tmp_path / 'corpus'
+  directory.mkdir()
+  for lang, lines in (('cs', ['Pes běží.', 'Kočka.']), ('uk', ['Собака біжить.', 'Кіт.'])):
+    write_lines(directory / f'all.{lang}.gz', lines)
+  config = data_config(dataset='files', source_lang='uk', target_lang='cs',
+                       tfds_data_dir=str(tmp_path / 'tfds'),
+                       train_files=str(directory / 'all.{lang}.gz'),
+                       validation_files=str(directory / 'all.{lang}.gz'))
+  assert datasets.splits(config) == ('train', 'validation')
+  assert datasets.load_pairs(config, 'validation') == [('Собака біжить.', 'Pes běží.'),
+                                                       ('Кіт.', 'Kočka.')]
+  with pytest.raises(ValueError, match='config.data.test_files is not set'):
+    datasets.load_split(config, 'test')
+
+
+def test_a_changed_file_is_prepared_again(tmp_path):
+  directory = write_corpus(tmp_path / 'corpus', CORPUS)
+  config = files_config(tmp_path, directory)
+  assert len(datasets.load_split(config, 'train')) == 4
+  write_corpus(directory, {'train': CORPUS['train'][:2]})
+  assert datasets.load_pairs(config, 'train') == CORPUS['train'][:2]
+  assert len(list((tmp_path / 'tfds' / 'parallel_files').iterdir())) == 2
+
+
+@pytest.mark.parametrize('damage, message', [
+    ('shorter', r'{dir}/train\.en has 4 lines, {dir}/train\.de has 3'),
+    ('latin1', r'{dir}/train\.de, line 2: not UTF-8'),
+    ('missing', r'No such file: {dir}/train\.de'),
+    ('empty', r'No sentence pairs in {dir}/train\.en and {dir}/train\.de'),
+])
+def test_bad_files_fail_naming_file_and_line_and_leave_nothing_behind(tmp_path, damage,
+                                                                       message):
+  directory = write_corpus(tmp_path / 'corpus', CORPUS)
+  target = directory / 'train.de'
+  good = target.read_bytes()
+  if damage == 'shorter':
+    target.write_bytes(good[:good.rindex(b'\n', 0, len(good) - 1) + 1])
+  elif damage == 'latin1':
+    target.write_bytes(good.replace('Zwei Katzen'.encode(), 'Zwei Kätzchen'.encode('latin-1')))
+  elif damage == 'missing':
+    target.unlink()
+  else:
+    for lang in ('en', 'de'):
+      (directory / f'train.{lang}').write_text('\n \n', encoding='utf-8')
+  config = files_config(tmp_path, directory)
+  error = FileNotFoundError if damage == 'missing' else ValueError
+  with pytest.raises(error, match=message.format(dir=re.escape(str(directory)))):
+    datasets.load_split(config, 'train')
+  # Nothing prepared is kept; the corrected files are then prepared as if the first time.
+  assert [path.name for path in (tmp_path / 'tfds').rglob('*') if path.is_file()] == [
+      '.prepare.lock']
+  write_corpus(directory, {'train': CORPUS['train']})
+  assert len(datasets.load_split(config, 'train')) == 4

@@ -72,10 +72,9 @@ def _split(rng, count=600):
   """Pairs whose target is about as long as their source, as in translation."""
   source = rng.integers(2, 25, size=count)
   lengths = np.stack([source, np.clip(source + rng.integers(-2, 4, size=count), 1, 30)], 1)
-  return TokenizedSplit([np.append(rng.integers(3, 50, s - 1), 1).astype(np.int32)
-                         for s, _ in lengths],
-                        [np.append(rng.integers(3, 50, t - 1), 1).astype(np.int32)
-                         for _, t in lengths], 0)
+  return TokenizedSplit.from_pairs(
+      [np.append(rng.integers(3, 50, s - 1), 1).astype(np.int32) for s, _ in lengths],
+      [np.append(rng.integers(3, 50, t - 1), 1).astype(np.int32) for _, t in lengths], 30)
 
 
 def test_a_packed_epoch_holds_every_pair_once_within_the_row_length():

@@ -5,12 +5,13 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
 
 from transformer_jax import config_lib
-from transformer_jax.data import batching, builtin_grammar, pipeline, tokenizer
+from transformer_jax.data import batching, builtin_grammar, pipeline, token_store, tokenizer
 
 tiny = config_lib.import_sibling(__file__, '../configs/tiny')
 
@@ -42,7 +43,7 @@ def test_vocabulary_is_saved_in_the_workdir_and_reused(config, workdir, data, mo
     raise AssertionError('the saved vocabulary should have been reused')
 
   monkeypatch.setattr(tokenizer, 'train', must_not_train)
-  again = pipeline.vocabulary(config, workdir, train_pairs=[])
+  again = pipeline.vocabulary(config, workdir)
   assert again.serialized_model_proto() == data.tokenizer.serialized_model_proto()
 
 
@@ -118,7 +119,7 @@ def test_a_bad_vocabulary_file_is_reported_before_the_data_is_read(config, tmp_p
   def must_not_read(*args, **kwargs):
     raise AssertionError('the data was read before the vocabulary was checked')
 
-  monkeypatch.setattr(pipeline.datasets, 'load_pairs', must_not_read)
+  monkeypatch.setattr(pipeline.datasets, 'load_split', must_not_read)
   missing = config.copy_and_resolve_references()
   missing.data.spm_model = str(tmp_path / 'missing.model')
   with pytest.raises(OSError, match='missing.model'):
@@ -151,3 +152,148 @@ def test_inspect_command_json(config):
   assert 0 < stats['padding_fraction'] < 1 and 0 < stats['target_padding_fraction'] < 1
   assert stats['mean_tokens_per_batch'] <= 2 * 2048
   assert stats['pipeline_tokens_per_second'] > 0
+  assert set(stats['load_seconds']) == {'vocabulary', 'prepare', 'encode'}
+  assert stats['first_batch_seconds'] > 0 and stats['peak_memory_bytes'] > 2**20
+
+
+def test_encoded_splits_are_the_tokenizer_ids_and_a_second_load_reads_no_text(
+    config, workdir, data, monkeypatch):
+  splits = builtin_grammar.splits(seed=0)
+  for split in ('train', 'test'):
+    sources = tokenizer.encode(data.tokenizer, [source for source, _ in splits[split]])
+    targets = tokenizer.encode(data.tokenizer, [target for _, target in splits[split]])
+    expected = batching.TokenizedSplit.from_pairs(sources, targets, config.data.max_length)
+    kept = data.batchers[split].split
+    assert len(kept) == len(expected) and kept.num_dropped == expected.num_dropped
+    for i in (0, 1, len(kept) // 2, len(kept) - 1):
+      np.testing.assert_array_equal(kept.sources[i], expected.sources[i])
+      np.testing.assert_array_equal(kept.targets[i], expected.targets[i])
+  assert set(data.seconds) == {'vocabulary', 'prepare', 'encode'}
+
+  def must_not_encode(*args, **kwargs):
+    raise AssertionError('the encoded splits should have been reused')
+
+  monkeypatch.setattr(tokenizer, 'encode_flat', must_not_encode)
+  monkeypatch.setattr(pipeline.datasets._Examples, '__getitem__', must_not_encode)
+  again = pipeline.load(config, workdir, rows_multiple=2)
+  assert 'open_tokens' in again.seconds and 'encode' not in again.seconds
+  assert isinstance(again.batchers['train'].split.sources.ids.base, np.memmap)
+  first, second = data.train_iterator(seed=3), again.train_iterator(seed=3)
+  for _ in range(5):
+    for name, array in next(first).items():
+      np.testing.assert_array_equal(next(second)[name] if name == 'inputs' else array, array)
+
+
+def _store(workdir, pairs, identity, calls=None):
+  def encode(texts):
+    if calls is not None:
+      calls.append(len(texts))
+    lengths = np.array([len(text) + 1 for text in texts])
+    ids = np.concatenate([np.append([ord(c) for c in text], tokenizer.EOS_ID) for text in texts])
+    return ids.astype(np.uint16), lengths
+  return token_store.encoded(str(workdir), 'train', pairs, encode, identity, np.uint16)
+
+
+def test_token_store_encodes_in_chunks_and_again_only_for_other_data(tmp_path, monkeypatch):
+  monkeypatch.setattr(token_store, 'CHUNK', 3)
+  pairs = [(f's{i}', 't' * (i % 4 + 1)) for i in range(8)]
+  calls = []
+  (sources, targets), fresh = _store(tmp_path, pairs, {'vocabulary': 'a'}, calls)
+  assert fresh and calls == [3, 3, 3, 3, 2, 2]  # each side of each chunk
+  for i, (source, target) in enumerate(pairs):
+    assert sources[i].tolist() == [ord(c) for c in source] + [tokenizer.EOS_ID]
+    assert targets[i].tolist() == [ord(c) for c in target] + [tokenizer.EOS_ID]
+  calls.clear()
+  assert not _store(tmp_path, pairs, {'vocabulary': 'a'}, calls)[1] and not calls
+  assert _store(tmp_path, pairs, {'vocabulary': 'b'}, calls)[1] and calls
+  assert _store(tmp_path, pairs[:7], {'vocabulary': 'b'})[1]
+
+
+def test_a_split_interrupted_while_encoding_is_encoded_again(tmp_path, monkeypatch):
+  monkeypatch.setattr(token_store, 'CHUNK', 3)
+  pairs = [(f'source {i}', f'target {i}') for i in range(8)]
+  _store(tmp_path, pairs, {'vocabulary': 'a'})
+  calls = []
+
+  class Interrupted(Exception):
+    pass
+
+  def failing(texts):
+    calls.append(len(texts))
+    if len(calls) == 3:
+      raise Interrupted
+    return np.ones(len(texts), np.uint16), np.ones(len(texts), np.int64)
+
+  with pytest.raises(Interrupted):
+    token_store.encoded(str(tmp_path), 'train', pairs, failing, {'vocabulary': 'b'}, np.uint16)
+  assert sorted(os.listdir(tmp_path / 'tokens')) == ['train.lengths.npy', 'train.source',
+                                                     'train.target']  # no JSON, no temporaries
+  (sources, _), fresh = _store(tmp_path, pairs, {'vocabulary': 'b'})
+  assert fresh and sources[7].tolist() == [ord(c) for c in 'source 7'] + [tokenizer.EOS_ID]
+
+
+class _Texts(list):
+  def take(self, indices):
+    return [self[i] for i in indices]
+
+
+def test_the_vocabulary_sample_is_seeded_whole_pairs_up_to_the_character_budget():
+  rng = np.random.default_rng(0)
+  pairs = _Texts((f'{i} ' + 'x' * int(rng.integers(1, 40)), f'{i} y') for i in range(30000))
+  everything = pipeline.vocabulary_sample(pairs, max_chars=10**9, seed=0)
+  assert everything == [text for pair in pairs for text in pair]  # in corpus order
+  sample = pipeline.vocabulary_sample(pairs, max_chars=50000, seed=1)
+  chosen = [int(text.split()[0]) for text in sample[::2]]
+  assert chosen == sorted(chosen) and sample == [text for i in chosen for text in pairs[i]]
+  chars = sum(map(len, sample))
+  assert 50000 <= chars < 50000 + max(map(len, sample)) * 2
+  assert pipeline.vocabulary_sample(pairs, max_chars=50000, seed=1) == sample
+  assert pipeline.vocabulary_sample(pairs, max_chars=50000, seed=2) != sample
+  # Spread over the corpus, not its beginning.
+  assert max(chosen) > 25000 and min(chosen) < 5000
+
+
+_PROCESS = textwrap.dedent("""
+    import json, sys
+    from transformer_jax import config_lib
+    from transformer_jax.data import batching, pipeline, tokenizer
+    process, workdir, tfds_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    config = config_lib.import_sibling('{repo}/configs/x', 'tiny').get_config()
+    config.data.tfds_data_dir = tfds_dir
+    encoded, read = [], set()
+    encode = tokenizer.encode_flat
+    tokenizer.encode_flat = lambda *args, **kwargs: (encoded.append(len(args[1])),
+                                                     encode(*args, **kwargs))[1]
+    gather = batching._rows  # what reads a batch's ids
+    def recording(side, indices, length):
+      read.update((id(side), int(i)) for i in indices if i >= 0)
+      return gather(side, indices, length)
+    batching._rows = recording
+    data = pipeline.load(config, workdir, rows_multiple=2)
+    iterator = data.train_iterator(seed=0, process_index=process, process_count=2)
+    for _ in range(iterator.get_state()['batches']):
+      next(iterator)
+    train = data.batchers['train'].split
+    print(json.dumps({{'encoded': sum(encoded), 'kept': len(train),
+                      'pairs': sorted(i for side, i in read if side == id(train.sources))}}))
+""")
+
+
+def test_two_processes_encode_once_and_each_reads_its_own_rows(config, tmp_path):
+  """As `train` runs them: process 0 loads the data first (and encodes it), then process 1,
+  which finds the encoded splits; in an epoch each reads the ids of its own rows only, and
+  together they read every training pair."""
+  script = _PROCESS.format(repo=REPO)
+  results = []
+  for process in range(2):
+    result = subprocess.run([sys.executable, '-c', script, str(process), str(tmp_path / 'run'),
+                             config.data.tfds_data_dir], cwd=REPO, capture_output=True,
+                            text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results.append(json.loads(result.stdout.strip().splitlines()[-1]))
+  sizes = {split: len(pairs) for split, pairs in builtin_grammar.splits(seed=0).items()}
+  assert results[0]['encoded'] == 2 * sum(sizes.values()) and results[1]['encoded'] == 0
+  first, second = (set(result['pairs']) for result in results)
+  assert not first & second
+  kept = results[0]['kept']
+  assert len(first | second) == kept and abs(len(first) - len(second)) < 0.01 * kept

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import REPO, train_command, train_config, two_process_commands
 from transformer_jax import train, workdirs
+from transformer_jax.data import builtin_grammar
 from transformer_jax.translator import Translator
 
 pytestmark = pytest.mark.slow
@@ -232,3 +233,30 @@ def test_a_data_error_on_process_0_stops_the_other_process_too(tmp_path):
   assert 'cannot hold 4 row(s) of config.data.max_length=16' in outputs[0].splitlines()[-1]
   assert outputs[1].splitlines()[-1] == ('error: process 0 could not prepare the data and '
                                          'vocabulary; see its error')
+
+
+def test_bad_corpus_files_stop_training_first_and_a_corrected_rerun_trains(tmp_path):
+  """A text file that is not UTF-8 stops `train` with an error naming file and line before any
+  training, leaving nothing in the workdir (nor a prepared dataset) that the corrected rerun
+  would trip over."""
+  corpus = tmp_path / 'corpus'
+  corpus.mkdir()
+  pairs = builtin_grammar.splits(seed=0)['train'][:2000]
+  for side, lang in enumerate(('en', 'de')):
+    (corpus / f'train.{lang}').write_text(''.join(pair[side] + '\n' for pair in pairs),
+                                          encoding='utf-8')
+  good = (corpus / 'train.de').read_bytes()
+  line = 1500
+  lines = good.split(b'\n')
+  lines[line - 1] = lines[line - 1].replace(b'e', b'\xe9', 1)
+  (corpus / 'train.de').write_bytes(b'\n'.join(lines))
+  config = train_config(**{**_overrides(tmp_path, 2), 'data.dataset': 'files',
+                           'data.train_files': str(corpus / 'train.{lang}'),
+                           'data.validation_files': str(corpus / 'train.{lang}')})
+  workdir = tmp_path / 'run'
+  with pytest.raises(ValueError, match=f'{corpus / "train.de"}, line {line}: not UTF-8'):
+    train.train_and_evaluate(config, str(workdir))
+  assert os.listdir(workdir) == ['lock']
+  (corpus / 'train.de').write_bytes(good)
+  train.train_and_evaluate(config, str(workdir))
+  assert max(r['step'] for r in _records(workdir)) == 2

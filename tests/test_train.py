@@ -102,6 +102,9 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupt
                              [expected[s] for s in sorted(resumed)], rtol=1e-6)
   validation = {r['step']: r['loss'] for r in records if r['split'] == 'validation'}
   assert validation == pytest.approx(_losses(uninterrupted, 'validation'))
+  # The resumed run read the encoded splits the killed one left, not the text.
+  [loaded] = [r for r in records if r['split'] == 'data']
+  assert 'open_tokens' in loaded and 'encode' not in loaded
 
 
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, tmp_path,

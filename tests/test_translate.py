@@ -16,9 +16,9 @@ import orbax.checkpoint as ocp
 import pytest
 import sacrebleu
 
-from conftest import text_of_max_length, train_config
+from conftest import SMALL, text_of_max_length, train_config
 from transformer_jax import bleu, checkpointing, decoding, evaluate, train, translate
-from transformer_jax.data import datasets, pipeline, tokenizer
+from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
 from transformer_jax.translator import Translator
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
@@ -375,3 +375,42 @@ def test_translations_over_two_processes_follow_the_input_order(workdir, tmp_pat
   for process, (_, stderr) in zip(processes, results):
     assert process.returncode == 0, stderr[-3000:]
   assert [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in results] == [expected] * 2
+
+
+def test_a_run_on_text_files_evaluates_and_translates_from_another_directory(tmp_path):
+  """dataset='files' with relative paths: train from the corpus's directory; evaluate and
+  translate elsewhere with no data flags, the references from the test files."""
+  corpus = tmp_path / 'corpus'
+  corpus.mkdir()
+  splits = builtin_grammar.splits(seed=0)
+  for name, pairs in (('train', splits['train'][:3000]), ('valid', splits['validation'][:64]),
+                      ('test', splits['test'][:40])):
+    for side, lang in enumerate(('en', 'de')):
+      (corpus / f'{name}.{lang}').write_text(''.join(pair[side] + '\n' for pair in pairs),
+                                             encoding='utf-8')
+  workdir = tmp_path / 'run'
+  overrides = {**SMALL, 'data.dataset': 'files', 'data.train_files': 'train.{lang}',
+               'data.validation_files': 'valid.{lang}', 'data.test_files': 'test.{lang}',
+               'data.tfds_data_dir': str(tmp_path / 'tfds'), 'train.num_train_steps': 30,
+               'train.checkpoint_every_steps': 30, 'train.eval_every_steps': 30,
+               'train.num_eval_steps': 1, 'train.eval_bleu': False}
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer_jax.train', f'--config={REPO}/configs/base.py',
+       f'--workdir={workdir}'] + [f'--config.{name}={value}' for name, value in overrides.items()],
+      cwd=corpus, capture_output=True, check=False)
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  assert checkpointing.load_config(str(workdir)).data.test_files == str(corpus / 'test.{lang}')
+  result = _run('transformer_jax.evaluate', f'--workdir={workdir}', '--split=test', '--json',
+                '--beam_size=1', '--average_last=1')
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  figures = json.loads(result.stdout.decode().strip().splitlines()[-1])
+  assert figures['sentences'] == 40
+  with open(figures['hypotheses'], encoding='utf-8') as f:
+    hypotheses = f.read().split('\n')[:-1]
+  references = [target for _, target in splits['test'][:40]]
+  assert figures['bleu_detokenized'] == bleu.scores(hypotheses, references, 'de')['detokenized']
+  source = tmp_path / 'input.txt'
+  source.write_text(''.join(s + '\n' for s, _ in splits['test'][:40]), encoding='utf-8')
+  result = _run('transformer_jax.translate', f'--workdir={workdir}', f'--input={source}')
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
+  assert len(result.stdout.decode().split('\n')[:-1]) == 40

@@ -39,6 +39,8 @@ CONFIG_FILENAME = 'config.json'
 _ADDED_FIELDS = {'model.qkv_init': 'separate', 'model.attention_bias': False,
                  'model.decoder_start': 'learned',
                  'data.preprocessing': 'none', 'data.pack_length': 0, 'data.buckets': 'fine',
+                 'data.train_files': None, 'data.validation_files': None,
+                 'data.test_files': None,
                  'train.loss_chunk': 0, 'train.compilation_cache_dir': None,
                  'train.dropout_prng_impl': 'threefry2x32', 'model.attention_impl': 'explicit'}
 
@@ -226,7 +228,8 @@ def _parameter_shapes(config: ml_collections.ConfigDict) -> dict:
 # What the token ids mean and which text they stand for: checkpoints trained under other
 # values hold embeddings of another vocabulary or language pair, so they cannot be resumed.
 _DATA_FIELDS = ('data.dataset', 'data.source_lang', 'data.target_lang', 'data.preprocessing',
-                'data.vocab_size', 'data.spm_model_type', 'data.max_corpus_chars')
+                'data.vocab_size', 'data.spm_model_type', 'data.max_corpus_chars',
+                'data.train_files')
 
 
 def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -36,7 +36,8 @@ _NON_NEGATIVE = ('train.lr_scale', 'train.adam_eps', 'decode.alpha', 'decode.max
 _CHOICES = {
     'dtype': ('float32', 'bfloat16'),
     **{f'model.{field}': choices for field, choices in MODEL_CHOICES.items()},
-    'data.dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'multi30k', 'builtin'),
+    'data.dataset': ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'multi30k', 'builtin',
+                     'files'),
     'data.spm_model_type': ('bpe', 'unigram'),
     'data.preprocessing': preprocessing.CHOICES,
     'data.buckets': ('auto', *batching.BUCKETS),
@@ -115,7 +116,23 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.data.source_lang == config.data.target_lang:
     raise ValueError('config.data.source_lang and config.data.target_lang must differ, both are '
                      f'{config.data.source_lang!r}')
+  if config.data.dataset == 'files':
+    _check_files(config.data)
   _check_axis_rules(config.parallel.axis_rules)
+
+
+def _check_files(data_config: ml_collections.ConfigDict) -> None:
+  """dataset='files' needs train and validation files, each pattern holding '{lang}' once."""
+  for split in ('train', 'validation', 'test'):
+    field = f'{split}_files'
+    pattern = data_config[field]
+    if pattern is None and split != 'test':
+      raise ValueError(f"config.data.{field} must be set for config.data.dataset='files' "
+                       "(e.g. 'corpus/train.{lang}.gz')")
+    if pattern is not None and (not isinstance(pattern, str) or pattern.count('{lang}') != 1
+                                or pattern.replace('{lang}', '').count('{')):
+      raise ValueError(f'config.data.{field}={pattern!r} must be a path holding {{lang}} once, '
+                       'where the file names differ by language (e.g. corpus/train.{lang}.gz)')
 
 
 def _check_axis_rules(rules) -> None:

@@ -30,7 +30,7 @@ import tqdm
 
 from transformer_jax import checkpointing, cli, compilation, config_lib, evaluate, metrics_log
 from transformer_jax import preemption, workdirs
-from transformer_jax.data import pipeline
+from transformer_jax.data import datasets, pipeline
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
 
@@ -111,6 +111,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   throughout (`workdirs.lock`); on SIGTERM saves a checkpoint at the next step boundary and
   returns (`preemption`)."""
   config_lib.validate(config)
+  config = datasets.with_absolute_files(config)
   compilation.use_cache(config)
   if config.parallel.distributed:
     _initialize_distributed(config)
@@ -167,6 +168,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
     evaluator = evaluate.Evaluator(model, data)
     log = metrics_log.MetricsLog(workdir)
     cleanup.callback(log.close)
+    log.write(start, 'data', data.seconds)
+    if lead:
+      print(f'step {start}: data loaded: ' + ', '.join(
+          f'{stage} {seconds:.1f} s' for stage, seconds in data.seconds.items()), flush=True)
     _log_compiles(log, start, 'startup', compilation.so_far() - startup)
     pending = _TrainMetrics()
     progress = tqdm.tqdm(total=train.num_train_steps, initial=start, disable=not lead,

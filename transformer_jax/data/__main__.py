@@ -1,15 +1,20 @@
 r"""Inspects a config's data pipeline.
 
-  python -m transformer_jax.data --config=configs/multi30k.py --inspect [--json]
+  python -m transformer_jax.data --config=configs/multi30k.py --inspect [--json] [--batches=N]
 
 Prints the vocabulary size, pairs per split (kept and dropped), the number of distinct batch
-shapes, mean tokens per batch, the padding fraction (both sides, and the target side), and the
+shapes, mean tokens per batch, the padding fraction (both sides, and the target side), the
 pipeline's throughput: real (non-padding) source + target tokens per second of assembling one
-epoch of training batches.
-The vocabulary is learned into --workdir (a temporary directory if not given).
+epoch of training batches (or its first --batches), how long loading took (preparing the
+dataset, the vocabulary, encoding or opening the encoded splits), the latency of a resumed
+iterator's first batch (restored halfway through its first epoch), and the process's peak
+resident memory.
+The vocabulary and the encoded splits go into --workdir (a temporary directory if not given):
+a second inspection of the same --workdir measures what a resumed run loads.
 """
 
 import json
+import resource
 import tempfile
 import time
 
@@ -23,20 +28,37 @@ from transformer_jax.model_config import PAD_ID
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.')
 _INSPECT = flags.DEFINE_bool('inspect', False, 'Print statistics of the data pipeline.')
 _JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.')
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Where the vocabulary is learned or found.')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Where the vocabulary and the encoded splits '
+                                'are written or found.')
+_BATCHES = flags.DEFINE_integer('batches', None, 'Measure the throughput on the first this many '
+                                'batches of the epoch (default: all of them).')
 
 
 def _real_tokens(batch: dict) -> int:
   return int((batch['inputs'] != PAD_ID).sum() + (batch['targets'] != PAD_ID).sum())
 
 
-def inspect(data: pipeline.Data, seed: int) -> dict:
-  """Statistics of the planned batches and the measured pipeline throughput."""
+def _first_batch_seconds(data: pipeline.Data, seed: int, batches: int) -> float:
+  """Seconds from making a training iterator restored halfway through its first epoch to its
+  first batch, as a resumed run does."""
+  start = time.perf_counter()
+  iterator = data.train_iterator(seed)
+  iterator.set_state({'epoch': 0, 'index': batches // 2, 'batches': batches,
+                      'batching': iterator.batching()})
+  next(iterator)
+  return time.perf_counter() - start
+
+
+def inspect(data: pipeline.Data, seed: int, batches: int | None = None) -> dict:
+  """Statistics of the planned batches and the measured pipeline throughput (over the first
+  `batches` batches, or the whole epoch)."""
   train = data.batchers['train']
   plan = train.plan(seed)
+  first_batch_seconds = _first_batch_seconds(data, seed, len(plan))
   iterator = data.train_iterator(seed)
+  measured = len(plan) if batches is None else min(batches, len(plan))
   start, tokens = time.perf_counter(), 0
-  for _ in range(len(plan)):
+  for _ in range(measured):
     tokens += _real_tokens(next(iterator))
   seconds = time.perf_counter() - start
   return {
@@ -45,10 +67,15 @@ def inspect(data: pipeline.Data, seed: int) -> dict:
                 for split, b in data.batchers.items()},
       'train_batches_per_epoch': len(plan),
       'batch_shapes': len({(len(indices), length) for length, indices in plan}),
-      'mean_tokens_per_batch': tokens / len(plan),
+      'mean_tokens_per_batch': tokens / measured,
       'padding_fraction': batching.padding_fraction(train, plan),
       'target_padding_fraction': batching.padding_fraction(train, plan, ('targets',)),
       'pipeline_tokens_per_second': tokens / seconds,
+      'batches_measured': measured,
+      'load_seconds': data.seconds,
+      'first_batch_seconds': first_batch_seconds,
+      # Linux reports kilobytes.
+      'peak_memory_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
   }
 
 
@@ -57,7 +84,8 @@ def main():
     raise app.UsageError('nothing to do: pass --inspect')
   config = _CONFIG.value
   with tempfile.TemporaryDirectory() as scratch:
-    stats = inspect(pipeline.load(config, _WORKDIR.value or scratch), config.seed)
+    stats = inspect(pipeline.load(config, _WORKDIR.value or scratch), config.seed,
+                    _BATCHES.value)
   if _JSON.value:
     print(json.dumps(stats))
     return
@@ -69,7 +97,12 @@ def main():
   print(f"tokens per batch    {stats['mean_tokens_per_batch']:.0f} real source + target tokens "
         f"on average, padding fraction {stats['padding_fraction']:.3f} "
         f"({stats['target_padding_fraction']:.3f} of the target side)")
-  print(f"pipeline            {stats['pipeline_tokens_per_second']:,.0f} tokens/s")
+  print(f"pipeline            {stats['pipeline_tokens_per_second']:,.0f} tokens/s "
+        f"({stats['batches_measured']} batches)")
+  print('loading             ' + ', '.join(f'{stage} {seconds:.1f} s'
+                                          for stage, seconds in stats['load_seconds'].items()))
+  print(f"resumed iterator    first batch in {stats['first_batch_seconds']:.2f} s")
+  print(f"peak memory         {stats['peak_memory_bytes'] / 2**30:.2f} GiB")
 
 
 if __name__ == '__main__':

@@ -26,6 +26,7 @@ that together cover the batch.
 """
 
 import collections
+import collections.abc
 import dataclasses
 import heapq
 from typing import Iterator, Sequence
@@ -53,20 +54,59 @@ def bucket_lengths(max_length: int, buckets: str = 'fine') -> list[int]:
   return lengths + [max_length]
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Sequences(collections.abc.Sequence):
+  """Token id sequences stored end to end in one array: sequence i is ids[starts[i]:ends[i]].
+
+  `ids` may be memory-mapped (`token_store`): then reading sequence i reads its pages only.
+  """
+
+  ids: np.ndarray
+  starts: np.ndarray
+  ends: np.ndarray
+
+  @classmethod
+  def from_lengths(cls, ids: np.ndarray, lengths: np.ndarray) -> 'Sequences':
+    ends = np.cumsum(lengths, dtype=np.int64)
+    return cls(ids, ends - lengths, ends)
+
+  @classmethod
+  def of(cls, arrays: Sequence[np.ndarray]) -> 'Sequences':
+    lengths = np.array([len(a) for a in arrays], np.int64)
+    ids = np.concatenate(arrays) if len(arrays) else np.zeros(0, np.int32)
+    return cls.from_lengths(ids, lengths)
+
+  def __len__(self) -> int:
+    return len(self.starts)
+
+  def __getitem__(self, i: int) -> np.ndarray:
+    return self.ids[self.starts[i]:self.ends[i]]
+
+  @property
+  def lengths(self) -> np.ndarray:
+    return self.ends - self.starts
+
+  def take(self, indices: np.ndarray) -> 'Sequences':
+    """The sequences at `indices`, sharing `ids`."""
+    return Sequences(self.ids, self.starts[indices], self.ends[indices])
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenizedSplit:
   """Token ids of a split's kept pairs (each side ends with EOS) and how many were dropped."""
 
-  sources: Sequence[np.ndarray]
-  targets: Sequence[np.ndarray]
+  sources: Sequences
+  targets: Sequences
   num_dropped: int
 
   @classmethod
-  def from_pairs(cls, sources, targets, max_length: int) -> 'TokenizedSplit':
+  def from_pairs(cls, sources: Sequences | Sequence[np.ndarray],
+                 targets: Sequences | Sequence[np.ndarray], max_length: int) -> 'TokenizedSplit':
     """Drops the pairs with a side longer than max_length tokens."""
-    keep = [i for i in range(len(sources))
-            if len(sources[i]) <= max_length and len(targets[i]) <= max_length]
-    return cls([sources[i] for i in keep], [targets[i] for i in keep], len(sources) - len(keep))
+    sources, targets = (side if isinstance(side, Sequences) else Sequences.of(side)
+                        for side in (sources, targets))
+    keep = np.flatnonzero((sources.lengths <= max_length) & (targets.lengths <= max_length))
+    return cls(sources.take(keep), targets.take(keep), len(sources) - len(keep))
 
   def __len__(self) -> int:
     return len(self.sources)
@@ -101,12 +141,11 @@ class Batcher:
     return fitting // self.rows_multiple * self.rows_multiple
 
   def _side_lengths(self) -> tuple[np.ndarray, np.ndarray]:
-    return (np.array([len(s) for s in self.split.sources], np.int64),
-            np.array([len(t) for t in self.split.targets], np.int64))
+    return self.split.sources.lengths, self.split.targets.lengths
 
   def _batches(self, length: int, rows: list) -> list[tuple[int, np.ndarray]]:
-    """Rows of pair indices (each an array, -1-padded) grouped into batches of `length`; the
-    last batch filled up with empty rows."""
+    """Packed rows of pair indices grouped into batches of `length`, (rows, pairs per row),
+    -1-padded; the last batch filled up with empty rows."""
     per_batch, batches = self.rows(length), []
     for start in range(0, len(rows), per_batch):
       chunk = rows[start:start + per_batch]
@@ -114,9 +153,19 @@ class Batcher:
       indices = np.full((per_batch, width), -1, np.int64)
       for r, row in enumerate(chunk):
         indices[r, :len(row)] = row
-      batches.append((length, indices[:, 0] if width == 1 and not self.pack_length
-                      else indices))
+      batches.append((length, indices))
     return batches
+
+  def _single_pair_batches(self, length: int,
+                           members: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """`_batches` of one pair per row, at once: a WMT epoch has millions of them."""
+    per_batch = self.rows(length)
+    indices = np.full(-(-len(members) // per_batch) * per_batch, -1, np.int64)
+    indices[:len(members)] = members
+    indices = indices.reshape(-1, per_batch)
+    if self.pack_length:  # as the packed rows: (rows, pairs per row)
+      indices = indices[..., None]
+    return [(length, chunk) for chunk in indices]
 
   def plan(self, seed: int | None, epoch: int = 0) -> list[tuple[int, np.ndarray]]:
     """Batches as (row length, pair indices with -1 for empty rows: (rows,), or (rows, pairs
@@ -140,7 +189,7 @@ class Batcher:
     for b, length in enumerate(self.lengths):
       members = order[buckets[order] == b]
       if len(members):
-        batches += self._batches(length, [[i] for i in members])
+        batches += self._single_pair_batches(length, members)
     if rng is not None:
       batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
@@ -150,26 +199,38 @@ class Batcher:
     targets shifted right behind PAD_ID (tensor2tensor's start symbol). (rows, length) int32,
     padded with PAD_ID. When packed (2-D `indices`), also `source_segments` and
     `target_segments`, and each pair's decoder inputs start with PAD_ID."""
-    packed = indices.ndim == 2
-    rows = indices if packed else indices[:, None]
-    names = (('inputs', 'targets', 'decoder_inputs', 'source_segments', 'target_segments')
-             if packed else ('inputs', 'targets'))
-    batch = {name: np.full((len(rows), length), PAD_ID, np.int32) for name in names}
-    for row, members in enumerate(rows):
+    if indices.ndim == 1:  # one pair per row, gathered at once
+      batch = {'inputs': _rows(self.split.sources, indices, length),
+               'targets': _rows(self.split.targets, indices, length)}
+      batch['decoder_inputs'] = np.pad(batch['targets'][:, :-1], ((0, 0), (1, 0)),
+                                       constant_values=PAD_ID)
+      return batch
+    names = ('inputs', 'targets', 'decoder_inputs', 'source_segments', 'target_segments')
+    batch = {name: np.full((len(indices), length), PAD_ID, np.int32) for name in names}
+    for row, members in enumerate(indices):
       s = t = 0
       for segment, i in enumerate(members[members >= 0], start=1):
         source, target = self.split.sources[i], self.split.targets[i]
         batch['inputs'][row, s:s + len(source)] = source
         batch['targets'][row, t:t + len(target)] = target
-        if packed:
-          batch['source_segments'][row, s:s + len(source)] = segment
-          batch['target_segments'][row, t:t + len(target)] = segment
-          batch['decoder_inputs'][row, t + 1:t + len(target)] = target[:-1]
+        batch['source_segments'][row, s:s + len(source)] = segment
+        batch['target_segments'][row, t:t + len(target)] = segment
+        batch['decoder_inputs'][row, t + 1:t + len(target)] = target[:-1]
         s, t = s + len(source), t + len(target)
-    if not packed:
-      batch['decoder_inputs'] = np.pad(batch['targets'][:, :-1], ((0, 0), (1, 0)),
-                                       constant_values=PAD_ID)
     return batch
+
+
+def _rows(side: Sequences, indices: np.ndarray, length: int) -> np.ndarray:
+  """(rows, length) int32: row r holds sequence indices[r] of `side` followed by PAD_ID, or only
+  PAD_ID where indices[r] is -1."""
+  real = indices >= 0
+  starts = np.where(real, side.starts[indices], 0)
+  lengths = np.where(real, side.ends[indices] - starts, 0)
+  positions = np.arange(length)
+  filled = positions < lengths[:, None]
+  rows = np.full((len(indices), length), PAD_ID, np.int32)
+  rows[filled] = side.ids[(starts[:, None] + positions)[filled]]
+  return rows
 
 
 def _first_fit_decreasing(order: np.ndarray, sources: np.ndarray, targets: np.ndarray,
@@ -243,7 +304,8 @@ class TrainIterator(Iterator[dict]):
             'batching': self.batching()}
 
   def set_state(self, state: dict) -> None:
-    self._start_epoch(int(state['epoch']))
+    if int(state['epoch']) != self._epoch:  # the plan of this epoch is already made
+      self._start_epoch(int(state['epoch']))
     self._index = int(state['index'])
     saved = state.get('batching')  # absent from checkpoints written before it was saved
     if saved is not None:
@@ -287,6 +349,6 @@ def eval_batches(batcher: Batcher, process_index: int = 0,
 def padding_fraction(batcher: Batcher, plan, sides=('sources', 'targets')) -> float:
   """Share of the planned batches' token slots on `sides` (both by default) that hold
   padding."""
-  real = sum(len(ids) for side in sides for ids in getattr(batcher.split, side))
+  real = sum(int(getattr(batcher.split, side).lengths.sum()) for side in sides)
   slots = sum(len(sides) * length * len(indices) for length, indices in plan)
   return 1.0 - real / slots

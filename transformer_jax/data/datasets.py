@@ -22,20 +22,32 @@
     https://github.com/multi30k/dataset (data/task1/raw/), or read from `config.data.manual_dir`
     when that is set, offline. No TensorFlow needed.
   'builtin': `builtin_grammar.splits(seed=0)`, generated English-German pairs; no download.
+  'files': your own parallel text, any language pair: one sentence a line, a file per language
+    and split, plain or gzipped ('.gz'), named by `config.data.train_files`,
+    `validation_files` and `test_files` (optional), patterns with '{lang}' where the names
+    differ by language, e.g. 'corpus/train.{lang}.gz' for corpus/train.en.gz and
+    corpus/train.de.gz. Relative paths are taken from the working directory; training saves
+    them absolute in the run's config.json. Prepared by `_write_files_dataset`, streamed.
 
 `config.data.tfds_data_dir` is where prepared datasets are kept (None: TFDS's default,
 ~/tensorflow_datasets). A dataset is prepared on first use, in the array_record format, whose
-`as_data_source` gives random access without TensorFlow. Raw Multi30k files are checked while
-preparing, i.e. before training: a missing file, files of different line counts, text that is
-not UTF-8 or a corpus with no pairs is an error naming the file (and line).
+`as_data_source` gives random access without TensorFlow. Raw Multi30k files and parallel text
+files are checked while preparing, i.e. before training: a missing file, files of different
+line counts, text that is not UTF-8 or a corpus with no pairs is an error naming the file (and
+line), and TFDS keeps nothing of a failed preparation.
 """
 
 import collections.abc
 import contextlib
 import fcntl
 import gzip
+import hashlib
+import itertools
 import os
+import shutil
 import zlib
+
+from array_record.python import array_record_module
 
 from absl import logging
 from etils import epath
@@ -60,9 +72,9 @@ _MULTI30K_CITATION = """\
 }"""
 
 
-def _read_lines(path: epath.PathLike) -> list[str]:
-  """The lines of a gzipped UTF-8 text file, without surrounding whitespace (in Multi30k only
-  noise: 40 lines of train.de end in a space).
+def _lines(path: epath.PathLike) -> collections.abc.Iterator[str]:
+  """The lines of a UTF-8 text file, gzipped if its name ends in '.gz', without surrounding
+  whitespace (in Multi30k only noise: 40 lines of train.de end in a space), read as a stream.
 
   Lines end at '\\n' only (str.splitlines would also split at characters such as U+2028 and
   shift one side against the other); a final newline does not start another line.
@@ -70,45 +82,64 @@ def _read_lines(path: epath.PathLike) -> list[str]:
   path = epath.Path(path)
   if not path.is_file():
     raise FileNotFoundError(f'No such file: {path}')
+  number = 0
   try:
-    data = gzip.decompress(path.read_bytes())
+    with path.open('rb') as raw, (gzip.open(raw) if path.name.endswith('.gz')
+                                  else contextlib.nullcontext(raw)) as stream:
+      for number, line in enumerate(stream, start=1):
+        yield line.decode('utf-8').strip()
   except (gzip.BadGzipFile, EOFError, zlib.error) as error:
     raise ValueError(f'{path} is not a valid gzip file: {error}') from error
-  try:
-    text = data.decode('utf-8')
   except UnicodeDecodeError as error:
-    line = data.count(b'\n', 0, error.start) + 1
-    raise ValueError(f'{path}, line {line}: not UTF-8 text ({error.reason})') from error
-  lines = text.split('\n')
-  if lines[-1] == '':
-    lines.pop()
-  return [line.strip() for line in lines]
+    raise ValueError(f'{path}, line {number}: not UTF-8 text ({error.reason})') from error
+
+
+class ParallelText(collections.abc.Iterable):
+  """Aligned (source, target) sentences of two UTF-8 files (gzipped: '.gz'), line i with line
+  i, streamed: memory does not grow with the corpus.
+
+  A pair with an empty (or whitespace-only) side is skipped, not shifted against the other
+  side, with a warning that counts them (`skipped` after iterating). Iterating raises
+  FileNotFoundError for a missing file and ValueError for files of different line counts,
+  bytes that are not UTF-8 (naming the file and line) or no pairs; the last two only once the
+  files are read to the end.
+  """
+
+  def __init__(self, source_path: epath.PathLike, target_path: epath.PathLike):
+    self.source_path, self.target_path = source_path, target_path
+    self.skipped = 0
+
+  def __iter__(self) -> collections.abc.Iterator[tuple[str, str]]:
+    source_lines = target_lines = kept = 0
+    for source, target in itertools.zip_longest(_lines(self.source_path),
+                                                _lines(self.target_path)):
+      source_lines += source is not None
+      target_lines += target is not None
+      if source and target:
+        kept += 1
+        yield source, target
+    if source_lines != target_lines:
+      raise ValueError(f'Parallel files differ in length: {self.source_path} has '
+                       f'{source_lines} lines, {self.target_path} has {target_lines}')
+    if not kept:
+      raise ValueError(f'No sentence pairs in {self.source_path} and {self.target_path}: every '
+                       'line pair has an empty side')
+    self.skipped = source_lines - kept
+    if self.skipped:
+      logging.warning('Skipped %d of %d line pairs with an empty side in %s and %s',
+                      self.skipped, source_lines, self.source_path, self.target_path)
 
 
 def read_parallel(source_path: epath.PathLike,
                   target_path: epath.PathLike) -> tuple[list[tuple[str, str]], int]:
-  """Aligned (source, target) sentences from two gzipped UTF-8 files, line i with line i.
-
-  A pair with an empty (or whitespace-only) side is skipped, not shifted against the other
-  side; returns the pairs kept and the number skipped. Raises FileNotFoundError for a missing
-  file and ValueError for files of different line counts, bytes that are not UTF-8 or no pairs.
-  """
-  source, target = _read_lines(source_path), _read_lines(target_path)
-  if len(source) != len(target):
-    raise ValueError(f'Parallel files differ in length: {source_path} has {len(source)} lines, '
-                     f'{target_path} has {len(target)}')
-  pairs = [(s, t) for s, t in zip(source, target) if s and t]
-  if not pairs:
-    raise ValueError(f'No sentence pairs in {source_path} and {target_path}: every line pair '
-                     'has an empty side')
-  num_skipped = len(source) - len(pairs)
-  if num_skipped:
-    logging.warning('Skipped %d of %d line pairs with an empty side in %s and %s', num_skipped,
-                    len(source), source_path, target_path)
-  return pairs, num_skipped
+  """`ParallelText`'s pairs as a list, and the number of line pairs skipped."""
+  text = ParallelText(source_path, target_path)
+  pairs = list(text)
+  return pairs, text.skipped
 
 
-def _keyed_examples(pairs: list[tuple[str, str]], languages: tuple[str, str]):
+def _keyed_examples(pairs: collections.abc.Iterable[tuple[str, str]],
+                    languages: tuple[str, str]):
   """(key, {source_language: source, target_language: target}) in corpus order."""
   for key, pair in enumerate(pairs):
     yield key, dict(zip(languages, pair))
@@ -154,8 +185,7 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
     return {split: self._generate_examples(*pair) for split, pair in paths.items()}
 
   def _generate_examples(self, source_path: epath.Path, target_path: epath.Path):
-    pairs, _ = read_parallel(source_path, target_path)
-    return _keyed_examples(pairs, self._languages)
+    return _keyed_examples(ParallelText(source_path, target_path), self._languages)
 
 
 class BuiltinTranslation(tfds.core.GeneratorBasedBuilder):
@@ -183,6 +213,97 @@ class BuiltinTranslation(tfds.core.GeneratorBasedBuilder):
     return _keyed_examples(pairs, ('en', 'de'))
 
 
+FILES_FIELDS = {'train': 'train_files', 'validation': 'validation_files', 'test': 'test_files'}
+FILES_VERSION = '1.0.0'
+
+
+def files_of(data_config: ml_collections.ConfigDict, split: str) -> tuple[str, str]:
+  """The absolute (source, target) paths of `split` in a 'files' dataset: its pattern
+  (config.data.train_files, ...) with '{lang}' replaced by each language."""
+  field = FILES_FIELDS[split]
+  pattern = data_config[field]
+  if not pattern:
+    raise ValueError(f'config.data.{field} is not set: config.data.dataset=\'files\' has no '
+                     f'{split} split')
+  return tuple(os.path.abspath(os.path.expanduser(pattern.format(lang=language)))
+               for language in (data_config.source_lang, data_config.target_lang))
+
+
+def with_absolute_files(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` with config.data.train_files, ... made absolute (a copy), so that the run's
+  config.json names the files wherever `evaluate` reads it."""
+  config = config.copy_and_resolve_references()
+  for field in FILES_FIELDS.values():
+    if config.data[field]:
+      config.data[field] = os.path.abspath(os.path.expanduser(config.data[field]))
+  return config
+
+
+def _files_directory(data_config: ml_collections.ConfigDict) -> epath.Path:
+  """Where a 'files' dataset is prepared: tfds_data_dir/parallel_files/<pair>-<digest>/1.0.0,
+  the digest of the files' absolute paths, sizes and modification times (a changed file, or
+  another corpus, is prepared anew; an unchanged one is read where it was)."""
+  languages = (data_config.source_lang, data_config.target_lang)
+  identity = hashlib.sha256(repr(languages).encode())
+  for split in splits(data_config):
+    for path in files_of(data_config, split):
+      # A missing file joins the digest as missing; preparing then names it.
+      stat = os.stat(path) if os.path.isfile(path) else None
+      identity.update(repr((split, path, stat and stat.st_size,
+                            stat and stat.st_mtime_ns)).encode())
+  root = epath.Path(data_config.tfds_data_dir or tfds.core.constants.DATA_DIR)
+  return (root / 'parallel_files' / f'{"-".join(languages)}-{identity.hexdigest()[:16]}'
+          / FILES_VERSION)
+
+
+def _write_files_dataset(data_config: ml_collections.ConfigDict, directory: epath.Path) -> None:
+  """Prepares a 'files' dataset: each split's pairs streamed from its text files
+  (`ParallelText`) into one array_record file, then TFDS's metadata (`write_metadata`), all in
+  a temporary directory renamed to `directory` once complete, removed on an error.
+
+  TFDS's own generator-based preparation holds a split's examples in memory up to 1 GB and
+  then spills them through TensorFlow: a corpus of WMT's size would need both.
+  """
+  languages = (data_config.source_lang, data_config.target_lang)
+  features = _text_features(languages)
+  temporary = directory.parent / f'.incomplete.{directory.name}.{os.getpid()}'
+  shutil.rmtree(temporary, ignore_errors=True)
+  temporary.mkdir(parents=True)
+  try:
+    split_infos = []
+    for split in splits(data_config):
+      path = temporary / f'parallel_files-{split}.array_record-00000-of-00001'
+      writer = array_record_module.ArrayRecordWriter(str(path), 'group_size:1')
+      count = 0
+      try:
+        for pair in ParallelText(*files_of(data_config, split)):
+          writer.write(features.serialize_example(dict(zip(languages, pair))))
+          count += 1
+      finally:
+        writer.close()
+      split_infos.append(tfds.core.SplitInfo(name=split, shard_lengths=[count],
+                                             num_bytes=os.path.getsize(path)))
+    tfds.folder_dataset.write_metadata(
+        data_dir=temporary, features=features, split_infos=split_infos, version=FILES_VERSION,
+        check_data=False, supervised_keys=languages,
+        description='Parallel text files: ' + ', '.join(
+            path for split in splits(data_config) for path in files_of(data_config, split)))
+    temporary.rename(directory)
+  finally:
+    shutil.rmtree(temporary, ignore_errors=True)
+
+
+def _files_builder(data_config: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder:
+  """The prepared 'files' dataset, prepared first if missing (one process at a time)."""
+  _check_languages(data_config, [data_config.source_lang, data_config.target_lang])
+  directory = _files_directory(data_config)
+  if not (directory / 'dataset_info.json').exists():
+    with _locked(directory.parent):
+      if not (directory / 'dataset_info.json').exists():
+        _write_files_dataset(data_config, directory)
+  return tfds.builder_from_directory(directory)
+
+
 def _decoded(example: dict) -> dict[str, str]:
   return {language: text.decode('utf-8') if isinstance(text, bytes) else text
           for language, text in example.items()}
@@ -195,8 +316,9 @@ class _Examples(collections.abc.Sequence):
   # one (builtin_translation's 40000 training examples: 0.8 s against 3.1 s on 2 CPU cores).
   _CHUNK = 1000
 
-  def __init__(self, data_source: collections.abc.Sequence):
+  def __init__(self, data_source: collections.abc.Sequence, name: str):
     self._data_source = data_source
+    self.name = name  # the prepared dataset's name, config and version
 
   def __len__(self) -> int:
     return len(self._data_source)
@@ -211,6 +333,10 @@ class _Examples(collections.abc.Sequence):
     for start in range(0, len(self), self._CHUNK):
       yield from self[start:start + self._CHUNK]
 
+  def take(self, indices: collections.abc.Sequence[int]) -> list[dict[str, str]]:
+    """The examples at `indices`, read together."""
+    return [_decoded(example) for example in self._data_source.__getitems__(list(indices))]
+
 
 def _multi30k_name(source_lang: str, target_lang: str) -> str:
   """English first: en->de and de->en both read 'multi30k/en-de'."""
@@ -223,16 +349,29 @@ def _multi30k_name(source_lang: str, target_lang: str) -> str:
   return f'multi30k/en-{other}'
 
 
-def _tfds_name(data_config: ml_collections.ConfigDict) -> str:
-  dataset = data_config.dataset
+def _builder(data_config: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder:
+  """The TFDS builder of `data_config.dataset`, its languages checked."""
+  dataset, data_dir = data_config.dataset, data_config.tfds_data_dir
   if dataset in ('wmt14_translate/de-en', 'wmt14_translate/fr-en'):
-    return dataset
-  if dataset == 'multi30k':
-    return _multi30k_name(data_config.source_lang, data_config.target_lang)
-  if dataset == 'builtin':
-    return 'builtin_translation'
-  raise ValueError(f"config.data.dataset={dataset!r}: expected 'wmt14_translate/de-en', "
-                   "'wmt14_translate/fr-en', 'multi30k' or 'builtin'")
+    name = dataset
+  elif dataset == 'multi30k':
+    name = _multi30k_name(data_config.source_lang, data_config.target_lang)
+  elif dataset == 'builtin':
+    name = 'builtin_translation'
+  else:
+    raise ValueError(f"config.data.dataset={dataset!r}: expected 'wmt14_translate/de-en', "
+                     "'wmt14_translate/fr-en', 'multi30k', 'builtin' or 'files'")
+  builder = tfds.builder(name, data_dir=data_dir)
+  _check_languages(data_config, list(builder.info.features.keys()))
+  return builder
+
+
+def splits(data_config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """The splits the dataset has: 'train', 'validation' and 'test', except a 'files' dataset
+  without config.data.test_files."""
+  if data_config.dataset == 'files' and not data_config.test_files:
+    return ('train', 'validation')
+  return ('train', 'validation', 'test')
 
 
 def _check_languages(data_config: ml_collections.ConfigDict, languages: list[str]) -> None:
@@ -255,15 +394,15 @@ def _download_config(manual_dir: str | None) -> tfds.download.DownloadConfig:
 
 
 @contextlib.contextmanager
-def _preparing(builder: tfds.core.DatasetBuilder) -> collections.abc.Iterator[None]:
-  """Holds an exclusive lock beside the dataset's directory while it is prepared.
+def _locked(directory: epath.PathLike) -> collections.abc.Iterator[None]:
+  """Holds an exclusive lock in `directory`, beside a dataset's directory, while it is prepared.
 
   Two processes that prepare the same dataset at once (two sweep runners on a fresh machine)
   would both write it, and the second to finish fails: TFDS cannot rename its directory onto
   the first one's. With the lock, the second waits and then reuses the first one's dataset.
   Only local directories are locked (fcntl locks mean nothing on gs:// and other remote paths).
   """
-  directory = os.path.dirname(str(builder.data_dir))
+  directory = str(directory)
   if '://' in directory:
     yield
     return
@@ -281,12 +420,16 @@ def load_split(data_config: ml_collections.ConfigDict,
   at a time; others wait for it). Each example is {language: sentence} with both languages;
   `source_target` orders them for translation.
   """
-  builder = tfds.builder(_tfds_name(data_config), data_dir=data_config.tfds_data_dir)
-  _check_languages(data_config, list(builder.info.features.keys()))
+  if split not in splits(data_config):
+    files_of(data_config, split)  # names the missing field
+  if data_config.dataset == 'files':
+    builder = _files_builder(data_config)
+    return _Examples(builder.as_data_source(split=split), builder.info.full_name)
+  builder = _builder(data_config)
   if not builder.is_prepared():
-    with _preparing(builder):
+    with _locked(os.path.dirname(str(builder.data_dir))):
       # A builder made before another process finished preparing does not know its splits.
-      builder = tfds.builder(_tfds_name(data_config), data_dir=data_config.tfds_data_dir)
+      builder = _builder(data_config)
       try:
         builder.download_and_prepare(file_format='array_record',
                                      download_config=_download_config(data_config.manual_dir))
@@ -295,7 +438,7 @@ def load_split(data_config: ml_collections.ConfigDict,
             f'{builder.name} is not prepared in {builder.data_dir} and downloading it failed '
             f'({type(e).__name__}: {e}). Prepare it where the network is reachable and set '
             'config.data.tfds_data_dir, or give config.data.manual_dir') from e
-  return _Examples(builder.as_data_source(split=split))
+  return _Examples(builder.as_data_source(split=split), builder.info.full_name)
 
 
 def source_target(example: dict[str, str],

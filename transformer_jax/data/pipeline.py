@@ -4,30 +4,38 @@
   train = data.train_iterator(seed=config.seed)   # endless, restorable batches
   for batch in data.eval_batches('validation'): ...
 
-The vocabulary is learned once from the training split and saved as `workdir/spm.model`; a
-resumed run (or `config.data.spm_model`) reuses it.
+The vocabulary is learned once from a sample of the training split and saved as
+`workdir/spm.model`; a resumed run (or `config.data.spm_model`) reuses it. Each split is
+encoded once, streamed into `workdir/tokens` (`token_store`), and read from there memory-mapped.
 """
 
+import collections.abc
 import dataclasses
+import functools
+import hashlib
 import os
-from typing import Iterator
+import time
+from typing import Iterator, Sequence
 
 from absl import logging
 import jax
 import ml_collections
+import numpy as np
 import sentencepiece as spm
 
-from transformer_jax.data import batching, datasets, preprocessing, tokenizer
+from transformer_jax.data import batching, datasets, preprocessing, token_store, tokenizer
 
-SPLITS = ('train', 'validation', 'test')
+# Pairs read at a time for the vocabulary's sample.
+_SAMPLE_CHUNK = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
 class Data:
-  """A tokenizer and a batcher per split."""
+  """A tokenizer, a batcher per split, and the seconds each stage of loading took."""
 
   tokenizer: spm.SentencePieceProcessor
   batchers: dict[str, batching.Batcher]
+  seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
   def train_iterator(self, seed: int, process_index: int = 0,
                      process_count: int = 1) -> batching.TrainIterator:
@@ -60,18 +68,63 @@ def pack_length(config: ml_collections.ConfigDict) -> int:
 
 
 def vocabulary(config: ml_collections.ConfigDict, workdir: str,
-               train_pairs: list[tuple[str, str]]) -> spm.SentencePieceProcessor:
-  """`config.data.spm_model` if given, else `workdir/spm.model`, learned first if missing."""
+               train: Sequence[tuple[str, str]] = ()) -> spm.SentencePieceProcessor:
+  """`config.data.spm_model` if given, else `workdir/spm.model`, learned first if missing
+  from a sample of the `train` pairs (`vocabulary_sample`)."""
   path = config.data.spm_model or os.path.join(workdir, tokenizer.MODEL_FILENAME)
   if _to_learn(config, workdir):
-    texts = [text for pair in train_pairs for text in pair]
-    tokenizer.train(texts, path, config.data.vocab_size, config.data.spm_model_type,
+    tokenizer.train(vocabulary_sample(train, config.data.max_corpus_chars, config.seed), path,
+                    config.data.vocab_size, config.data.spm_model_type,
                     config.data.max_corpus_chars, config.seed)
   processor = tokenizer.load(path)
   if processor.vocab_size() != config.data.vocab_size:
     raise ValueError(f'{path} has {processor.vocab_size()} tokens but config.data.vocab_size is '
                      f'{config.data.vocab_size}')
   return processor
+
+
+def vocabulary_sample(pairs: Sequence[tuple[str, str]], max_chars: int, seed: int) -> list[str]:
+  """Source and target sentences of seeded random pairs, read until they hold `max_chars`
+  characters (all pairs when they hold fewer), in corpus order: a corpus of millions of pairs
+  is not read whole to learn the vocabulary (`tokenizer.train` then samples sentences)."""
+  order = np.random.default_rng(seed).permutation(len(pairs))
+  chosen, chars = {}, 0
+  for start in range(0, len(order), _SAMPLE_CHUNK):
+    if chars >= max_chars:
+      break
+    indices = order[start:start + _SAMPLE_CHUNK]
+    read = dict(zip(np.sort(indices).tolist(), pairs.take(np.sort(indices))))
+    for i in indices.tolist():
+      if chars >= max_chars:
+        break
+      chosen[i] = read[i]
+      chars += len(read[i][0]) + len(read[i][1])
+  return [text for i in sorted(chosen) for text in chosen[i]]
+
+
+class _Pairs(collections.abc.Sequence):
+  """A split's examples as preprocessed (source, target) texts, read a slice or a list of
+  indices at a time."""
+
+  def __init__(self, examples: Sequence[dict], config: ml_collections.ConfigDict,
+               preprocess: preprocessing.Preprocessing):
+    self._examples, self._config, self._preprocess = examples, config, preprocess
+    self.name = examples.name
+
+  def __len__(self) -> int:
+    return len(self._examples)
+
+  def _pairs(self, examples: list[dict]) -> list[tuple[str, str]]:
+    return [self._preprocess.pair(*datasets.source_target(example, self._config.data))
+            for example in examples]
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self._pairs(self._examples[index])
+    return self._pairs([self._examples[index]])[0]
+
+  def take(self, indices: Sequence[int]) -> list[tuple[str, str]]:
+    return self._pairs(self._examples.take(indices))
 
 
 def _to_learn(config: ml_collections.ConfigDict, workdir: str) -> bool:
@@ -81,35 +134,66 @@ def _to_learn(config: ml_collections.ConfigDict, workdir: str) -> bool:
 
 
 def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1) -> Data:
-  """Reads, preprocesses, tokenizes and plans every split; all input errors surface here,
-  before training."""
+  """Prepares (or opens) every split, learns (or loads) the vocabulary, encodes the splits into
+  `workdir/tokens` (or opens them there: `token_store`) and plans their batches; all input
+  errors surface here, before training. `Data.seconds` says how long each stage took."""
+  seconds = {}
+  clock = time.perf_counter()
+
+  def lap(stage: str) -> None:
+    nonlocal clock
+    seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - clock
+    clock = time.perf_counter()
+
   preprocess = preprocessing.from_config(config.data)
   # A given or saved vocabulary is checked first, before the (possibly long) data preparation.
-  processor = None if _to_learn(config, workdir) else vocabulary(config, workdir, train_pairs=[])
-  pairs = {split: [preprocess.pair(source, target)
-                   for source, target in datasets.load_pairs(config.data, split)]
-           for split in SPLITS}
+  processor = None if _to_learn(config, workdir) else vocabulary(config, workdir)
+  lap('vocabulary')
+  pairs = {split: _Pairs(datasets.load_split(config.data, split), config, preprocess)
+           for split in datasets.splits(config.data)}
+  lap('prepare')
   if processor is None:
     processor = vocabulary(config, workdir, pairs['train'])
+  lap('vocabulary')
+  identity = {'vocabulary': hashlib.sha256(processor.serialized_model_proto()).hexdigest(),
+              'preprocessing': config.data.preprocessing,
+              'source_lang': config.data.source_lang, 'target_lang': config.data.target_lang}
+  dtype = np.uint16 if processor.vocab_size() <= 2**16 else np.int32
+  tokenized, fresh = {}, False
+  for split, split_pairs in pairs.items():
+    sides, encoded = token_store.encoded(
+        workdir, split, split_pairs, functools.partial(tokenizer.encode_flat, processor, dtype=dtype),
+        {'dataset': split_pairs.name, **identity}, dtype)
+    fresh |= encoded
+    tokenized[split] = batching.TokenizedSplit.from_pairs(*sides, config.data.max_length)
+  lap('encode' if fresh else 'open_tokens')
   # A training batch's rows split into grad_accum_steps micro-batches over the batch axes; an
   # evaluation batch is one micro-batch.
   eval_rows_multiple = max(1, rows_multiple // config.train.grad_accum_steps)
-  return Data(processor, {
-      split: batcher(config, processor, pairs[split],
-                     rows_multiple if split == 'train' else eval_rows_multiple, split)
-      for split in SPLITS})
+  batchers = {split: _batcher(config, tokenized[split],
+                              rows_multiple if split == 'train' else eval_rows_multiple, split)
+              for split in tokenized}
+  logging.info('data loaded: %s', ', '.join(f'{stage} {s:.1f} s' for stage, s in seconds.items()))
+  return Data(processor, batchers, seconds)
 
 
 def batcher(config: ml_collections.ConfigDict, processor: spm.SentencePieceProcessor,
             pairs: list[tuple[str, str]], rows_multiple: int = 1,
             name: str = 'split') -> batching.Batcher:
-  """Tokenizes (source, target) text pairs and plans their batches; pairs with a side longer
-  than `config.data.max_length` tokens are dropped. Batches other than the 'train' split's
-  hold one micro-batch's tokens (`tokens_per_batch / grad_accum_steps`): evaluation runs no
-  accumulation, and beam search multiplies its rows by the beam."""
+  """Tokenizes (source, target) text pairs in memory and plans their batches (`_batcher`)."""
   sources = tokenizer.encode(processor, [source for source, _ in pairs])
   targets = tokenizer.encode(processor, [target for _, target in pairs])
-  tokenized = batching.TokenizedSplit.from_pairs(sources, targets, config.data.max_length)
+  return _batcher(config, batching.TokenizedSplit.from_pairs(sources, targets,
+                                                              config.data.max_length),
+                  rows_multiple, name)
+
+
+def _batcher(config: ml_collections.ConfigDict, tokenized: batching.TokenizedSplit,
+             rows_multiple: int, name: str) -> batching.Batcher:
+  """Plans a tokenized split's batches; pairs with a side longer than `config.data.max_length`
+  tokens were dropped. Batches other than the 'train' split's hold one micro-batch's tokens
+  (`tokens_per_batch / grad_accum_steps`): evaluation runs no accumulation, and beam search
+  multiplies its rows by the beam."""
   logging.info('%s: %d pairs kept, %d longer than %d tokens dropped', name, len(tokenized),
                tokenized.num_dropped, config.data.max_length)
   if not len(tokenized):

@@ -5,6 +5,7 @@ Fixed ids: 0 = padding (also the decoder's start symbol, as in tensor2tensor), 1
 sentence, 2 = unknown. There is no beginning-of-sentence token.
 """
 
+import itertools
 import os
 from typing import Sequence
 
@@ -64,6 +65,20 @@ def encode(processor: spm.SentencePieceProcessor, texts: Sequence[str]) -> list[
   """Token ids of each text followed by EOS_ID."""
   pieces = processor.encode(list(texts), out_type=int, num_threads=os.cpu_count() or 1)
   return [np.array(ids + [EOS_ID], np.int32) for ids in pieces]
+
+
+def encode_flat(processor: spm.SentencePieceProcessor, texts: Sequence[str],
+                dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+  """`encode` end to end: (the token ids of all texts in one array of `dtype`, each text's
+  followed by EOS_ID; the number of ids of each text, EOS_ID included)."""
+  pieces = processor.encode(list(texts), out_type=int, num_threads=os.cpu_count() or 1)
+  lengths = np.fromiter(map(len, pieces), np.int64, len(pieces)) + 1
+  ids = np.full(int(lengths.sum()), EOS_ID, dtype)
+  words = np.ones(len(ids), bool)
+  words[np.cumsum(lengths) - 1] = False
+  ids[words] = np.fromiter(itertools.chain.from_iterable(pieces), dtype,
+                           int(lengths.sum()) - len(pieces))
+  return ids, lengths
 
 
 def decode(processor: spm.SentencePieceProcessor, ids) -> str:
