@@ -34,7 +34,7 @@
 `as_data_source` gives random access without TensorFlow. Raw Multi30k files and parallel text
 files are checked while preparing, i.e. before training: a missing file, files of different
 line counts, text that is not UTF-8 or a corpus with no pairs is an error naming the file (and
-line), and TFDS keeps nothing of a failed preparation.
+line), and nothing of a failed preparation is kept.
 """
 
 import collections.abc
@@ -47,9 +47,8 @@ import os
 import shutil
 import zlib
 
-from array_record.python import array_record_module
-
 from absl import logging
+from array_record.python import array_record_module
 from etils import epath
 import ml_collections
 import requests
