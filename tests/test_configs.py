@@ -213,6 +213,10 @@ def test_invalid_values_name_the_field(field, value, message):
      'config.data.train_files=.* must be a path holding'),
     ({'data.train_files': 'c/train.{lang}', 'data.validation_files': 'c/valid.{lang}',
       'data.test_files': 'c/test.{language}'}, 'config.data.test_files=.* must be a path'),
+    ({'data.train_files': 'gs://b/train.{lang}', 'data.validation_files': 'c/valid.{lang}'},
+     "config.data.train_files='gs://b/train.{lang}': .* needs local paths"),
+    ({'data.train_files': 'c/train.{lang}', 'data.validation_files': 'c/valid.{lang}',
+      'data.tfds_data_dir': 'gs://b/tfds'}, "config.data.tfds_data_dir='gs://b/tfds': "),
 ])
 def test_a_files_dataset_names_its_missing_or_malformed_field(fields, message):
   config = base.get_config()
@@ -221,7 +225,7 @@ def test_a_files_dataset_names_its_missing_or_malformed_field(fields, message):
     config_lib.validate(config)
   config.update_from_flattened_dict({'data.train_files': 'c/train.{lang}',
                                      'data.validation_files': 'c/valid.{lang}',
-                                     'data.test_files': None})
+                                     'data.test_files': None, 'data.tfds_data_dir': None})
   config_lib.validate(config)  # the test split is optional
 
 

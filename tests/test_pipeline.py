@@ -170,49 +170,68 @@ def test_encoded_splits_are_the_tokenizer_ids_and_a_second_load_reads_no_text(
       np.testing.assert_array_equal(kept.targets[i], expected.targets[i])
   assert set(data.seconds) == {'vocabulary', 'prepare', 'encode'}
 
-  def must_not_encode(*args, **kwargs):
+  def must_not_read(*args, **kwargs):
     raise AssertionError('the encoded splits should have been reused')
 
-  monkeypatch.setattr(tokenizer, 'encode_flat', must_not_encode)
-  monkeypatch.setattr(pipeline.datasets._Examples, '__getitem__', must_not_encode)
+  monkeypatch.setattr(tokenizer, 'encode_flat', must_not_read)
+  monkeypatch.setattr(pipeline.datasets, 'load_split', must_not_read)
   again = pipeline.load(config, workdir, rows_multiple=2)
   assert 'open_tokens' in again.seconds and 'encode' not in again.seconds
   assert isinstance(again.batchers['train'].split.sources.ids.base, np.memmap)
   first, second = data.train_iterator(seed=3), again.train_iterator(seed=3)
   for _ in range(5):
-    for name, array in next(first).items():
-      np.testing.assert_array_equal(next(second)[name] if name == 'inputs' else array, array)
+    expected, got = next(first), next(second)
+    assert set(got) == set(expected)
+    for name, array in expected.items():
+      np.testing.assert_array_equal(got[name], array)
 
 
-def _store(workdir, pairs, identity, calls=None):
-  def encode(texts):
-    if calls is not None:
-      calls.append(len(texts))
-    lengths = np.array([len(text) + 1 for text in texts])
-    ids = np.concatenate([np.append([ord(c) for c in text], tokenizer.EOS_ID) for text in texts])
-    return ids.astype(np.uint16), lengths
-  return token_store.encoded(str(workdir), 'train', pairs, encode, identity, np.uint16)
+def _encode(texts, dtype=np.uint16, calls=None):
+  """Each character's code point, then EOS."""
+  if calls is not None:
+    calls.append(len(texts))
+  lengths = np.array([len(text) + 1 for text in texts])
+  ids = np.concatenate([np.append([ord(c) for c in text], tokenizer.EOS_ID) for text in texts])
+  return ids.astype(dtype), lengths
 
 
-def test_token_store_encodes_in_chunks_and_again_only_for_other_data(tmp_path, monkeypatch):
+def _write(workdir, pairs, identity, calls=None, dtype=np.uint16):
+  return token_store.write(str(workdir), 'train', pairs,
+                           lambda texts: _encode(texts, dtype, calls), identity, dtype)
+
+
+def test_token_store_writes_in_chunks_and_reads_back_only_for_the_same_data(tmp_path,
+                                                                            monkeypatch):
   monkeypatch.setattr(token_store, 'CHUNK', 3)
   pairs = [(f's{i}', 't' * (i % 4 + 1)) for i in range(8)]
   calls = []
-  (sources, targets), fresh = _store(tmp_path, pairs, {'vocabulary': 'a'}, calls)
-  assert fresh and calls == [3, 3, 3, 3, 2, 2]  # each side of each chunk
+  sources, targets = _write(tmp_path, pairs, {'vocabulary': 'a'}, calls)
+  assert calls == [3, 3, 3, 3, 2, 2]  # each side of each chunk
   for i, (source, target) in enumerate(pairs):
     assert sources[i].tolist() == [ord(c) for c in source] + [tokenizer.EOS_ID]
     assert targets[i].tolist() == [ord(c) for c in target] + [tokenizer.EOS_ID]
-  calls.clear()
-  assert not _store(tmp_path, pairs, {'vocabulary': 'a'}, calls)[1] and not calls
-  assert _store(tmp_path, pairs, {'vocabulary': 'b'}, calls)[1] and calls
-  assert _store(tmp_path, pairs[:7], {'vocabulary': 'b'})[1]
+  again = token_store.saved(str(tmp_path), 'train', {'vocabulary': 'a'})
+  assert [a.tolist() for a in again[0]] == [a.tolist() for a in sources]
+  assert token_store.saved(str(tmp_path), 'train', {'vocabulary': 'b'}) is None
+  assert token_store.saved(str(tmp_path), 'validation', {'vocabulary': 'a'}) is None
+  # Ids that do not add up to the lengths (a damaged file) are not read back.
+  with open(tmp_path / 'tokens' / 'train.target', 'r+b') as f:
+    f.truncate(4)
+  assert token_store.saved(str(tmp_path), 'train', {'vocabulary': 'a'}) is None
+
+
+def test_token_store_keeps_ids_beyond_16_bits_as_int32(tmp_path):
+  pairs = [('\U0001F600 x', 'y'), ('z', '\U0001F601')]  # code points above 65535
+  sources, targets = _write(tmp_path, pairs, {'vocabulary': 'big'}, dtype=np.int32)
+  assert sources[0].tolist() == [0x1F600, ord(' '), ord('x'), tokenizer.EOS_ID]
+  assert targets[1].tolist() == [0x1F601, tokenizer.EOS_ID]
+  assert sources.ids.dtype == np.int32
 
 
 def test_a_split_interrupted_while_encoding_is_encoded_again(tmp_path, monkeypatch):
   monkeypatch.setattr(token_store, 'CHUNK', 3)
   pairs = [(f'source {i}', f'target {i}') for i in range(8)]
-  _store(tmp_path, pairs, {'vocabulary': 'a'})
+  _write(tmp_path, pairs, {'vocabulary': 'a'})
   calls = []
 
   class Interrupted(Exception):
@@ -222,14 +241,45 @@ def test_a_split_interrupted_while_encoding_is_encoded_again(tmp_path, monkeypat
     calls.append(len(texts))
     if len(calls) == 3:
       raise Interrupted
-    return np.ones(len(texts), np.uint16), np.ones(len(texts), np.int64)
+    return _encode(texts)
 
   with pytest.raises(Interrupted):
-    token_store.encoded(str(tmp_path), 'train', pairs, failing, {'vocabulary': 'b'}, np.uint16)
+    token_store.write(str(tmp_path), 'train', pairs, failing, {'vocabulary': 'b'}, np.uint16)
   assert sorted(os.listdir(tmp_path / 'tokens')) == ['train.lengths.npy', 'train.source',
                                                      'train.target']  # no JSON, no temporaries
-  (sources, _), fresh = _store(tmp_path, pairs, {'vocabulary': 'b'})
-  assert fresh and sources[7].tolist() == [ord(c) for c in 'source 7'] + [tokenizer.EOS_ID]
+  assert token_store.saved(str(tmp_path), 'train', {'vocabulary': 'a'}) is None
+  sources, _ = _write(tmp_path, pairs, {'vocabulary': 'b'})
+  assert sources[7].tolist() == [ord(c) for c in 'source 7'] + [tokenizer.EOS_ID]
+
+
+def test_a_corpus_file_changed_in_place_is_prepared_and_encoded_again(tmp_path):
+  """A train file edited without changing its line count: the next load of the same workdir
+  reads and encodes the new text, not the ids saved from the old."""
+  corpus = tmp_path / 'corpus'
+  corpus.mkdir()
+  pairs = builtin_grammar.splits(seed=0)['train'][:600]
+
+  def write(pairs):
+    for side, lang in enumerate(('en', 'de')):
+      (corpus / f'train.{lang}').write_text(''.join(p[side] + '\n' for p in pairs),
+                                            encoding='utf-8')
+
+  write(pairs)
+  config = tiny.get_config()
+  config.data.update({'dataset': 'files', 'vocab_size': 100, 'max_length': 64,
+                      'tfds_data_dir': str(tmp_path / 'tfds'),
+                      'train_files': str(corpus / 'train.{lang}'),
+                      'validation_files': str(corpus / 'train.{lang}')})
+  workdir = str(tmp_path / 'run')
+  first = pipeline.load(config, workdir)
+  changed = [(source, 'der Hund der Hund') if i == 0 else (source, target)
+             for i, (source, target) in enumerate(pairs)]
+  write(changed)
+  second = pipeline.load(config, workdir)
+  assert 'encode' in second.seconds
+  expected = tokenizer.encode(second.tokenizer, ['der Hund der Hund'])[0]
+  np.testing.assert_array_equal(second.batchers['train'].split.targets[0], expected)
+  assert not np.array_equal(first.batchers['train'].split.targets[0], expected)
 
 
 class _Texts(list):

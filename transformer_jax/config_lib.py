@@ -122,17 +122,22 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 
 def _check_files(data_config: ml_collections.ConfigDict) -> None:
-  """dataset='files' needs train and validation files, each pattern holding '{lang}' once."""
+  """dataset='files' needs train and validation files, each a local path whose pattern holds
+  '{lang}' once, and a local tfds_data_dir."""
   for split in ('train', 'validation', 'test'):
     field = f'{split}_files'
     pattern = data_config[field]
     if pattern is None and split != 'test':
       raise ValueError(f"config.data.{field} must be set for config.data.dataset='files' "
                        "(e.g. 'corpus/train.{lang}.gz')")
-    if pattern is not None and (not isinstance(pattern, str) or pattern.count('{lang}') != 1
-                                or pattern.replace('{lang}', '').count('{')):
+    if pattern is not None and (not isinstance(pattern, str) or pattern.count('{lang}') != 1):
       raise ValueError(f'config.data.{field}={pattern!r} must be a path holding {{lang}} once, '
                        'where the file names differ by language (e.g. corpus/train.{lang}.gz)')
+  # The package writes and stats these itself, with local file operations.
+  for field in ('train_files', 'validation_files', 'test_files', 'tfds_data_dir'):
+    if '://' in (data_config[field] or ''):
+      raise ValueError(f"config.data.{field}={data_config[field]!r}: config.data.dataset='files' "
+                       'needs local paths (copy remote files to a local disk first)')
 
 
 def _check_axis_rules(rules) -> None:

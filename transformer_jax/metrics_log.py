@@ -26,8 +26,8 @@ class MetricsLog:
       self._tensorboard = tensorboardX.SummaryWriter(os.path.join(workdir, 'tensorboard'))
 
   def write(self, step: int, split: str, metrics: dict[str, float | str]) -> None:
-    """Records `metrics` of `split` ('train', 'validation', 'compile', 'data') at `step`; TensorBoard
-    gets the numbers."""
+    """Records `metrics` of `split` ('train', 'validation', 'compile', 'data') at `step`;
+    TensorBoard gets the numbers."""
     if not self._enabled:
       return
     with self._jsonl_errors():

@@ -224,7 +224,7 @@ def files_of(data_config: ml_collections.ConfigDict, split: str) -> tuple[str, s
   if not pattern:
     raise ValueError(f'config.data.{field} is not set: config.data.dataset=\'files\' has no '
                      f'{split} split')
-  return tuple(os.path.abspath(os.path.expanduser(pattern.format(lang=language)))
+  return tuple(os.path.abspath(os.path.expanduser(pattern.replace('{lang}', language)))
                for language in (data_config.source_lang, data_config.target_lang))
 
 
@@ -238,69 +238,78 @@ def with_absolute_files(config: ml_collections.ConfigDict) -> ml_collections.Con
   return config
 
 
-def _files_directory(data_config: ml_collections.ConfigDict) -> epath.Path:
-  """Where a 'files' dataset is prepared: tfds_data_dir/parallel_files/<pair>-<digest>/1.0.0,
-  the digest of the files' absolute paths, sizes and modification times (a changed file, or
-  another corpus, is prepared anew; an unchanged one is read where it was)."""
+def _files_name(data_config: ml_collections.ConfigDict, split: str) -> str:
+  """'<source>-<target>-<digest>', the digest of the split's two files' absolute paths, sizes
+  and modification times: a changed file is another dataset, prepared (and encoded) anew, and
+  an unchanged one is read where it was. Each split is a dataset of its own, so evaluating the
+  test split needs only the test files."""
   languages = (data_config.source_lang, data_config.target_lang)
-  identity = hashlib.sha256(repr(languages).encode())
-  for split in splits(data_config):
-    for path in files_of(data_config, split):
-      # A missing file joins the digest as missing; preparing then names it.
-      stat = os.stat(path) if os.path.isfile(path) else None
-      identity.update(repr((split, path, stat and stat.st_size,
-                            stat and stat.st_mtime_ns)).encode())
-  root = epath.Path(data_config.tfds_data_dir or tfds.core.constants.DATA_DIR)
-  return (root / 'parallel_files' / f'{"-".join(languages)}-{identity.hexdigest()[:16]}'
-          / FILES_VERSION)
+  identity = hashlib.sha256(repr((languages, split)).encode())
+  for path in files_of(data_config, split):
+    # A missing file joins the digest as missing; preparing then names it.
+    stat = os.stat(path) if os.path.isfile(path) else None
+    identity.update(repr((path, stat and stat.st_size, stat and stat.st_mtime_ns)).encode())
+  return f'{"-".join(languages)}-{identity.hexdigest()[:16]}'
 
 
-def _write_files_dataset(data_config: ml_collections.ConfigDict, directory: epath.Path) -> None:
-  """Prepares a 'files' dataset: each split's pairs streamed from its text files
+def _write_files_dataset(data_config: ml_collections.ConfigDict, split: str,
+                         directory: epath.Path) -> None:
+  """Prepares a split of a 'files' dataset: its pairs streamed from its text files
   (`ParallelText`) into one array_record file, then TFDS's metadata (`write_metadata`), all in
-  a temporary directory renamed to `directory` once complete, removed on an error.
+  a temporary directory renamed to `directory` once complete, removed on an error (and, left by
+  a killed process, by the next preparation beside it).
 
   TFDS's own generator-based preparation holds a split's examples in memory up to 1 GB and
   then spills them through TensorFlow: a corpus of WMT's size would need both.
   """
+  for left in directory.parent.glob('.incomplete.*'):
+    shutil.rmtree(left, ignore_errors=True)
   languages = (data_config.source_lang, data_config.target_lang)
   features = _text_features(languages)
   temporary = directory.parent / f'.incomplete.{directory.name}.{os.getpid()}'
-  shutil.rmtree(temporary, ignore_errors=True)
   temporary.mkdir(parents=True)
   try:
-    split_infos = []
-    for split in splits(data_config):
-      path = temporary / f'parallel_files-{split}.array_record-00000-of-00001'
-      writer = array_record_module.ArrayRecordWriter(str(path), 'group_size:1')
-      count = 0
-      try:
-        for pair in ParallelText(*files_of(data_config, split)):
-          writer.write(features.serialize_example(dict(zip(languages, pair))))
-          count += 1
-      finally:
-        writer.close()
-      split_infos.append(tfds.core.SplitInfo(name=split, shard_lengths=[count],
-                                             num_bytes=os.path.getsize(path)))
+    path = temporary / f'parallel_files-{split}.array_record-00000-of-00001'
+    writer = array_record_module.ArrayRecordWriter(str(path), 'group_size:1')
+    count = 0
+    try:
+      for pair in ParallelText(*files_of(data_config, split)):
+        writer.write(features.serialize_example(dict(zip(languages, pair))))
+        count += 1
+    finally:
+      writer.close()
     tfds.folder_dataset.write_metadata(
-        data_dir=temporary, features=features, split_infos=split_infos, version=FILES_VERSION,
-        check_data=False, supervised_keys=languages,
-        description='Parallel text files: ' + ', '.join(
-            path for split in splits(data_config) for path in files_of(data_config, split)))
+        data_dir=temporary, features=features, version=FILES_VERSION, check_data=False,
+        split_infos=[tfds.core.SplitInfo(name=split, shard_lengths=[count],
+                                         num_bytes=os.path.getsize(path))],
+        supervised_keys=languages,
+        description='Parallel text files: ' + ', '.join(files_of(data_config, split)))
     temporary.rename(directory)
   finally:
     shutil.rmtree(temporary, ignore_errors=True)
 
 
-def _files_builder(data_config: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder:
-  """The prepared 'files' dataset, prepared first if missing (one process at a time)."""
+def _files_builder(data_config: ml_collections.ConfigDict,
+                   split: str) -> tfds.core.DatasetBuilder:
+  """The prepared split of a 'files' dataset, prepared first if missing (one process at a
+  time), in tfds_data_dir/parallel_files/<_files_name>/1.0.0."""
   _check_languages(data_config, [data_config.source_lang, data_config.target_lang])
-  directory = _files_directory(data_config)
+  root = epath.Path(data_config.tfds_data_dir or tfds.core.constants.DATA_DIR)
+  directory = root / 'parallel_files' / _files_name(data_config, split) / FILES_VERSION
   if not (directory / 'dataset_info.json').exists():
     with _locked(directory.parent):
       if not (directory / 'dataset_info.json').exists():
-        _write_files_dataset(data_config, directory)
+        _write_files_dataset(data_config, split, directory)
   return tfds.builder_from_directory(directory)
+
+
+def dataset_name(data_config: ml_collections.ConfigDict, split: str) -> str:
+  """What `load_split(data_config, split)` reads, as a name that changes when its content may
+  have: TFDS's name, config and version, or for a 'files' split the digest of its files. Reads
+  no data (only the files' sizes and times)."""
+  if data_config.dataset == 'files':
+    return f'parallel_files/{_files_name(data_config, split)}/{FILES_VERSION}'
+  return _builder(data_config).info.full_name
 
 
 def _decoded(example: dict) -> dict[str, str]:
@@ -315,9 +324,8 @@ class _Examples(collections.abc.Sequence):
   # one (builtin_translation's 40000 training examples: 0.8 s against 3.1 s on 2 CPU cores).
   _CHUNK = 1000
 
-  def __init__(self, data_source: collections.abc.Sequence, name: str):
+  def __init__(self, data_source: collections.abc.Sequence):
     self._data_source = data_source
-    self.name = name  # the prepared dataset's name, config and version
 
   def __len__(self) -> int:
     return len(self._data_source)
@@ -420,10 +428,12 @@ def load_split(data_config: ml_collections.ConfigDict,
   `source_target` orders them for translation.
   """
   if split not in splits(data_config):
-    files_of(data_config, split)  # names the missing field
+    if data_config.dataset == 'files' and split in FILES_FIELDS:
+      files_of(data_config, split)  # raises, naming the field that is not set
+    raise ValueError(f'no split {split!r}: config.data.dataset={data_config.dataset!r} has '
+                     f'{splits(data_config)}')
   if data_config.dataset == 'files':
-    builder = _files_builder(data_config)
-    return _Examples(builder.as_data_source(split=split), builder.info.full_name)
+    return _Examples(_files_builder(data_config, split).as_data_source(split=split))
   builder = _builder(data_config)
   if not builder.is_prepared():
     with _locked(os.path.dirname(str(builder.data_dir))):
@@ -437,7 +447,7 @@ def load_split(data_config: ml_collections.ConfigDict,
             f'{builder.name} is not prepared in {builder.data_dir} and downloading it failed '
             f'({type(e).__name__}: {e}). Prepare it where the network is reachable and set '
             'config.data.tfds_data_dir, or give config.data.manual_dir') from e
-  return _Examples(builder.as_data_source(split=split), builder.info.full_name)
+  return _Examples(builder.as_data_source(split=split))
 
 
 def source_target(example: dict[str, str],

@@ -109,7 +109,6 @@ class _Pairs(collections.abc.Sequence):
   def __init__(self, examples: Sequence[dict], config: ml_collections.ConfigDict,
                preprocess: preprocessing.Preprocessing):
     self._examples, self._config, self._preprocess = examples, config, preprocess
-    self.name = examples.name
 
   def __len__(self) -> int:
     return len(self._examples)
@@ -125,6 +124,16 @@ class _Pairs(collections.abc.Sequence):
 
   def take(self, indices: Sequence[int]) -> list[tuple[str, str]]:
     return self._pairs(self._examples.take(indices))
+
+
+def _identity(config: ml_collections.ConfigDict, split: str,
+              processor: spm.SentencePieceProcessor) -> dict:
+  """What a split's token ids are encoded from (`token_store`): the dataset (its name changes
+  with its content), the vocabulary, the preprocessing and the direction."""
+  return {'dataset': datasets.dataset_name(config.data, split),
+          'vocabulary': hashlib.sha256(processor.serialized_model_proto()).hexdigest(),
+          'preprocessing': config.data.preprocessing,
+          'source_lang': config.data.source_lang, 'target_lang': config.data.target_lang}
 
 
 def _to_learn(config: ml_collections.ConfigDict, workdir: str) -> bool:
@@ -149,31 +158,39 @@ def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1
   # A given or saved vocabulary is checked first, before the (possibly long) data preparation.
   processor = None if _to_learn(config, workdir) else vocabulary(config, workdir)
   lap('vocabulary')
+  splits = datasets.splits(config.data)
+  sides = dict.fromkeys(splits)
+  if processor is not None:
+    sides = {split: token_store.saved(workdir, split, _identity(config, split, processor))
+             for split in splits}
+    lap('open_tokens')
+  # Every split to encode is prepared (its files checked) before anything is learned or
+  # written into the workdir.
   pairs = {split: _Pairs(datasets.load_split(config.data, split), config, preprocess)
-           for split in datasets.splits(config.data)}
-  lap('prepare')
+           for split in splits if sides[split] is None}
+  if pairs:
+    lap('prepare')
   if processor is None:
     processor = vocabulary(config, workdir, pairs['train'])
-  lap('vocabulary')
-  identity = {'vocabulary': hashlib.sha256(processor.serialized_model_proto()).hexdigest(),
-              'preprocessing': config.data.preprocessing,
-              'source_lang': config.data.source_lang, 'target_lang': config.data.target_lang}
+    lap('vocabulary')
   dtype = np.uint16 if processor.vocab_size() <= 2**16 else np.int32
-  tokenized, fresh = {}, False
   for split, split_pairs in pairs.items():
-    sides, encoded = token_store.encoded(
-        workdir, split, split_pairs, functools.partial(tokenizer.encode_flat, processor, dtype=dtype),
-        {'dataset': split_pairs.name, **identity}, dtype)
-    fresh |= encoded
-    tokenized[split] = batching.TokenizedSplit.from_pairs(*sides, config.data.max_length)
-  lap('encode' if fresh else 'open_tokens')
+    sides[split] = token_store.write(
+        workdir, split, split_pairs,
+        functools.partial(tokenizer.encode_flat, processor, dtype=dtype),
+        _identity(config, split, processor), dtype)
+  if pairs:
+    lap('encode')
+  tokenized = {split: batching.TokenizedSplit.from_pairs(*sides[split], config.data.max_length)
+               for split in splits}
   # A training batch's rows split into grad_accum_steps micro-batches over the batch axes; an
   # evaluation batch is one micro-batch.
   eval_rows_multiple = max(1, rows_multiple // config.train.grad_accum_steps)
   batchers = {split: _batcher(config, tokenized[split],
                               rows_multiple if split == 'train' else eval_rows_multiple, split)
               for split in tokenized}
-  logging.info('data loaded: %s', ', '.join(f'{stage} {s:.1f} s' for stage, s in seconds.items()))
+  logging.info('data loaded: %s',
+               ', '.join(f'{stage} {s:.1f} s' for stage, s in seconds.items()))
   return Data(processor, batchers, seconds)
 
 

@@ -1,18 +1,21 @@
 """Encoded splits kept in the workdir, so that text is read and encoded once per run.
 
-  sources, targets = token_store.encoded(workdir, 'train', examples, encode, identity)
+  sides = token_store.saved(workdir, 'train', identity)    # (sources, targets) or None
+  sides = token_store.write(workdir, 'train', pairs, encode, identity, dtype)
 
 A split is encoded in chunks, streamed to disk (memory does not grow with the corpus), as
 `workdir/tokens/{split}.source` and `.target` (every pair's token ids end to end, raw uint16
 when the vocabulary fits, else int32), `{split}.lengths.npy` (each pair's source and target
-length, EOS included) and `{split}.json`, written last: what the files were encoded from (the
-dataset, the vocabulary's digest, the preprocessing, the direction) and how. A resumed run or
-another process of the run finds them and opens the ids memory-mapped, without reading any
-text; anything else (another vocabulary, a changed file) encodes again.
+length, EOS included) and `{split}.json`, written last: what the ids were encoded from (the
+dataset's name, which changes with its content, the vocabulary's digest, the preprocessing,
+the direction) and how. A resumed run or another process of the run finds them and opens the
+ids memory-mapped, without preparing or reading the dataset; anything else (another
+vocabulary, a changed file, ids that do not add up to the lengths) encodes again.
 
-Memory-mapped ids are what lets each of several processes read only what it needs: every
-process plans the same batches from the lengths (a few bytes a pair) and assembles only its
-own block of rows, so the operating system reads only the pages of those rows' ids.
+With several processes on one machine the operating system keeps one copy of the ids, in its
+page cache, for all of them; no process parses text or holds a private copy, and each reads
+the ids of its own rows only (every process plans the same batches from the lengths, a few
+bytes a pair, and assembles only its own block of rows).
 """
 
 import json
@@ -47,25 +50,42 @@ def _saved(path: str) -> dict | None:
     return None
 
 
-def encoded(workdir: str, split: str, pairs: Sequence, encode: Callable,
-            identity: dict, dtype: np.dtype) -> tuple[tuple[Sequences, Sequences], bool]:
-  """((sources, targets), whether they were encoded now) of the split's `pairs`.
+def saved(workdir: str, split: str,
+          identity: dict) -> tuple[Sequences, Sequences] | None:
+  """The split's (sources, targets) saved in `workdir` for `identity` (JSON: what the ids are
+  encoded from), or None if there are none, for other data, or damaged."""
+  paths = _paths(workdir, split)
+  meta = _saved(paths['meta'])
+  if meta is None or {name: meta.get(name) for name in identity} != identity or meta.get(
+      'format') != FORMAT:
+    return None
+  try:
+    lengths = np.load(paths['lengths'])
+    # A plain array over the map: slicing a np.memmap makes a memmap each time, twice as slow.
+    sides = tuple(Sequences.from_lengths(
+        np.asarray(np.memmap(paths[side], dtype=meta['dtype'], mode='r')),
+        lengths[:, column].astype(np.int64)) for column, side in enumerate(SIDES))
+  except (OSError, ValueError):
+    return None
+  if len(lengths) != meta['pairs'] or any(len(side.ids) != side.ends[-1] for side in sides):
+    return None
+  return sides
 
-  `pairs[start:stop]` is a list of (source, target) texts; `encode(texts)` gives
-  (ids end to end as `dtype`, lengths), as `tokenizer.encode_flat`. `identity` (JSON) names
-  what the ids are encoded from: saved ids are reused only for the same identity and count.
+
+def write(workdir: str, split: str, pairs: Sequence, encode: Callable, identity: dict,
+          dtype: np.dtype) -> tuple[Sequences, Sequences]:
+  """Encodes the split's `pairs` into `workdir` and returns them as `saved` does.
+
+  `pairs[start:stop]` is a list of (source, target) texts; `encode(texts)` gives (ids end to
+  end as `dtype`, lengths), as `tokenizer.encode_flat`.
   """
   paths = _paths(workdir, split)
   meta = {'format': FORMAT, 'pairs': len(pairs), 'dtype': np.dtype(dtype).name, **identity}
-  fresh = _saved(paths['meta']) != meta
-  if fresh:
-    _write(paths, pairs, encode, dtype, meta)
-  lengths = np.load(paths['lengths'])
-  # A plain array over the map: slicing a np.memmap makes a memmap each time, twice as slow.
-  sides = tuple(Sequences.from_lengths(
-      np.asarray(np.memmap(paths[side], dtype=meta['dtype'], mode='r')),
-      lengths[:, column].astype(np.int64)) for column, side in enumerate(SIDES))
-  return sides, fresh
+  _write(paths, pairs, encode, dtype, meta)
+  sides = saved(workdir, split, identity)
+  if sides is None:
+    raise RuntimeError(f'{paths["meta"]}: the split just encoded does not read back')
+  return sides
 
 
 def _write(paths: dict[str, str], pairs: Sequence, encode: Callable, dtype: np.dtype,
