@@ -326,3 +326,23 @@ def test_bad_files_fail_naming_file_and_line_and_leave_nothing_behind(tmp_path, 
       '.prepare.lock']
   write_corpus(directory, {'train': CORPUS['train']})
   assert len(datasets.load_split(config, 'train')) == 4
+
+
+def test_two_runs_preparing_one_files_split_at_once_both_get_it(tmp_path, monkeypatch):
+  """As for TFDS's builders: the second waits for the first's preparation and reads it."""
+  directory = write_corpus(tmp_path / 'corpus', CORPUS)
+  write = datasets._write_files_dataset
+  writes = []
+
+  def slow_write(*args, **kwargs):
+    writes.append(args[1])
+    time.sleep(1.0)
+    return write(*args, **kwargs)
+
+  monkeypatch.setattr(datasets, '_write_files_dataset', slow_write)
+  config = files_config(tmp_path, directory)
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    loaded = [pool.submit(datasets.load_pairs, config, 'train') for _ in range(2)]
+    first, second = (future.result() for future in loaded)
+  assert first == second == [(en.strip(), de.strip()) for en, de in CORPUS['train']]
+  assert writes == ['train']
