@@ -170,8 +170,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
     cleanup.callback(log.close)
     log.write(start, 'data', data.seconds)
     if lead:
-      print(f'step {start}: data loaded: ' + ', '.join(
-          f'{stage} {seconds:.1f} s' for stage, seconds in data.seconds.items()), flush=True)
+      print(f'step {start}: data loaded: {pipeline.loading(data.seconds)}', flush=True)
     _log_compiles(log, start, 'startup', compilation.so_far() - startup)
     pending = _TrainMetrics()
     progress = tqdm.tqdm(total=train.num_train_steps, initial=start, disable=not lead,

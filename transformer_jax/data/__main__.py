@@ -99,8 +99,7 @@ def main():
         f"({stats['target_padding_fraction']:.3f} of the target side)")
   print(f"pipeline            {stats['pipeline_tokens_per_second']:,.0f} tokens/s "
         f"({stats['batches_measured']} batches)")
-  print('loading             ' + ', '.join(f'{stage} {seconds:.1f} s'
-                                          for stage, seconds in stats['load_seconds'].items()))
+  print(f"loading             {pipeline.loading(stats['load_seconds'])}")
   print(f"resumed iterator    first batch in {stats['first_batch_seconds']:.2f} s")
   print(f"peak memory         {stats['peak_memory_bytes'] / 2**30:.2f} GiB")
 

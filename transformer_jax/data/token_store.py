@@ -42,7 +42,7 @@ def _paths(workdir: str, split: str) -> dict[str, str]:
           'lengths': f'{prefix}.lengths.npy', 'meta': f'{prefix}.json'}
 
 
-def _saved(path: str) -> dict | None:
+def _read_meta(path: str) -> dict | None:
   try:
     with open(path, encoding='utf-8') as f:
       return json.load(f)
@@ -55,7 +55,7 @@ def saved(workdir: str, split: str,
   """The split's (sources, targets) saved in `workdir` for `identity` (JSON: what the ids are
   encoded from), or None if there are none, for other data, or damaged."""
   paths = _paths(workdir, split)
-  meta = _saved(paths['meta'])
+  meta = _read_meta(paths['meta'])
   if meta is None or {name: meta.get(name) for name in identity} != identity or meta.get(
       'format') != FORMAT:
     return None
