@@ -124,6 +124,10 @@ def get_config() -> ml_collections.ConfigDict:
   # is padding (transformer_jax/data/batching.py). None: off on a CPU; on GPUs and TPUs
   # max_length, so that every training batch has one shape and compiles once.
   config.data.pack_length = ml_collections.config_dict.placeholder(int)
+  # Training batches are assembled and placed on the devices by a background thread, this many
+  # compiled calls (train.steps_per_call batches each) ahead of the step, so the devices never
+  # wait for the host (transformer_jax/feed.py); 0 prepares each on the training thread.
+  config.data.prefetch = 4
 
   config.train = ml_collections.ConfigDict()
   # 100K steps for the base model (§5.2).
@@ -157,6 +161,13 @@ def get_config() -> ml_collections.ConfigDict:
   # (their masks depend on the mesh). Each keeps an element with the same probability; the
   # parameters are drawn with threefry whatever this says. Fixed for a run's checkpoints.
   config.train.dropout_prng_impl = 'threefry2x32'
+  # K consecutive steps run as one compiled call (a lax.scan over K stacked batches), so the
+  # host dispatches once per K steps: for small models on accelerators, whose steps are shorter
+  # than what the host spends launching them. The steps are those of K = 1. Logging, checkpoints,
+  # evaluation and preemption happen between calls, so checkpoint_every_steps and
+  # eval_every_steps must be multiples of K. Used when every training batch has one shape
+  # (packed at data.max_length: the default on GPUs and TPUs); otherwise each step is a call.
+  config.train.steps_per_call = 1
   # JAX's persistent compilation cache (transformer_jax/compilation.py): None keeps it in
   # $XDG_CACHE_HOME/transformer_jax/jax (~/.cache/... by default), a path moves it, '' turns it
   # off. A resumed run, another seed or an evaluation then loads its programs, not compiles.

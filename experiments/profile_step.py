@@ -98,9 +98,11 @@ def main():
     kernels = device_kernels(trace_path)
   if not kernels:
     raise SystemExit('the trace has no GPU kernels: run this on a GPU')
-  summary = summarise(kernels, _STEPS.value, _TOP.value)
+  # A call runs train.steps_per_call steps: the figures are per step.
+  summary = summarise(kernels, _STEPS.value * config.train.steps_per_call, _TOP.value)
   summary.update(device=jax.devices()[0].device_kind, dtype=config.dtype, batch_size=rows,
-                 length=_LENGTH.value, trace=trace_path if _TRACE_DIR.value else None)
+                 length=_LENGTH.value, steps_per_call=config.train.steps_per_call,
+                 trace=trace_path if _TRACE_DIR.value else None)
   text = json.dumps(summary, indent=1)
   print(text)
   if _JSON.value:
@@ -111,7 +113,8 @@ def main():
 if __name__ == '__main__':
   _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.', lock_config=True)
   _LENGTH = flags.DEFINE_integer('length', 32, 'Source and target length of every pair.')
-  _STEPS = flags.DEFINE_integer('steps', 5, 'Traced steps.', lower_bound=1)
+  _STEPS = flags.DEFINE_integer('steps', 5, 'Traced calls (of train.steps_per_call steps).',
+                                lower_bound=1)
   _TOP = flags.DEFINE_integer('top', 40, 'Kernels listed.')
   _JSON = flags.DEFINE_string('json', None, 'Write the summary here as JSON.')
   _TRACE_DIR = flags.DEFINE_string('trace_dir', None, 'Keep the trace here (default: discarded).')

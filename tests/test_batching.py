@@ -1,11 +1,15 @@
-"""Length-bucketed, token-based batches and their checkpointable iterator."""
+"""Length-bucketed, token-based batches and their checkpointable iterator, which plans the next
+epoch in a background thread."""
 
 import json
+import threading
+import time
 
 import numpy as np
 import pytest
 
-from transformer_jax.data.batching import (Batcher, TokenizedSplit, TrainIterator, bucket_lengths,
+from transformer_jax.data.batching import (PLANNER_THREAD, Batcher, PlanCancelled, Sequences,
+                                           TokenizedSplit, TrainIterator, bucket_lengths,
                                            eval_batches, padding_fraction)
 
 
@@ -185,3 +189,135 @@ def test_rows_that_processes_cannot_share_evenly_are_an_error_naming_the_fields(
   with pytest.raises(ValueError, match='multiples of 4 .*config.parallel.*grad_accum_steps.*3 '
                      'processes'):
     TrainIterator(batcher, seed=0, process_index=0, process_count=3)
+
+
+def _planners():
+  return [thread for thread in threading.enumerate() if thread.name == PLANNER_THREAD]
+
+
+def _assert_same_batch(got, want):
+  assert set(got) == set(want)
+  for key in want:
+    np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def _hooked(hook, **kwargs):
+  """A Batcher whose plan calls hook(epoch, cancel) first, and the same Batcher without."""
+
+  class Hooked(Batcher):
+
+    def plan(self, seed, epoch=0, cancel=None):
+      hook(epoch, cancel)
+      return super().plan(seed, epoch, cancel)
+
+  split = _split()
+  return (Hooked(split, max_length=64, tokens_per_batch=400, **kwargs),
+          Batcher(split, max_length=64, tokens_per_batch=400, **kwargs))
+
+
+@pytest.mark.parametrize('pack_length', [0, 32])
+def test_planning_ahead_yields_exactly_the_planned_batches(pack_length):
+  batcher = Batcher(_split(), max_length=64, tokens_per_batch=400, pack_length=pack_length)
+  with TrainIterator(batcher, seed=7) as iterator:
+    for epoch in range(4):
+      plan = batcher.plan(seed=7, epoch=epoch)
+      for index, (length, indices) in enumerate(plan):
+        _assert_same_batch(next(iterator), batcher.assemble(length, indices))
+        assert iterator.get_state()['epoch'] == epoch
+        assert iterator.get_state()['index'] == index + 1
+        assert iterator.get_state()['batches'] == len(plan)
+      planners = _planners()
+      assert all(thread.daemon for thread in planners)  # never holds up the interpreter's exit
+  assert not any(thread.is_alive() for thread in planners)
+
+
+def test_set_state_to_another_epoch_stops_the_plan_under_way():
+  planned, stopped = [], []
+
+  def hook(epoch, cancel):
+    planned.append(epoch)
+    if epoch == 1:  # stands for a long plan: ends only when cancelled
+      stopped.append(cancel.wait(timeout=30))
+      raise PlanCancelled
+
+  hooked, batcher = _hooked(hook)
+  iterator = TrainIterator(hooked, seed=3)
+  next(iterator)  # epoch 0 taken: epoch 1 is being planned
+  start = time.perf_counter()
+  iterator.set_state({'epoch': 3, 'index': 2})
+  assert time.perf_counter() - start < 1.0 and stopped == [True]
+  plan = batcher.plan(seed=3, epoch=3)
+  for length, indices in plan[2:]:
+    _assert_same_batch(next(iterator), batcher.assemble(length, indices))
+  _assert_same_batch(next(iterator), batcher.assemble(*batcher.plan(seed=3, epoch=4)[0]))
+  # The epoch being planned ahead is taken as it is, not planned again.
+  iterator.set_state({'epoch': 5, 'index': 1})
+  _assert_same_batch(next(iterator), batcher.assemble(*batcher.plan(seed=3, epoch=5)[1]))
+  assert planned[:5] == [0, 1, 3, 4, 5] and planned[5:] in ([], [6])
+  iterator.close()
+
+
+def test_a_planning_failure_is_raised_by_next():
+  error = MemoryError('no room for the plan')
+
+  def hook(epoch, cancel):
+    del cancel
+    if epoch == 1:
+      raise error
+
+  hooked, batcher = _hooked(hook, pack_length=32)
+  iterator = TrainIterator(hooked, seed=0)
+  for _ in range(len(batcher.plan(seed=0))):
+    next(iterator)
+  with pytest.raises(MemoryError) as raised:
+    next(iterator)
+  assert raised.value is error
+  iterator.close()
+
+
+def test_close_stops_a_long_plan_at_once():
+  rng = np.random.default_rng(0)
+  count = 2_000_000  # their first-fit decreasing lasts far longer than the test waits
+  sides = []
+  for lengths in rng.integers(1, 129, (2, count)):
+    ids = np.broadcast_to(np.int32(5), (int(lengths.sum()),))  # never read by the plan
+    sides.append(Sequences.from_lengths(ids, lengths))
+  batcher = Batcher(TokenizedSplit(*sides, 0), max_length=128, tokens_per_batch=25000,
+                    pack_length=128)
+  iterator = TrainIterator(batcher, seed=0)  # epoch 0 planned in the background
+  raised = []
+
+  def take():
+    try:
+      next(iterator)
+    except RuntimeError as error:
+      raised.append(error)
+
+  taker = threading.Thread(target=take)  # as a thread feeding the training loop takes batches
+  taker.start()
+  time.sleep(1.0)
+  assert _planners() and taker.is_alive()  # waiting for the plan
+  start = time.perf_counter()
+  iterator.close()
+  assert time.perf_counter() - start < 1.0
+  assert not _planners()
+  taker.join(timeout=1.0)
+  assert len(raised) == 1 and 'closed' in str(raised[0])
+  with pytest.raises(RuntimeError, match='closed'):
+    next(iterator)
+  iterator.close()  # again: nothing to do
+
+
+def test_train_lengths_are_the_lengths_of_a_planned_epoch():
+  split = _split()  # sides of 1 to 64 tokens
+  for pack_length, expected in ((0, bucket_lengths(64)), (64, [64]), (40, [40, 48, 56, 64])):
+    batcher = Batcher(split, max_length=64, tokens_per_batch=512, pack_length=pack_length)
+    assert batcher.train_lengths() == expected
+    for epoch in range(2):
+      assert {length for length, _ in batcher.plan(seed=1, epoch=epoch)} == set(expected)
+  # Only buckets that hold pairs.
+  short = TokenizedSplit.from_pairs([np.ones(5, np.int32), np.ones(20, np.int32)],
+                                    [np.ones(3, np.int32), np.ones(9, np.int32)], 64)
+  assert Batcher(short, max_length=64, tokens_per_batch=512).train_lengths() == [8, 24]
+  assert Batcher(short, max_length=64, tokens_per_batch=512,
+                 pack_length=16).train_lengths() == [16, 24]

@@ -186,6 +186,8 @@ def test_unknown_row_is_an_error():
     ('model.attention_impl', 'flash', 'config.model.attention_impl must be one of'),
     ('train.dropout_prng_impl', 'philox', 'config.train.dropout_prng_impl must be one of'),
     ('train.loss_chunk', -4, 'config.train.loss_chunk must be 0 .* got -4'),
+    ('train.steps_per_call', 0, 'config.train.steps_per_call must be a positive integer'),
+    ('data.prefetch', -1, 'config.data.prefetch must be 0 .* got -1'),
     ('parallel.axis_rules', (('batch', 'data'), ('mpl', 'model')),
      r"config.parallel.axis_rules: \('mpl', 'model'\) is not"),
     ('parallel.axis_rules', (('batch', 'data'), ('mlp', 'tensor')),
@@ -200,6 +202,18 @@ def test_invalid_values_name_the_field(field, value, message):
   config = base.get_config()
   config.update_from_flattened_dict({field: value})
   with pytest.raises(ValueError, match=message):
+    config_lib.validate(config)
+
+
+@pytest.mark.parametrize('field', ['checkpoint_every_steps', 'eval_every_steps'])
+def test_checkpoints_and_evaluations_fall_between_calls(field):
+  # base: checkpoints every 1500 steps, evaluations every 1000, both multiples of 4 and 500.
+  config = base.get_config()
+  config.update_from_flattened_dict({'train.steps_per_call': 4})
+  config_lib.validate(config)
+  config.update_from_flattened_dict({f'train.{field}': 1002})
+  with pytest.raises(ValueError, match=f'config.train.{field}=1002 must be a multiple of '
+                                       'config.train.steps_per_call=4'):
     config_lib.validate(config)
 
 

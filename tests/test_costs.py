@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import init_params, tiny_config, train_config
-from transformer_jax import benchmark, costs
+from transformer_jax import benchmark, config_lib, costs
 from transformer_jax.model import Transformer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -126,3 +126,17 @@ def test_benchmark_refuses_a_batch_smaller_than_its_data_shards():
   # 4 rows cannot be split over the 8 test devices; rounding down would time an empty batch.
   with pytest.raises(ValueError, match='--batch_size .* at least 8 rows'):
     benchmark.run(train_config(), batch_size=4, length=8, num_steps=1, warmup=1)
+
+
+def test_benchmark_times_packed_batches_k_steps_a_call_per_step(monkeypatch):
+  # Two steps a call on packed rows: the model FLOPs are one step's (3x the forward of 8 rows
+  # of 8 + 8 tokens), and the figures are given per step. (The matmul peak is not measured.)
+  monkeypatch.setattr(benchmark, 'matmul_peak', lambda dtype: 1e9)
+  config = train_config(**{'train.steps_per_call': 2})
+  result = benchmark.run(config, batch_size=8, length=8, num_steps=2, warmup=1, packed=True)
+  assert result['steps_per_call'] == 2 and result['packed']
+  model = config_lib.model_config(config)
+  assert result['model_flops_per_step'] == 3 * 8 * costs.forward_flops(model, 8, 8)
+  assert result['target_tokens_per_s'] == pytest.approx(64 / result['step_time_s'])
+  assert result['mfu'] == pytest.approx(
+      result['model_flops_per_step'] / result['step_time_s'] / (1e9 * jax.device_count()))

@@ -1,7 +1,11 @@
 """Packed rows (several sentence pairs per row, told apart by segment ids): each pair's logits
 are those it has alone, so no attention crosses a pair and positions restart per sentence; a
-packed epoch holds every pair once within the row length, placed first-fit decreasing; a packed
-batch has the loss and gradients of its pairs unpacked."""
+packed epoch holds every pair once within the row length, placed first-fit decreasing (and
+stops when cancelled); a packed batch holds exactly the rows built pair by pair, and has the
+loss and gradients of its pairs unpacked."""
+
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +15,9 @@ import pytest
 from conftest import init_params, tiny_config, train_config
 from transformer_jax import loss, metrics_log, train
 from transformer_jax.attention import segment_positions
-from transformer_jax.data.batching import (Batcher, TokenizedSplit, _first_fit_decreasing,
-                                           padding_fraction)
+from transformer_jax.data.batching import (Batcher, PlanCancelled, Sequences, TokenizedSplit,
+                                           _first_fit_decreasing, padding_fraction,
+                                           process_rows)
 from transformer_jax.model import Transformer
 
 
@@ -25,10 +30,11 @@ def _pairs(rng, vocab, lengths):
 def _pack(pairs, length):
   """One row: the pairs side by side, their segment ids, decoder inputs shifted per pair."""
   row = {name: np.zeros(length, np.int32) for name in
-         ('inputs', 'decoder_inputs', 'source_segments', 'target_segments')}
+         ('inputs', 'targets', 'decoder_inputs', 'source_segments', 'target_segments')}
   s = t = 0
   for segment, (source, target) in enumerate(pairs, start=1):
     row['inputs'][s:s + len(source)] = source
+    row['targets'][t:t + len(target)] = target
     row['source_segments'][s:s + len(source)] = segment
     row['decoder_inputs'][t + 1:t + len(target)] = target[:-1]  # PAD (0) starts each pair
     row['target_segments'][t:t + len(target)] = segment
@@ -102,6 +108,49 @@ def test_a_packed_epoch_holds_every_pair_once_within_the_row_length():
   assert batcher.plan(seed=3, epoch=1)[0][1].tolist() == plan[0][1].tolist()  # deterministic
 
 
+def _assert_rows_built_pair_by_pair(batcher, length, indices):
+  """The batch of `indices` (rows, pairs per row; -1 anywhere is no pair) is `_pack` of each
+  row's pairs: every key, dtype and shape."""
+  split = batcher.split
+  batch = batcher.assemble(length, indices)
+  rows = [_pack([(split.sources[i], split.targets[i]) for i in row if i >= 0], length)
+          for row in indices.tolist()]
+  assert set(batch) == set(rows[0])
+  for name, value in batch.items():
+    assert value.dtype == np.int32 and value.shape == (len(indices), length), name
+    np.testing.assert_array_equal(value, np.stack([row[name] for row in rows]), err_msg=name)
+
+
+@pytest.mark.parametrize('ids_dtype', [np.int32, np.uint16])  # uint16: the token store's ids
+def test_a_packed_batch_holds_the_rows_built_pair_by_pair(ids_dtype):
+  rng = np.random.default_rng(2)
+  split = _split(rng)
+  split = TokenizedSplit(*(Sequences(side.ids.astype(ids_dtype), side.starts, side.ends)
+                           for side in (split.sources, split.targets)), 0)
+  batcher = Batcher(split, max_length=32, tokens_per_batch=256, rows_multiple=4, pack_length=24)
+  plan = batcher.plan(seed=1, epoch=2)
+  padded = [indices for _, indices in plan if (indices < 0).all(1).any()]
+  assert padded  # a last batch filled up with empty rows
+  assert any(((indices < 0) & (indices >= 0).any(1, keepdims=True)).any()
+             for length, indices in plan if length == 24)  # -1 after a row's pairs
+  assert {length for length, _ in plan} == {24, 32}  # packed rows and one long pair a row
+  for length, indices in plan:
+    _assert_rows_built_pair_by_pair(batcher, length, indices)
+    for process in range(4):  # each process's block of rows
+      _assert_rows_built_pair_by_pair(batcher, length, process_rows(indices, process, 4))
+
+
+def test_a_packed_batch_skips_minus_ones_anywhere_in_a_row():
+  rng = np.random.default_rng(3)
+  batcher = Batcher(_split(rng), max_length=32, tokens_per_batch=256, pack_length=32)
+  lengths = np.maximum(batcher.split.sources.lengths, batcher.split.targets.lengths)
+  short = np.flatnonzero(lengths <= 10)[:5]
+  indices = np.array([[short[0], -1, short[1]], [-1, -1, -1], [-1, short[2], -1],
+                      [short[3], short[4], -1]])
+  _assert_rows_built_pair_by_pair(batcher, 32, indices)
+  _assert_rows_built_pair_by_pair(batcher, 32, np.full((3, 2), -1))  # no pair at all
+
+
 @pytest.mark.parametrize('length', [6, 24, 64])
 def test_packing_is_first_fit_decreasing(length):
   # The definition, scanning every row: longest pairs first (a stable sort keeps ties in the
@@ -119,6 +168,18 @@ def test_packing_is_first_fit_decreasing(length):
     expected[r].append(i)
     used[r] = (used[r][0] + sources[i], used[r][1] + targets[i])
   assert _first_fit_decreasing(order, sources, targets, length) == expected
+
+
+def test_packing_stops_soon_after_it_is_cancelled():
+  rng = np.random.default_rng(0)
+  sources, targets = rng.integers(1, 64, (2, 2_000_000))
+  cancel = threading.Event()
+  threading.Timer(0.5, cancel.set).start()
+  start = time.perf_counter()
+  with pytest.raises(PlanCancelled):
+    _first_fit_decreasing(np.arange(len(sources)), sources, targets, 64, cancel)
+  # Placing all 2M pairs lasts far longer.
+  assert time.perf_counter() - start < 2.0
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import jax
@@ -16,6 +17,7 @@ import pytest
 
 from conftest import REPO, train_command, train_config, two_process_commands
 from transformer_jax import metrics_log, train
+from transformer_jax.data import batching
 from transformer_jax.trainer import Trainer
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
@@ -107,19 +109,72 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupt
   assert 'open_tokens' in loaded and 'encode' not in loaded
 
 
+def _feed_threads() -> list[str]:
+  """The training feed's and the batch planner's threads still alive."""
+  return [t.name for t in threading.enumerate()
+          if t.name.startswith(('grain-thread-prefetch', batching.PLANNER_THREAD))]
+
+
+@pytest.fixture(scope='module')
+def packed(overrides) -> dict:
+  """`overrides` with every training batch of one shape (packed rows of max_length), so that
+  steps can be stacked into one call, logged every 4 steps."""
+  return {**overrides, 'data.pack_length': 16, 'train.log_every_steps': 4}
+
+
+def _params(workdir, step: int):
+  return ocp.StandardCheckpointer().restore(
+      os.path.join(workdir, 'checkpoints', str(step), 'state'))['params']
+
+
+def _compiled_shapes(workdir) -> list[str]:
+  return [r['what'] for r in metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
+          if r['split'] == 'compile' and r['what'].startswith('train step')]
+
+
+def test_steps_per_call_trains_as_single_steps_and_resumes_across_k(packed, tmp_path):
+  # The same 12 steps three ways: one step a call; four a call; one a call to step 6 (as a
+  # preemption under K = 1 leaves a run), resumed with four a call (7 and 8 alone, 9-12 as one).
+  single, called, mixed = (str(tmp_path / name) for name in ('single', 'called', 'mixed'))
+  k4 = {'train.steps_per_call': 4}
+  train.train_and_evaluate(train_config(**packed), single)
+  train.train_and_evaluate(train_config(**packed, **k4), called)
+  assert not _feed_threads()
+  train.train_and_evaluate(train_config(**{**packed, 'train.num_train_steps': 6}), mixed)
+  train.train_and_evaluate(train_config(**packed, **k4), mixed)
+  want = _losses(single)
+  assert sorted(want) == [4, 8, 12]
+  got = _losses(called)
+  assert sorted(got) == [4, 8, 12]
+  np.testing.assert_allclose([got[s] for s in (4, 8, 12)], [want[s] for s in (4, 8, 12)],
+                             rtol=1e-5)
+  np.testing.assert_allclose(_losses(mixed)[12], want[12], rtol=1e-5)  # over steps 9-12
+  for workdir in (called, mixed):
+    assert _losses(workdir, 'validation')[12] == pytest.approx(
+        _losses(single, 'validation')[12], rel=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+                 _params(workdir, 12), _params(single, 12))
+  # The four-step program ran (the calls' structure itself: tests/test_feed.py).
+  assert 'train step, batches of 4 x 16 x 16 (packed)' in _compiled_shapes(called)
+
+
+@pytest.mark.parametrize('k', [1, 4])
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, tmp_path,
-                                                                    monkeypatch):
-  original = Trainer._train_step
+                                                                    monkeypatch, k):
+  # K = 4: the NaN step is inside the call of steps 5-8, whose metrics come stacked.
+  original = Trainer._update
 
   def poisoned(self, state, batch):  # the loss becomes NaN from the 6th step on
     new_state, metrics = original(self, state, batch)
     metrics['loss'] = jax.numpy.where(state.step >= 5, jax.numpy.nan, metrics['loss'])
     return new_state, metrics
 
-  monkeypatch.setattr(Trainer, '_train_step', poisoned)
+  monkeypatch.setattr(Trainer, '_update', poisoned)
+  calls = {'train.steps_per_call': k, 'data.pack_length': 16} if k > 1 else {}
   with pytest.raises(FloatingPointError, match='at step 6'):
-    train.train_and_evaluate(train_config(**overrides), str(tmp_path))
+    train.train_and_evaluate(train_config(**overrides, **calls), str(tmp_path))
   assert os.listdir(tmp_path / 'checkpoints') == ['4']
+  assert not _feed_threads()
 
 
 def test_a_non_finite_update_with_a_finite_loss_is_never_saved(overrides, tmp_path, monkeypatch):

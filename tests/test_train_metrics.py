@@ -1,5 +1,6 @@
 """train._TrainMetrics, the summary of the steps between two logs: loss per target token over
-the steps, tokens/s and step time without the time spent evaluating."""
+the steps, tokens/s and step time without the time spent evaluating, the metrics of several
+steps a call, a NaN named by its step."""
 
 import numpy as np
 import pytest
@@ -15,11 +16,11 @@ def test_time_spent_evaluating_is_not_counted_in_the_step_time(monkeypatch):
              'tokens': 300.0}
   for step in (1, 2):
     now[0] += 1.5  # a training step
-    pending.add(step, metrics)
+    pending.add(range(step, step + 1), metrics)
   with pending.paused():  # an evaluation between logged steps
     now[0] += 60.0
   now[0] += 1.5
-  pending.add(3, metrics)
+  pending.add(range(3, 4), metrics)
   summary = pending.summary()
   assert summary['step_time'] == pytest.approx(1.5)
   assert summary['target_tokens_per_second'] == pytest.approx(200.0)
@@ -28,7 +29,7 @@ def test_time_spent_evaluating_is_not_counted_in_the_step_time(monkeypatch):
 def test_the_logged_loss_is_per_target_token_over_the_steps():
   pending = train._TrainMetrics()  # pylint: disable=protected-access
   for step, (value, tokens, norm) in enumerate([(1.0, 100.0, 2.0), (4.0, 300.0, 4.0)], 1):
-    pending.add(step, {'loss': value, 'nll': value / 2, 'accuracy': value / 8, 'grad_norm': norm,
+    pending.add(range(step, step + 1), {'loss': value, 'nll': value / 2, 'accuracy': value / 8, 'grad_norm': norm,
                        'learning_rate': 1e-3 * step, 'tokens': tokens})
   summary = pending.summary()
   assert summary['loss'] == pytest.approx((1.0 * 100 + 4.0 * 300) / 400)
@@ -36,3 +37,35 @@ def test_the_logged_loss_is_per_target_token_over_the_steps():
   assert summary['perplexity'] == pytest.approx(np.exp((0.5 * 100 + 2.0 * 300) / 400))
   assert summary['grad_norm'] == pytest.approx(3.0)
   assert summary['learning_rate'] == pytest.approx(2e-3)
+
+
+def _stacked(rows: list[dict]) -> dict:
+  return {name: np.array([row[name] for row in rows], np.float32) for name in rows[0]}
+
+
+def test_a_call_of_several_steps_counts_each_step():
+  steps = [{'loss': 1.0, 'nll': 0.5, 'accuracy': 0.25, 'grad_norm': 2.0, 'learning_rate': 1e-3,
+            'tokens': 100.0},
+           {'loss': 4.0, 'nll': 2.0, 'accuracy': 0.5, 'grad_norm': 4.0, 'learning_rate': 2e-3,
+            'tokens': 300.0},
+           {'loss': 2.0, 'nll': 1.0, 'accuracy': 0.75, 'grad_norm': 6.0, 'learning_rate': 3e-3,
+            'tokens': 200.0}]
+  one_by_one, called = train._TrainMetrics(), train._TrainMetrics()  # pylint: disable=protected-access
+  for step, metrics in enumerate(steps, 1):
+    one_by_one.add(range(step, step + 1), metrics)
+  called.add(range(1, 3), _stacked(steps[:2]))
+  called.add(range(3, 4), steps[2])
+  want, got = one_by_one.summary(), called.summary()
+  for name in ('loss', 'nll', 'accuracy', 'grad_norm', 'perplexity', 'learning_rate'):
+    assert got[name] == pytest.approx(want[name]), name
+  assert got['loss'] == pytest.approx((100 + 4 * 300 + 2 * 200) / 600)
+  assert got['learning_rate'] == pytest.approx(3e-3)
+
+
+def test_a_nan_inside_a_call_is_named_by_its_step():
+  pending = train._TrainMetrics()  # pylint: disable=protected-access
+  good = {'loss': 1.0, 'nll': 1.0, 'accuracy': 0.5, 'grad_norm': 1.0, 'learning_rate': 1e-3,
+          'tokens': 10.0}
+  pending.add(range(9, 13), _stacked([good, good, {**good, 'grad_norm': np.inf}, good]))
+  with pytest.raises(FloatingPointError, match='gradient norm inf at step 11'):
+    pending.summary()

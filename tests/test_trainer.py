@@ -166,6 +166,41 @@ def test_evaluation_with_the_fused_loss_gives_the_whole_logits_sums():
   assert flops[5] <= flops[0]
 
 
+@pytest.mark.parametrize('accumulate', [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_k_steps_in_one_call_equal_k_single_steps(accumulate):
+  # train.steps_per_call: three steps as one compiled call (batches stacked) on a mesh that
+  # splits rows, the embedding width and the vocabulary, with every dropout site on: each
+  # step's metrics, and the parameters, optimizer state, step and dropout key after them, are
+  # those of three calls of one step.
+  overrides = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1,
+               'model.relu_dropout_rate': 0.1, 'train.grad_accum_steps': accumulate,
+               'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.model': 2}
+  config = train_config(**overrides)
+  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()))
+  trainer = Trainer(model)
+  batches = [_batch(16, 12, 64, seed) for seed in range(3)]
+  single, single_metrics = trainer.init_state(), []
+  for batch in batches:
+    single, metrics = trainer.train_step(single, model.put_batch(batch))
+    single_metrics.append(jax.device_get(metrics))
+  stacked = {name: np.stack([batch[name] for batch in batches]) for name in batches[0]}
+  called, metrics = trainer.train_steps(trainer.init_state(), model.put_batches(stacked))
+  metrics = jax.device_get(metrics)
+  assert set(metrics) == set(single_metrics[0])
+  for name, values in metrics.items():
+    assert values.shape == (3,)
+    np.testing.assert_allclose(values, [m[name] for m in single_metrics], rtol=1e-5,
+                               err_msg=name)
+  assert len({float(m['loss']) for m in single_metrics}) == 3  # three different steps
+  assert int(called.step) == int(single.step) == 3
+  np.testing.assert_array_equal(called.dropout_key, single.dropout_key)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+               jax.device_get((called.params, called.opt_state)),
+               jax.device_get((single.params, single.opt_state)))
+  kernel = called.params['decoder']['layer_0']['ffn']['inner']['kernel']
+  assert kernel.sharding == single.params['decoder']['layer_0']['ffn']['inner']['kernel'].sharding
+
+
 @pytest.mark.slow
 def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
   # Without dropout: micro-batches draw their own dropout masks.

@@ -1,13 +1,15 @@
 r"""Training throughput and model-FLOPs utilisation (MFU) of a config on the present devices.
 
   python -m transformer_jax.benchmark --config=configs/base.py [--batch_size=32 --length=32]
-      [--steps=20] [--json]
+      [--steps=20] [--packed] [--json]
 
 Times the jitted, sharded train step (the one `train.py` runs) on random tokens of fixed
-shape, after warm-up steps that include compilation. The step time is that of steps dispatched
-back to back, as `train.py` runs them (the host waits for nothing until it logs): the median
-over 3 runs of --steps steps. Beside it, `step_time_waited_s` is the median of --steps steps
-each waited for, which adds the host's dispatch and the device's start to every step. Model
+shape, after warm-up steps that include compilation; with `train.steps_per_call` K > 1, K steps
+a call as `train.py` runs them then (`Trainer.train_steps`), the times given per step. The step
+time is that of calls dispatched back to back, as `train.py` runs them (the host waits for
+nothing until it logs): the median over 3 runs of --steps calls. Beside it,
+`step_time_waited_s` is the median of --steps calls each waited for, which adds the host's
+dispatch and the device's start to every call. Model
 FLOPs per step are 3x the forward matmul FLOPs of `costs.forward_flops` (backward = 2x
 forward). The device's dense matmul throughput is measured in the same run, with square
 matmuls in the config's dtype, so MFU = achieved / measured peak is comparable across
@@ -70,10 +72,12 @@ def matmul_peak(dtype, sizes=None) -> float:
   return best
 
 
-def prepared_step(config, batch_size: int | None, length: int, warmup: int):
-  """The jitted train step on one fixed random batch, run `warmup` times (compilation
-  included): returns (step, model, rows), where step() runs one more step and returns its
-  metrics."""
+def prepared_step(config, batch_size: int | None, length: int, warmup: int,
+                  packed: bool = False):
+  """The jitted train step on one fixed random batch (packed: two pairs a row, with segment
+  ids, as packed training batches come), run `warmup` times (compilation included): returns
+  (step, model, rows), where step() runs one more call (of `train.steps_per_call` steps, on
+  that batch each) and returns its metrics."""
   config_lib.validate(config)
   model = ShardedModel(config)
   trainer = Trainer(model)
@@ -86,23 +90,35 @@ def prepared_step(config, batch_size: int | None, length: int, warmup: int):
   rng = np.random.default_rng(0)
   tokens = lambda: rng.integers(1, config.data.vocab_size, (rows, length), dtype=np.int32)
   targets = tokens()
-  batch = model.put_batch({'inputs': tokens(), 'targets': targets,
-                             'decoder_inputs': np.pad(targets[:, :-1], ((0, 0), (1, 0)))})
+  batch = {'inputs': tokens(), 'targets': targets,
+           'decoder_inputs': np.pad(targets[:, :-1], ((0, 0), (1, 0)))}
+  if packed:
+    segments = np.where(np.arange(length) < length // 2, 1, 2).astype(np.int32)
+    batch['source_segments'] = batch['target_segments'] = np.tile(segments, (rows, 1))
+    batch['decoder_inputs'][:, length // 2] = 0  # the second pair's decoder starts anew
+  k = config.train.steps_per_call
+  if k == 1:
+    train_step, batch = trainer.train_step, model.put_batch(batch)
+  else:
+    train_step = trainer.train_steps
+    batch = model.put_batches({name: np.stack([value] * k) for name, value in batch.items()})
   state = trainer.init_state()
 
   def step():
     nonlocal state
-    state, metrics = trainer.train_step(state, batch)
+    state, metrics = train_step(state, batch)
     return metrics
 
   _median_seconds(step, warmup)
   return step, model, rows
 
 
-def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int) -> dict:
-  step, model, rows = prepared_step(config, batch_size, length, warmup)
-  step_time = _pipelined_seconds(step, num_steps)
-  waited_step_time = _median_seconds(step, num_steps)
+def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int,
+        packed: bool = False) -> dict:
+  step, model, rows = prepared_step(config, batch_size, length, warmup, packed)
+  k = config.train.steps_per_call
+  step_time = _pipelined_seconds(step, num_steps) / k
+  waited_step_time = _median_seconds(step, num_steps) / k
   flops = 3 * rows * costs.forward_flops(model.model_config, length, length)
   devices = jax.device_count()
   peak = matmul_peak(jnp.dtype(config.dtype)) * devices
@@ -112,6 +128,8 @@ def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int
       'dtype': config.dtype,
       'batch_size': rows,
       'length': length,
+      'packed': packed,
+      'steps_per_call': k,
       'step_time_s': step_time,
       'step_time_waited_s': waited_step_time,
       'target_tokens_per_s': rows * length / step_time,
@@ -124,12 +142,14 @@ def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int
 
 
 def main():
-  result = run(_CONFIG.value, _BATCH_SIZE.value, _LENGTH.value, _STEPS.value, _WARMUP.value)
+  result = run(_CONFIG.value, _BATCH_SIZE.value, _LENGTH.value, _STEPS.value, _WARMUP.value,
+               _PACKED.value)
   if _JSON.value:
     print(json.dumps(result))
     return
   print(f'{result["num_devices"]} x {result["device"]}, {result["dtype"]}, batch '
-        f'{result["batch_size"]} x {result["length"]}+{result["length"]} tokens')
+        f'{result["batch_size"]} x {result["length"]}+{result["length"]} tokens, '
+        f'{result["steps_per_call"]} step(s) a call' + (', packed' if result['packed'] else ''))
   print(f'step time            {result["step_time_s"] * 1e3:.1f} ms '
         f'({result["step_time_waited_s"] * 1e3:.1f} ms waiting for each step)')
   print(f'target tokens/s      {result["target_tokens_per_s"]:.0f}')
@@ -144,9 +164,11 @@ if __name__ == '__main__':
   _BATCH_SIZE = flags.DEFINE_integer(
       'batch_size', None, 'Sentence pairs per step (default: tokens_per_batch // length).')
   _LENGTH = flags.DEFINE_integer('length', 32, 'Source and target length of every pair.')
-  _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps in each round.', lower_bound=1)
-  _WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed steps first (compilation included).',
+  _STEPS = flags.DEFINE_integer('steps', 20, 'Timed calls in each round.', lower_bound=1)
+  _WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed calls first (compilation included).',
                                  lower_bound=1)
+  _PACKED = flags.DEFINE_bool('packed', False, 'Rows of two pairs each, with segment ids, as '
+                              'packed training batches (data.pack_length) come.')
   _JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.')
   flags.mark_flag_as_required('config')
   cli.run(main)

@@ -24,7 +24,7 @@ _POSITIVE_INTS = (
     'data.max_corpus_chars',
     'train.num_train_steps', 'train.warmup_steps', 'train.grad_accum_steps',
     'train.log_every_steps', 'train.eval_every_steps', 'train.checkpoint_every_steps',
-    'train.keep_checkpoints', 'decode.beam_size', 'decode.average_last',
+    'train.keep_checkpoints', 'train.steps_per_call', 'decode.beam_size', 'decode.average_last',
 )
 _MESH_AXES = ('parallel.data', 'parallel.fsdp', 'parallel.model')  # positive, or -1
 _UNIT_INTERVAL = (  # values in [0, 1)
@@ -96,6 +96,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if isinstance(loss_chunk, bool) or not isinstance(loss_chunk, int) or loss_chunk < 0:
     raise ValueError('config.train.loss_chunk must be 0 (logits whole) or a number of target '
                      f'positions, got {loss_chunk!r}')
+  prefetch = config.data.prefetch
+  if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+    raise ValueError('config.data.prefetch must be 0 (batches made on the training thread) or a '
+                     f'number of calls prepared ahead, got {prefetch!r}')
+  steps_per_call = config.train.steps_per_call
+  for field in ('checkpoint_every_steps', 'eval_every_steps'):
+    if config.train[field] % steps_per_call:
+      raise ValueError(f'config.train.{field}={config.train[field]} must be a multiple of '
+                       f'config.train.steps_per_call={steps_per_call}: checkpoints and '
+                       'evaluations happen between calls')
   pack_length = config.data.pack_length
   if pack_length is not None and (
       isinstance(pack_length, bool) or not isinstance(pack_length, int)

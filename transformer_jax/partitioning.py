@@ -98,16 +98,19 @@ def placed_shapes(abstract_state: Any, shardings: Any) -> Any:
       nn.meta.unbox(abstract_state), shardings)
 
 
-def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict:
-  """This process's rows -> global arrays sharded over the batch axes. With one process the
-  local rows are the whole batch; with several, each process's rows go to the global rows its
-  devices hold, so the rows' order follows the mesh's device order (see `whole_batch`)."""
+def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding,
+                 rows_axis: int = 0) -> dict:
+  """This process's rows (along `rows_axis`: 1 for batches stacked along a leading axis) ->
+  global arrays sharded over the batch axes. With one process the local rows are the whole
+  batch; with several, each process's rows go to the global rows its devices hold, so the rows'
+  order follows the mesh's device order (see `whole_batch`)."""
   processes = jax.process_count()
-  return {
-      name: jax.make_array_from_process_local_data(
-          sharding, value, (value.shape[0] * processes,) + value.shape[1:])
-      for name, value in local_batch.items()
-  }
+
+  def global_shape(shape):
+    return shape[:rows_axis] + (shape[rows_axis] * processes,) + shape[rows_axis + 1:]
+
+  return {name: jax.make_array_from_process_local_data(sharding, value, global_shape(value.shape))
+          for name, value in local_batch.items()}
 
 
 def whole_batch(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict:

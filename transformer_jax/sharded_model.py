@@ -29,6 +29,8 @@ class ShardedModel:
     param_sharding, abstract_params: where each parameter lives, and its shape, dtype and
       sharding (to restore checkpoints into).
     batch_sharding, batch_shards: rows over the batch axes, and into how many parts.
+    stacked_batch_sharding: batches stacked along a leading axis (one per step of a call),
+      their rows over the batch axes.
     loss_sums: jitted (params, batch) -> `loss.loss_sums` of the model with dropout off (for
       evaluation), `train.loss_chunk` target positions at a time if it is set.
     config, mesh, rules, model_config: the run's config, the device mesh, the logical axis
@@ -44,6 +46,8 @@ class ShardedModel:
     self.eval_model = Transformer(self.model_config.replace(deterministic=True))
     self.batch_sharding = partitioning.batch_sharding(self.mesh, self.rules)
     self.batch_shards = partitioning.batch_shards(self.mesh, self.rules)
+    self.stacked_batch_sharding = jax.sharding.NamedSharding(
+        self.mesh, jax.sharding.PartitionSpec(None, *self.batch_sharding.spec))
     boxed = jax.eval_shape(self.boxed_params, jax.random.key(0))
     self.param_sharding = partitioning.state_shardings(boxed, self.mesh, self.rules)
     self.abstract_params = partitioning.placed_shapes(boxed, self.param_sharding)
@@ -86,6 +90,11 @@ class ShardedModel:
   def put_batch(self, local_batch: dict) -> dict:
     """This process's rows of a batch -> global arrays on the mesh."""
     return partitioning.global_batch(local_batch, self.batch_sharding)
+
+  def put_batches(self, local_batches: dict) -> dict:
+    """This process's rows of batches stacked along a leading axis -> global arrays on the
+    mesh (`Trainer.train_steps`' input)."""
+    return partitioning.global_batch(local_batches, self.stacked_batch_sharding, rows_axis=1)
 
   def put_whole_batch(self, batch: dict) -> dict:
     """A batch every process holds whole -> global arrays on the mesh, rows in order."""

@@ -11,6 +11,11 @@ state, step, dropout key and the data iterator's position are restored, so the r
 continues exactly as the uninterrupted one would have. Everything that can be wrong with the
 input (config, workdir, mesh, dataset) is reported before anything is compiled.
 
+The host never holds the devices up (`feed`): a background thread assembles and places the
+batches a few calls ahead (`data.prefetch`), and `train.steps_per_call` steps run as one
+compiled call, so the host dispatches once for all of them. Logging, checkpoints, evaluation
+and preemption happen between calls.
+
 Compiling is reported apart from training (`compilation`): each batch shape's first step
 prints and logs (metrics.jsonl, split 'compile') how long its train step took to compile, or
 to load from the persistent compilation cache; the 'train' records' step time and tokens/s
@@ -28,8 +33,8 @@ from ml_collections import config_flags
 import numpy as np
 import tqdm
 
-from transformer_jax import checkpointing, cli, compilation, config_lib, evaluate, metrics_log
-from transformer_jax import preemption, workdirs
+from transformer_jax import checkpointing, cli, compilation, config_lib, evaluate, feed
+from transformer_jax import metrics_log, preemption, workdirs
 from transformer_jax.data import datasets, pipeline
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
@@ -57,8 +62,9 @@ class _TrainMetrics:
     self._paused = 0.0  # seconds since `_start` spent outside training steps
     self._compiling = 0.0  # of which compiling train steps
 
-  def add(self, step: int, metrics: dict) -> None:
-    self._pending.append((step, metrics))
+  def add(self, steps: range, metrics: dict) -> None:
+    """The metrics of the call that ran `steps`: scalars for one step, stacked for several."""
+    self._pending.append((steps, metrics))
 
   @contextlib.contextmanager
   def paused(self):
@@ -81,7 +87,9 @@ class _TrainMetrics:
     of the other two); None if empty."""
     if not self._pending:
       return None
-    fetched = jax.device_get(self._pending)
+    fetched = [(step, {name: np.reshape(value, len(steps))[i] for name, value in metrics.items()})
+               for steps, metrics in jax.device_get(self._pending)
+               for i, step in enumerate(steps)]
     elapsed = time.perf_counter() - self._start - self._paused
     for step, metrics in fetched:
       if not (np.isfinite(metrics['loss']) and np.isfinite(metrics['grad_norm'])):
@@ -135,12 +143,6 @@ def _load_data(config: ml_collections.ConfigDict, workdir: str, trainer: Trainer
   return data
 
 
-def _batch_shape(batch: dict) -> str:
-  """'rows x length', '(packed)' added for a packed batch."""
-  rows, length = batch['inputs'].shape
-  return f'{rows} x {length}' + (' (packed)' if 'source_segments' in batch else '')
-
-
 def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   startup = compilation.so_far()
   model = ShardedModel(config)
@@ -157,6 +159,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                             train.checkpoint_every_steps)
     cleanup.callback(checkpoints.close)
     iterator = data.train_iterator(config.seed, jax.process_index(), jax.process_count())
+    cleanup.callback(iterator.close)
     restored = checkpoints.restore_latest(trainer.abstract_state)
     if restored is None:
       start, state = 0, trainer.init_state()
@@ -165,6 +168,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
       iterator.set_state(data_state)
       if lead:
         print(f'Resumed from step {start} of {workdir}', flush=True)
+    calls = cleanup.enter_context(feed.Feed(
+        iterator, model, _steps_per_call(config, data, lead), start, train.num_train_steps,
+        config.data.prefetch))
     evaluator = evaluate.Evaluator(model, data)
     log = metrics_log.MetricsLog(workdir)
     cleanup.callback(log.close)
@@ -178,23 +184,28 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
     cleanup.callback(progress.close)
     eval_metrics = {}
     with preemption.Notice() as notice:
-      for step in range(start + 1, train.num_train_steps + 1):
-        batch = next(iterator)
+      for call in calls:
+        step = call.steps[-1]
         before = compilation.so_far()
-        state, metrics = trainer.train_step(state, model.put_batch(batch))
+        if len(call.steps) == 1:
+          state, metrics = trainer.train_step(state, call.batch)
+        else:
+          state, metrics = trainer.train_steps(state, call.batch)
         compiled = compilation.so_far() - before  # a new batch shape: its step compiled
         if compiled:
           pending.compiled(compiled.seconds)
-          _log_compiles(log, step, f'train step, batches of {_batch_shape(batch)}', compiled,
+          _log_compiles(log, step, f'train step, batches of {call.shape}', compiled,
                         progress.write)
-        pending.add(step, metrics)
-        progress.update()
+        pending.add(call.steps, metrics)
+        progress.update(len(call.steps))
         last = step == train.num_train_steps
         preempted = notice.reached(step)
         save = step % train.checkpoint_every_steps == 0 or last or preempted
         evaluate_now = (step % train.eval_every_steps == 0 or last) and not preempted
+        # A multiple of log_every_steps among the call's steps.
+        logged = step // train.log_every_steps > (call.steps[0] - 1) // train.log_every_steps
         # Fetching the metrics checks the steps for NaN, so no bad state is saved or evaluated.
-        if step % train.log_every_steps == 0 or save or evaluate_now:
+        if logged or save or evaluate_now:
           summary = pending.summary()
           log.write(step, 'train', summary)
           progress.set_postfix(loss=f'{summary["loss"]:.3f}',
@@ -203,7 +214,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
         # Saved before evaluating, so that a failed evaluation loses no training.
         if save:
           with pending.paused():
-            checkpoints.save(step, state, iterator.get_state())
+            checkpoints.save(step, state, calls.get_state())
         if evaluate_now:
           with pending.paused():
             before, start_time = compilation.so_far(), time.perf_counter()
@@ -224,6 +235,19 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
     _log_compiles(log, progress.n, 'the whole run', compilation.so_far() - startup,
                   progress.write)
   return eval_metrics
+
+
+def _steps_per_call(config: ml_collections.ConfigDict, data: pipeline.Data, lead: bool) -> int:
+  """`train.steps_per_call`, or 1 when training batches come in several shapes (they cannot be
+  stacked), said on process 0."""
+  k, lengths = config.train.steps_per_call, data.batchers['train'].train_lengths()
+  if k > 1 and len(lengths) > 1:
+    if lead:
+      print(f'train.steps_per_call={k} runs one step a call: training batches have rows of '
+            f'{len(lengths)} lengths ({", ".join(map(str, lengths))}); with '
+            'data.pack_length=data.max_length they have one', flush=True)
+    return 1
+  return k
 
 
 def _log_compiles(log: metrics_log.MetricsLog, step: int, what: str,

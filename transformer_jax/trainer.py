@@ -4,6 +4,7 @@ on a `ShardedModel`.
   trainer = trainer.Trainer(sharded_model.ShardedModel(config))
   state = trainer.init_state()          # created already sharded, never whole on one device
   state, metrics = trainer.train_step(state, batch)
+  state, metrics = trainer.train_steps(state, batches)   # K steps, batches stacked: (K, rows, ..)
 
 One optimizer step sees `config.data.tokens_per_batch` tokens per side, split into
 `config.train.grad_accum_steps` micro-batches whose gradients are summed before the update;
@@ -53,6 +54,9 @@ class Trainer:
     self.train_step = jax.jit(
         self._train_step, in_shardings=(self.state_sharding, model.batch_sharding),
         out_shardings=(self.state_sharding, None), donate_argnums=0)
+    self.train_steps = jax.jit(
+        self._train_steps, in_shardings=(self.state_sharding, model.stacked_batch_sharding),
+        out_shardings=(self.state_sharding, None), donate_argnums=0)
 
   @property
   def rows_multiple(self) -> int:
@@ -80,6 +84,13 @@ class Trainer:
   def _train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     with self.model.on_mesh():
       return self._update(state, batch)
+
+  def _train_steps(self, state: TrainState, batches: dict) -> tuple[TrainState, dict]:
+    """As many steps as `batches` stacks (leading axis), in one program: the host dispatches
+    once for all of them (`train.steps_per_call`). Each step is `_train_step`'s, its dropout
+    drawn from its own step number; the metrics come stacked, one entry per step."""
+    with self.model.on_mesh():
+      return jax.lax.scan(self._update, state, batches)
 
   def _update(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     # Dropout is different at every step and micro-batch, and reproducible from the step alone.

@@ -20,15 +20,19 @@ each pair's decoder inputs start with PAD_ID. Longer pairs keep one row each, in
 above `pack_length`. Evaluation batches are never packed.
 
 Each epoch's plan is a pure function of (seed, epoch), so an iterator's position is two
-integers that restore it exactly under the same batching. With several processes every process
-computes the same plan and reads only its own block of rows of each batch: disjoint shards
-that together cover the batch.
+integers that restore it exactly under the same batching. The training iterator plans the next
+epoch in a background thread while the current one is read, so that an epoch boundary does not
+wait for first-fit decreasing over the whole split; a batch, packed or not, is assembled from
+the token ids with array operations, no Python loop over its rows or pairs. With several
+processes every process computes the same plan and reads only its own block of rows of each
+batch: disjoint shards that together cover the batch.
 """
 
 import collections
 import collections.abc
 import dataclasses
 import heapq
+import threading
 from typing import Iterator, Sequence
 
 from absl import logging
@@ -38,6 +42,13 @@ from transformer_jax.model_config import PAD_ID
 
 
 BUCKETS = ('fine', 'coarse')
+PLANNER_THREAD = 'transformer_jax-plan'  # the name of TrainIterator's planning thread
+_CANCEL_EVERY = 4096  # pairs placed by first-fit decreasing between looks at its cancel event
+
+
+class PlanCancelled(Exception):
+  """A plan stopped by its cancellation event (`TrainIterator.close`, or a plan no longer
+  wanted)."""
 
 
 def bucket_lengths(max_length: int, buckets: str = 'fine') -> list[int]:
@@ -167,11 +178,13 @@ class Batcher:
       indices = indices[..., None]
     return [(length, chunk) for chunk in indices]
 
-  def plan(self, seed: int | None, epoch: int = 0) -> list[tuple[int, np.ndarray]]:
+  def plan(self, seed: int | None, epoch: int = 0,
+           cancel: threading.Event | None = None) -> list[tuple[int, np.ndarray]]:
     """Batches as (row length, pair indices with -1 for empty rows: (rows,), or (rows, pairs
     per row) when packed). With a seed, pairs are shuffled within buckets and batches are
     shuffled, differently each epoch; without one (evaluation, never packed) the order is by
-    length and then by position in the split."""
+    length and then by position in the split. Raises PlanCancelled soon after `cancel` is set,
+    also halfway through packing, the long part of a large split's plan."""
     sources, targets = self._side_lengths()
     buckets = np.searchsorted(np.array(self.lengths), np.maximum(sources, targets))
     order = np.arange(len(buckets))
@@ -183,7 +196,8 @@ class Batcher:
     packing = bool(self.pack_length) and seed is not None
     if packing:
       fits = np.maximum(sources[order], targets[order]) <= self.pack_length
-      rows = _first_fit_decreasing(order[fits], sources, targets, self.pack_length)
+      rows = _first_fit_decreasing(order[fits], sources, targets, self.pack_length, cancel)
+      _stop_if_cancelled(cancel)
       batches += self._batches(self.pack_length, [rows[i] for i in rng.permutation(len(rows))])
       order = order[~fits]
     for b, length in enumerate(self.lengths):
@@ -194,38 +208,51 @@ class Batcher:
       batches = [batches[i] for i in rng.permutation(len(batches))]
     return batches
 
+  def train_lengths(self) -> list[int]:
+    """The row lengths that the batches of a training epoch (`plan` with a seed) have, sorted:
+    with packing, pack_length and the buckets holding pairs too long to pack; without, the
+    buckets holding pairs. One length means one batch shape for every training step."""
+    sources, targets = self._side_lengths()
+    longest = np.maximum(sources, targets)
+    packed = set()
+    if self.pack_length:
+      packed = {self.pack_length} if (longest <= self.pack_length).any() else set()
+      longest = longest[longest > self.pack_length]
+    buckets = np.unique(np.searchsorted(np.array(self.lengths), longest))
+    return sorted(packed | {self.lengths[b] for b in buckets})
+
   def assemble(self, length: int, indices: np.ndarray) -> dict[str, np.ndarray]:
     """The arrays of one batch: `inputs` (source ids), `targets`, and `decoder_inputs`, the
     targets shifted right behind PAD_ID (tensor2tensor's start symbol). (rows, length) int32,
     padded with PAD_ID. When packed (2-D `indices`), also `source_segments` and
-    `target_segments`, and each pair's decoder inputs start with PAD_ID."""
-    if indices.ndim == 1:  # one pair per row, gathered at once
+    `target_segments` (1, 2, ... per pair in row order, 0 on padding), and each pair's decoder
+    inputs start with PAD_ID. Gathered with array operations: a batch is assembled on the
+    training loop's critical path."""
+    if indices.ndim == 1:  # one pair per row
       batch = {'inputs': _rows(self.split.sources, indices, length),
                'targets': _rows(self.split.targets, indices, length)}
       batch['decoder_inputs'] = np.pad(batch['targets'][:, :-1], ((0, 0), (1, 0)),
                                        constant_values=PAD_ID)
       return batch
-    names = ('inputs', 'targets', 'decoder_inputs', 'source_segments', 'target_segments')
-    batch = {name: np.full((len(indices), length), PAD_ID, np.int32) for name in names}
-    for row, members in enumerate(indices):
-      s = t = 0
-      for segment, i in enumerate(members[members >= 0], start=1):
-        source, target = self.split.sources[i], self.split.targets[i]
-        batch['inputs'][row, s:s + len(source)] = source
-        batch['targets'][row, t:t + len(target)] = target
-        batch['source_segments'][row, s:s + len(source)] = segment
-        batch['target_segments'][row, t:t + len(target)] = segment
-        batch['decoder_inputs'][row, t + 1:t + len(target)] = target[:-1]
-        s, t = s + len(source), t + len(target)
-    return batch
+    inputs, source_segments = _packed_rows(self.split.sources, indices, length)
+    targets, target_segments = _packed_rows(self.split.targets, indices, length)
+    return {'inputs': inputs, 'targets': targets,
+            'decoder_inputs': _shifted_within_segments(targets, target_segments),
+            'source_segments': source_segments, 'target_segments': target_segments}
+
+
+def _spans(side: Sequences, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Where the sequences at `indices` lie in side.ids: their starts and lengths, both 0 where
+  an index is -1."""
+  real = indices >= 0
+  starts = np.where(real, side.starts[indices], 0)
+  return starts, np.where(real, side.ends[indices] - starts, 0)
 
 
 def _rows(side: Sequences, indices: np.ndarray, length: int) -> np.ndarray:
   """(rows, length) int32: row r holds sequence indices[r] of `side` followed by PAD_ID, or only
   PAD_ID where indices[r] is -1."""
-  real = indices >= 0
-  starts = np.where(real, side.starts[indices], 0)
-  lengths = np.where(real, side.ends[indices] - starts, 0)
+  starts, lengths = _spans(side, indices)
   positions = np.arange(length)
   filled = positions < lengths[:, None]
   rows = np.full((len(indices), length), PAD_ID, np.int32)
@@ -233,11 +260,44 @@ def _rows(side: Sequences, indices: np.ndarray, length: int) -> np.ndarray:
   return rows
 
 
+def _packed_rows(side: Sequences, indices: np.ndarray,
+                 length: int) -> tuple[np.ndarray, np.ndarray]:
+  """Token ids and segment ids, (rows, length) int32 each: row r holds the sequences
+  indices[r] of `side` end to end (-1s skipped), the k-th of them marked k in the segment ids,
+  then PAD_ID and segment 0."""
+  starts, lengths = _spans(side, indices)
+  per_pair = lengths.ravel()
+  # A row's tokens fill its first columns, so the filled cells in row-major order are the
+  # tokens of the pairs in `indices`' row-major order.
+  filled = np.arange(length) < lengths.sum(axis=1)[:, None]
+  first_token = np.cumsum(per_pair) - per_pair  # each pair's first among those tokens
+  ids = np.full((len(indices), length), PAD_ID, np.int32)
+  ids[filled] = side.ids[np.arange(per_pair.sum()) + np.repeat(starts.ravel() - first_token,
+                                                               per_pair)]
+  segments = np.zeros((len(indices), length), np.int32)
+  segments[filled] = np.repeat(np.cumsum(indices >= 0, axis=1).ravel(), per_pair)
+  return ids, segments
+
+
+def _shifted_within_segments(targets: np.ndarray, segments: np.ndarray) -> np.ndarray:
+  """Decoder inputs of packed rows: each pair's targets shifted right by one behind PAD_ID, as
+  if the pair were alone in its row."""
+  decoder_inputs = np.full_like(targets, PAD_ID)
+  same_pair = segments[:, 1:] == segments[:, :-1]  # also on padding, whose targets are PAD_ID
+  decoder_inputs[:, 1:] = np.where(same_pair, targets[:, :-1], PAD_ID)
+  return decoder_inputs
+
+
+def _stop_if_cancelled(cancel: threading.Event | None) -> None:
+  if cancel is not None and cancel.is_set():
+    raise PlanCancelled
+
+
 def _first_fit_decreasing(order: np.ndarray, sources: np.ndarray, targets: np.ndarray,
-                          length: int) -> list[list[int]]:
+                          length: int, cancel: threading.Event | None = None) -> list[list[int]]:
   """Rows of pair indices, each row's sources and targets within `length` tokens: the pairs,
   longest first (ties in `order`), each join the first row with room on both sides, or open a
-  new one.
+  new one. Raises PlanCancelled within a few thousand pairs of `cancel` being set.
 
   Rows are kept by how much room they have left: `first[a, b]` is the lowest-numbered row with
   exactly a source and b target tokens free (a heap per (a, b) holds them all), and
@@ -255,24 +315,62 @@ def _first_fit_decreasing(order: np.ndarray, sources: np.ndarray, targets: np.nd
     first[a, b] = with_room[a, b][0] if with_room[a, b] else none
     first_from[a] = np.minimum.accumulate(first[a, ::-1])[::-1]
 
-  for i in order:
-    s, t = int(sources[i]), int(targets[i])
-    a = s + int(np.argmin(first_from[s:, t]))
-    if first_from[a, t] == none:
-      r, a, b = len(rows), length, length
-      rows.append([])
-    else:
-      b = t + int(np.argmin(first[a, t:]))
-      r = heapq.heappop(with_room[a, b])
-      update(a, b)
-    rows[r].append(int(i))
-    heapq.heappush(with_room[a - s, b - t], r)
-    update(a - s, b - t)
+  for chunk in range(0, len(order), _CANCEL_EVERY):  # `cancel` between chunks, not per pair
+    _stop_if_cancelled(cancel)
+    for i in order[chunk:chunk + _CANCEL_EVERY]:
+      s, t = int(sources[i]), int(targets[i])
+      a = s + int(np.argmin(first_from[s:, t]))
+      if first_from[a, t] == none:
+        r, a, b = len(rows), length, length
+        rows.append([])
+      else:
+        b = t + int(np.argmin(first[a, t:]))
+        r = heapq.heappop(with_room[a, b])
+        update(a, b)
+      rows[r].append(int(i))
+      heapq.heappush(with_room[a - s, b - t], r)
+      update(a - s, b - t)
   return rows
+
+
+class _Planning:
+  """The plan of one epoch, made in a daemon thread (which never holds up the interpreter's
+  exit)."""
+
+  def __init__(self, batcher: Batcher, seed: int, epoch: int):
+    self.epoch = epoch
+    self._cancel = threading.Event()
+    self._plan, self._error = None, None
+    self._thread = threading.Thread(target=self._run, args=(batcher, seed),
+                                    name=PLANNER_THREAD, daemon=True)
+    self._thread.start()
+
+  def _run(self, batcher: Batcher, seed: int) -> None:
+    try:
+      self._plan = batcher.plan(seed, self.epoch, self._cancel)
+    except BaseException as error:  # raised again by result(), in the consumer's thread
+      self._error = error
+
+  def result(self) -> list[tuple[int, np.ndarray]]:
+    """The plan, once made; what planning raised, raised again."""
+    self._thread.join()
+    if self._error is not None:
+      raise self._error
+    return self._plan
+
+  def cancel(self) -> None:
+    """Stops the planning and waits for its thread to end."""
+    self._cancel.set()
+    self._thread.join()
 
 
 class TrainIterator(Iterator[dict]):
   """Endless training batches, epoch after epoch, for this process's block of rows.
+
+  Each epoch is planned in a background thread (`PLANNER_THREAD`), the next one as soon as an
+  epoch's plan is taken, so the step that crosses an epoch boundary waits only if training
+  outran the planning; the batches are exactly those of `Batcher.plan`. A failure of the
+  planning is raised by `__next__`. `close()` (or leaving a `with` block) stops the planning.
 
   `get_state()` / `set_state()` save and restore the position; a restored iterator yields
   exactly the batches the uninterrupted one would have. The position comes with what the plan
@@ -290,6 +388,9 @@ class TrainIterator(Iterator[dict]):
     self._seed = seed
     self._process_index = process_index
     self._process_count = process_count
+    self._planning: _Planning | None = None
+    self._closed = False
+    self._lock = threading.Lock()
     self._start_epoch(0)
 
   def batching(self) -> dict:
@@ -300,11 +401,12 @@ class TrainIterator(Iterator[dict]):
             'pack_length': b.pack_length, 'buckets': b.buckets}
 
   def get_state(self) -> dict:
-    return {'epoch': self._epoch, 'index': self._index, 'batches': len(self._plan),
+    return {'epoch': self._epoch, 'index': self._index, 'batches': len(self._current_plan()),
             'batching': self.batching()}
 
   def set_state(self, state: dict) -> None:
-    if int(state['epoch']) != self._epoch:  # the plan of this epoch is already made
+    self._check_open()
+    if int(state['epoch']) != self._epoch:  # the plan of this epoch is already made or begun
       self._start_epoch(int(state['epoch']))
     self._index = int(state['index'])
     saved = state.get('batching')  # absent from checkpoints written before it was saved
@@ -313,21 +415,70 @@ class TrainIterator(Iterator[dict]):
     if saved is not None and saved != self.batching():
       changes = ', '.join(f'{name} {saved.get(name)} -> {value}'
                           for name, value in self.batching().items() if saved.get(name) != value)
-      index = min(round(self._index * len(self._plan) / state['batches']), len(self._plan))
+      batches = len(self._current_plan())
+      index = min(round(self._index * batches / state['batches']), batches)
       logging.warning('The batching changed since this data position was saved (%s): epoch %d '
                       'continues at batch %d of %d, the same fraction of it as batch %d of %d.',
-                      changes, self._epoch, index, len(self._plan), self._index,
-                      state['batches'])
+                      changes, self._epoch, index, batches, self._index, state['batches'])
       self._index = index
 
+  def close(self) -> None:
+    """Stops the planning (promptly, even halfway through a plan) and leaves no thread
+    running; also from another thread than the one taking batches, whose `next` then raises.
+    The iterator yields nothing after; closing again does nothing."""
+    with self._lock:
+      self._closed = True
+      planning, self._planning = self._planning, None
+    if planning is not None:
+      planning.cancel()
+
+  def __enter__(self) -> 'TrainIterator':
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()
+
+  def _check_open(self) -> None:
+    if self._closed:
+      raise RuntimeError('this TrainIterator is closed: it plans and yields no more batches')
+
+  def _plan_in_background(self, epoch: int) -> None:
+    """Makes the planning under way that of `epoch`: kept if it is, else replaced (stopped)."""
+    with self._lock:  # against a close() from another thread, which must leave no planner
+      self._check_open()
+      if self._planning is not None and self._planning.epoch == epoch:
+        return
+      if self._planning is not None:
+        self._planning.cancel()
+      self._planning = _Planning(self._batcher, self._seed, epoch)
+
   def _start_epoch(self, epoch: int) -> None:
-    self._epoch, self._index = epoch, 0
-    self._plan = self._batcher.plan(self._seed, epoch)
+    """Makes `epoch` the current one; its plan is made in the background, or already under
+    way when it is the epoch planned ahead."""
+    self._plan_in_background(epoch)
+    self._epoch, self._index, self._plan = epoch, 0, None
+
+  def _current_plan(self) -> list[tuple[int, np.ndarray]]:
+    """The plan of the current epoch, waited for if it is not made yet; taking it starts the
+    plan of the next epoch."""
+    if self._plan is None:
+      with self._lock:
+        self._check_open()
+        planning = self._planning
+      try:
+        plan = planning.result()
+      except PlanCancelled:  # by a close() meanwhile
+        self._check_open()
+        raise
+      self._plan_in_background(self._epoch + 1)
+      self._plan = plan
+    return self._plan
 
   def __next__(self) -> dict:
-    if self._index >= len(self._plan):  # also a position restored from a longer plan
+    self._check_open()
+    if self._index >= len(self._current_plan()):  # also a position restored from a longer plan
       self._start_epoch(self._epoch + 1)
-    length, indices = self._plan[self._index]
+    length, indices = self._current_plan()[self._index]
     self._index += 1
     return self._batcher.assemble(
         length, process_rows(indices, self._process_index, self._process_count))
