@@ -183,8 +183,7 @@ def test_k_steps_in_one_call_equal_k_single_steps(accumulate):
   for batch in batches:
     single, metrics = trainer.train_step(single, model.put_batch(batch))
     single_metrics.append(jax.device_get(metrics))
-  stacked = {name: np.stack([batch[name] for batch in batches]) for name in batches[0]}
-  called, metrics = trainer.train_steps(trainer.init_state(), model.put_batches(stacked))
+  called, metrics = trainer.train_steps(trainer.init_state(), model.put_batches(batches))
   metrics = jax.device_get(metrics)
   assert set(metrics) == set(single_metrics[0])
   for name, values in metrics.items():

@@ -101,7 +101,7 @@ def prepared_step(config, batch_size: int | None, length: int, warmup: int,
     train_step, batch = trainer.train_step, model.put_batch(batch)
   else:
     train_step = trainer.train_steps
-    batch = model.put_batches({name: np.stack([value] * k) for name, value in batch.items()})
+    batch = model.put_batches([batch] * k)
   state = trainer.init_state()
 
   def step():

@@ -23,7 +23,6 @@ the training loop, with its own type and message and a note saying where it aros
 import dataclasses
 
 import grain.experimental
-import numpy as np
 
 from transformer_jax.data import batching
 from transformer_jax.sharded_model import ShardedModel
@@ -36,17 +35,18 @@ class Call:
 
   steps: range
   batch: dict
-  shape: str  # 'rows x length', 'K x rows x length' when stacked, '(packed)' when packed
 
-
-def _describe(batch: dict) -> str:
-  shape = ' x '.join(str(n) for n in batch['inputs'].shape)
-  return shape + (' (packed)' if 'source_segments' in batch else '')
+  @property
+  def shape(self) -> str:
+    """'rows x length', 'K x rows x length' when stacked, '(packed)' added when packed."""
+    shape = ' x '.join(str(n) for n in self.batch['inputs'].shape)
+    return shape + (' (packed)' if 'source_segments' in self.batch else '')
 
 
 class _Calls:
-  """The calls from step `start` to `end`, made on whichever thread asks for them; checkpoint-
-  able as grain asks (its state is the iterator's)."""
+  """The calls from step `start` to `end`, made on whichever thread asks for them; its state,
+  which grain keeps after each call, is the iterator's (the position is set on the iterator
+  before the Feed is made)."""
 
   def __init__(self, iterator: batching.TrainIterator, model: ShardedModel, steps_per_call: int,
                start: int, end: int):
@@ -61,20 +61,13 @@ class _Calls:
       raise StopIteration
     k = self._k if self._step % self._k == 0 and self._step + self._k <= self._end else 1
     batches = [next(self._iterator) for _ in range(k)]
-    if k == 1:
-      batch = self._model.put_batch(batches[0])
-    else:
-      batch = self._model.put_batches({name: np.stack([b[name] for b in batches])
-                                       for name in batches[0]})
+    batch = self._model.put_batch(batches[0]) if k == 1 else self._model.put_batches(batches)
     steps = range(self._step + 1, self._step + k + 1)
     self._step += k
-    return Call(steps, batch, _describe(batch))
+    return Call(steps, batch)
 
   def get_state(self) -> dict:
     return self._iterator.get_state()
-
-  def set_state(self, state: dict) -> None:
-    raise NotImplementedError('set the position on the iterator before making a Feed')
 
 
 class Feed:

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 import ml_collections
+import numpy as np
 
 from transformer_jax import config_lib, loss, partitioning
 from transformer_jax.model import Transformer
@@ -91,10 +92,12 @@ class ShardedModel:
     """This process's rows of a batch -> global arrays on the mesh."""
     return partitioning.global_batch(local_batch, self.batch_sharding)
 
-  def put_batches(self, local_batches: dict) -> dict:
-    """This process's rows of batches stacked along a leading axis -> global arrays on the
-    mesh (`Trainer.train_steps`' input)."""
-    return partitioning.global_batch(local_batches, self.stacked_batch_sharding, rows_axis=1)
+  def put_batches(self, local_batches: list[dict]) -> dict:
+    """This process's rows of several batches of one shape -> global arrays on the mesh,
+    stacked along a leading axis, one entry per batch (`Trainer.train_steps`' input)."""
+    stacked = {name: np.stack([batch[name] for batch in local_batches])
+               for name in local_batches[0]}
+    return partitioning.global_batch(stacked, self.stacked_batch_sharding, rows_axis=1)
 
   def put_whole_batch(self, batch: dict) -> dict:
     """A batch every process holds whole -> global arrays on the mesh, rows in order."""
