@@ -1,0 +1,141 @@
+r"""A lent accelerator window in one command: the figures that need a GPU, most wanted first,
+each written as soon as it is measured, stopped at a deadline.
+
+  python experiments/device_window.py --out=OUT [--manual_dir=.devdata/multi30k] \
+      [--minutes=9.3] [--parts=NAME,...]
+
+Each part is one command of the experiments here; it gets the time left before the deadline
+and is stopped when that runs out, so a part cut off loses only itself. Each finished part
+appends one line to OUT/window.jsonl (its name, exit status, wall seconds and the JSON it
+wrote) and all output goes to OUT/window.log: two files, as a device call brings back few.
+The first line holds the machine and the versions. Parts, in order:
+
+- torch_{base,big}_bfloat16: the paper's step (§5.1, about 25000 + 25000 tokens) in bfloat16,
+  transformer_jax beside PyTorch eager and `torch.compile` (`torch_baseline.py`);
+- loop_speed: `configs/multi30k.py`'s training loop against the benchmark, one step and 32 steps
+  a call (`loop_speed.py`; needs --manual_dir);
+- torch_{base,big}_float32: the same as the first in float32 (TF32 matrix products);
+- base_bfloat16_{cudnn,rbg,loss_chunk0}: the base step with each GPU option
+  (`model.attention_impl`, `train.dropout_prng_impl`, `train.loss_chunk`) changed alone
+  (`transformer_jax.benchmark`), beside the default in the first part;
+- profile_base_bfloat16: where that step's kernel time goes (`profile_step.py`).
+
+Rehearse on a CPU first (`--parts` picks parts; the figures there mean nothing).
+"""
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+_OUT = flags.DEFINE_string('out', None, 'Where window.jsonl and window.log go.', required=True)
+_MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (loop_speed).")
+_MINUTES = flags.DEFINE_float('minutes', 9.3, 'The deadline, from the start.')
+_PARTS = flags.DEFINE_list('parts', None, 'Only these parts (default: all, in order).')
+_REHEARSE = flags.DEFINE_bool('rehearse', False, 'configs/tiny.py for base and big, and few '
+                              'steps: every part run through on a CPU in minutes.')
+
+_THIS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _parts(result: str) -> dict[str, list[str]]:
+  """Each part's command; `result` is the JSON file it writes."""
+  py = sys.executable
+  small = _REHEARSE.value
+  base, big = ('configs/tiny.py',) * 2 if small else ('configs/base.py', 'configs/big.py')
+  torch = lambda config, dtype: [py, 'experiments/torch_baseline.py', f'--shapes={config}',
+                                 f'--dtype={dtype}', '--compile', f'--json={result}',
+                                 *(['--steps=2'] if small else [])]
+  benchmark = lambda *overrides: [py, '-m', 'transformer_jax.benchmark', f'--config={base}',
+                                  '--config.dtype=bfloat16', *overrides, '--json',
+                                  *(['--steps=2'] if small else [])]
+  return {
+      'torch_base_bfloat16': torch(base, 'bfloat16'),
+      'torch_big_bfloat16': torch(big, 'bfloat16'),
+      'loop_speed': [py, 'experiments/loop_speed.py', f'--manual_dir={_MANUAL_DIR.value}',
+                     '--ks=1,32', f'--steps={64 if small else 1024}',
+                     f'--benchmark_steps={32 if small else 512}', '--rounds=1',
+                     f'--json={result}'],
+      'torch_base_float32': torch(base, 'float32'),
+      'torch_big_float32': torch(big, 'float32'),
+      'base_bfloat16_cudnn': benchmark('--config.model.attention_impl=cudnn'),
+      'base_bfloat16_rbg': benchmark('--config.train.dropout_prng_impl=rbg'),
+      'base_bfloat16_loss_chunk0': benchmark('--config.train.loss_chunk=0'),
+      'profile_base_bfloat16': [py, 'experiments/profile_step.py', f'--config={base}',
+                                '--config.dtype=bfloat16', f'--json={result}',
+                                *(['--steps=1'] if small else [])],
+  }
+
+
+def _versions() -> dict:
+  import jax
+  versions = {'python': platform.python_version(), 'jax': jax.__version__,
+              'devices': [d.device_kind for d in jax.devices()]}
+  for name in ('jaxlib', 'flax', 'optax', 'torch'):
+    try:
+      versions[name] = __import__(name).__version__
+    except ImportError:
+      versions[name] = None
+  return versions
+
+
+def main(argv):
+  del argv
+  deadline = time.monotonic() + 60 * _MINUTES.value
+  os.makedirs(_OUT.value, exist_ok=True)
+  window = open(os.path.join(_OUT.value, 'window.jsonl'), 'a')
+  log = open(os.path.join(_OUT.value, 'window.log'), 'a')
+
+  def record(line: dict):
+    window.write(json.dumps(line) + '\n')
+    window.flush()
+
+  record({'part': 'machine', 'date': time.strftime('%Y-%m-%d %H:%M:%S'), **_versions()})
+  result = os.path.join(tempfile.mkdtemp(), 'result.json')
+  parts = _parts(result)
+  names = _PARTS.value or list(parts)
+  if unknown := set(names) - set(parts):
+    raise app.UsageError(f'--parts: no such part(s) {sorted(unknown)}; known: {list(parts)}')
+  if 'loop_speed' in names and not _MANUAL_DIR.value:
+    raise app.UsageError('the part loop_speed needs --manual_dir')
+  for name in names:
+    left = deadline - time.monotonic()
+    if left < 30:
+      record({'part': name, 'skipped': 'deadline'})
+      continue
+    if os.path.exists(result):
+      os.remove(result)
+    log.write(f'== {name} ({left:.0f} s left)\n')
+    log.flush()
+    start = time.monotonic()
+    # A session of its own, so that the deadline stops the part's child processes too.
+    process = subprocess.Popen(parts[name], cwd=_THIS, stdout=subprocess.PIPE, stderr=log,
+                               text=True, start_new_session=True)
+    try:
+      stdout, _ = process.communicate(timeout=left)
+      status = process.returncode
+    except subprocess.TimeoutExpired:
+      os.killpg(process.pid, signal.SIGKILL)
+      stdout, _ = process.communicate()
+      status = 'deadline'
+    log.write(stdout)
+    log.flush()
+    line = {'part': name, 'command': parts[name][1:], 'exit': status,
+            'seconds': time.monotonic() - start}
+    if os.path.exists(result):
+      with open(result) as f:
+        line['result'] = json.load(f)
+    elif status == 0:  # the benchmark prints its JSON as the last line
+      line['result'] = json.loads(stdout.strip().splitlines()[-1])
+    record(line)
+    print(f'{name}: exit {status}, {line["seconds"]:.0f} s', flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main)
