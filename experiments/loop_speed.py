@@ -86,8 +86,11 @@ def _benchmark(k: int) -> float:
   result = subprocess.run(
       [sys.executable, '-m', 'transformer_jax.benchmark', f'--config={_CONFIG.value}',
        f'--batch_size={rows}', f'--length={length}', '--packed', f'--steps={max(1, _BENCHMARK_STEPS.value // k)}',
-       '--json', f'--config.train.steps_per_call={k}'],
-      cwd=_THIS, check=True, capture_output=True, text=True)
+       '--json', f'--config.train.steps_per_call={k}',
+       # As the loop's (the config's intervals need not be multiples of k).
+       f'--config.train.eval_every_steps={_STEPS.value}',
+       f'--config.train.checkpoint_every_steps={_STEPS.value}'],
+      cwd=_THIS, check=True, stdout=subprocess.PIPE, text=True)
   result = json.loads(result.stdout.strip().splitlines()[-1])
   _DEVICE.append(result['device'])
   return 1 / result['step_time_s']
