@@ -125,8 +125,7 @@ def main(argv):
     # Prepares the dataset (not timed), inspecting the first training batch.
     subprocess.run([sys.executable, '-m', 'transformer_jax.data', f'--config={_CONFIG.value}',
                     '--inspect', '--batches=1', *_shape_overrides(scratch)], cwd=_THIS,
-                   check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   check=True, stdout=subprocess.DEVNULL)
     variants = (['loop before'] if _BEFORE.value else []) + [
         f'{kind} K={k}' for kind in ('loop', 'benchmark') for k in _KS.value]
     rounds = []
