@@ -131,8 +131,10 @@ def main(argv):
     rounds = []
     for r in range(_ROUNDS.value):
       order = variants if r % 2 == 0 else variants[::-1]
-      rounds.append({variant: _measure(variant, scratch) for variant in order})
-      print(json.dumps(rounds[-1]), flush=True)
+      rounds.append({})
+      for variant in order:  # printed as measured: a run stopped early keeps what it has
+        rounds[-1][variant] = _measure(variant, scratch)
+        print(json.dumps({'round': r, variant: rounds[-1][variant]}), flush=True)
   median = {v: statistics.median(r[v] for r in rounds) for v in variants}
   ratios = {f'K={k}': median[f'loop K={k}'] / median[f'benchmark K={k}'] for k in _KS.value}
   if _BEFORE.value:
