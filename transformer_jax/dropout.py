@@ -15,6 +15,11 @@ split, and that mask has only b · h elements). Concatenated, the halves fuse in
 XLA's CPU backend; a bitcast of each word to two uint16 made a copy, and splitting the last
 dimension was slower.
 
+The rate may also be a traced scalar, one row's of several trained as one program
+(`transformer_jax.rows`): the threshold is then rounded in float32, which gives the same
+threshold as a Python rate for every rate of up to three decimals (`tests/test_dropout.py`),
+and the mask is drawn even at rate 0 (every element kept).
+
 An element is kept when its draw is below round(keep_prob · 2^16), so the keep probability is
 that threshold / 2^16 (within 2^-17 of 1 - rate; 0.7 becomes 0.699997), and kept elements are
 multiplied by its exact inverse in float32, then rounded to the input's dtype, so that in
@@ -40,11 +45,18 @@ class Dropout(nn.Dropout):
   def __call__(self, inputs: jax.Array, deterministic: bool | None = None,
                rng: jax.Array | None = None) -> jax.Array:
     deterministic = nn.merge_param('deterministic', self.deterministic, deterministic)
-    threshold = round((1.0 - self.rate) * _DRAWS)
-    if deterministic or threshold == _DRAWS:
+    if deterministic:
       return inputs
-    if threshold == 0:
-      return jnp.zeros_like(inputs)
+    if isinstance(self.rate, jax.Array):  # one rate of rows trained together (`rows`)
+      threshold = jnp.round((1.0 - self.rate.astype(jnp.float32)) * _DRAWS).astype(jnp.uint32)
+      scale = _DRAWS / jnp.maximum(threshold, 1).astype(jnp.float32)
+    else:
+      threshold = round((1.0 - self.rate) * _DRAWS)
+      if threshold == _DRAWS:
+        return inputs
+      if threshold == 0:
+        return jnp.zeros_like(inputs)
+      scale = _DRAWS / threshold
     if rng is None:
       rng = self.make_rng(self.rng_collection)
     shape = list(inputs.shape)
@@ -57,5 +69,5 @@ class Dropout(nn.Dropout):
     draws = jnp.concatenate([words & 0xFFFF, words >> 16], axis=axis)
     keep = jax.lax.slice_in_dim(draws, 0, size, axis=axis) < threshold
     keep = jnp.broadcast_to(keep, inputs.shape)
-    scaled = (inputs.astype(jnp.float32) * (_DRAWS / threshold)).astype(inputs.dtype)
+    scaled = (inputs.astype(jnp.float32) * scale).astype(inputs.dtype)
     return jnp.where(keep, scaled, jnp.zeros_like(inputs))

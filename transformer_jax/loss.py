@@ -69,9 +69,9 @@ def _sums_and_logit_gradient(logits: jax.Array, targets: jax.Array, label_smooth
   return sums, (exp / total[..., None] - q) * weights[..., None]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def projected_loss_sums(y: jax.Array, table: jax.Array, targets: jax.Array,
-                        label_smoothing: float, chunk: int) -> dict:
+                        label_smoothing: float | jax.Array, chunk: int) -> dict:
   """`loss_sums(embeddings.project(y, table), targets, label_smoothing)`, computed `chunk`
   target positions at a time, so that the (b, t, vocab) logits are never whole.
 
@@ -88,7 +88,8 @@ def projected_loss_sums(y: jax.Array, table: jax.Array, targets: jax.Array,
     y: (b, t, d_model), the decoder's output in the compute dtype.
     table: (vocab, d_model), the output projection (the shared embedding matrix, §3.4).
     targets: (b, t) int ids, PAD_ID where there is no token.
-    label_smoothing: ε_ls.
+    label_smoothing: ε_ls, a number or a traced scalar (one row's of several trained as one
+      program, `transformer_jax.rows`); not differentiated.
     chunk: target positions per chunk (t is padded to a multiple of it).
   """
   return _projected_forward(y, table, targets, label_smoothing, chunk)[0]
@@ -128,11 +129,11 @@ def _projected_forward(y, table, targets, label_smoothing, chunk):
   return sums, (dy.astype(y.dtype), dtable.astype(table.dtype))
 
 
-def _projected_backward(label_smoothing, chunk, residuals, cotangents):
-  del label_smoothing, chunk
+def _projected_backward(chunk, residuals, cotangents):
+  del chunk
   dy, dtable = residuals
   scale = cotangents['loss']
-  return dy * scale.astype(dy.dtype), dtable * scale.astype(dtable.dtype), None
+  return dy * scale.astype(dy.dtype), dtable * scale.astype(dtable.dtype), None, None
 
 
 projected_loss_sums.defvjp(_projected_forward, _projected_backward)

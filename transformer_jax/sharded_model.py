@@ -69,13 +69,17 @@ class ShardedModel:
     parameters (ZeRO-3)."""
     return jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh)
 
-  def sums(self, module: Transformer, params, batch: dict, **apply_kwargs) -> dict:
+  def sums(self, module: Transformer, params, batch: dict, label_smoothing=None,
+           **apply_kwargs) -> dict:
     """`loss.loss_sums` of `module` (`model` or `eval_model`) on `batch`, from the whole
     logits or, with `train.loss_chunk` set, with the projection and the loss fused that many
     target positions at a time (`Transformer.loss_sums`); a packed batch's segment ids are
-    passed on. `apply_kwargs` go to `module.apply` (the dropout key in training)."""
+    passed on. ε_ls is the config's unless given (a row's, traced, in `rows`); `apply_kwargs`
+    go to `module.apply` (the dropout key in training)."""
     segments = batch.get('source_segments'), batch.get('target_segments')  # packed batches only
-    label_smoothing, chunk = self.config.train.label_smoothing, self.config.train.loss_chunk
+    if label_smoothing is None:
+      label_smoothing = self.config.train.label_smoothing
+    chunk = self.config.train.loss_chunk
     if chunk:
       return module.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
                           batch['targets'], label_smoothing, chunk, *segments,

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax
 
 from transformer_jax import loss, optimizer, partitioning
+from transformer_jax.model import Transformer
 from transformer_jax.sharded_model import ShardedModel
 
 
@@ -63,8 +64,11 @@ class Trainer:
     """Batch rows must be a multiple of this: every micro-batch splits over the batch axes."""
     return self.model.batch_shards * self.config.train.grad_accum_steps
 
-  def _boxed_state(self) -> TrainState:
-    params_key, dropout_key = jax.random.split(jax.random.key(self.config.seed))
+  def _boxed_state(self, seed: int | jax.Array | None = None) -> TrainState:
+    """The state at step 0 of `seed` (default: the config's; traced for rows trained
+    together, `rows.RowsTrainer`), its parameters boxed with their logical axis names."""
+    seed = self.config.seed if seed is None else seed
+    params_key, dropout_key = jax.random.split(jax.random.key(seed))
     dropout_data = jax.random.key_data(dropout_key)
     if self.dropout_prng_impl != 'threefry2x32':  # that generator's key, seeded from the split
       shape = jax.random.key_data(jax.random.key(0, impl=self.dropout_prng_impl)).shape
@@ -77,9 +81,25 @@ class Trainer:
     """The state at step 0, created directly in its shards."""
     return self._init()
 
-  def _loss_sums(self, params, batch: dict, dropout_key) -> tuple[jax.Array, dict]:
-    sums = self.model.sums(self.model.model, params, batch, rngs={'dropout': dropout_key})
+  def _loss_sums(self, params, batch: dict, dropout_key, module, label_smoothing
+                 ) -> tuple[jax.Array, dict]:
+    sums = self.model.sums(module, params, batch, label_smoothing, rngs={'dropout': dropout_key})
     return sums['loss'], sums
+
+  def _row(self, hyper: dict | None):
+    """The model, ε_ls, optimizer and schedule of one row: the config's, with the values of
+    `hyper` (traced, one row's of `rows.RowsTrainer`; fields named as in `rows.VARYING`)."""
+    if not hyper:
+      return self.model.model, self.config.train.label_smoothing, self.tx, self.schedule
+    fields = {name.split('.')[1]: value for name, value in hyper.items()
+              if name.startswith('model.')}
+    module = Transformer(self.model.model_config.replace(**fields)) if fields else self.model.model
+    train = self.config.train
+    schedule = optimizer.learning_rate_schedule(
+        self.config.model.d_model, hyper.get('train.warmup_steps', train.warmup_steps),
+        hyper.get('train.lr_scale', train.lr_scale))
+    tx = optax.adam(schedule, b1=train.adam_b1, b2=train.adam_b2, eps=train.adam_eps)
+    return module, hyper.get('train.label_smoothing', train.label_smoothing), tx, schedule
 
   def _train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     with self.model.on_mesh():
@@ -92,11 +112,16 @@ class Trainer:
     with self.model.on_mesh():
       return jax.lax.scan(self._update, state, batches)
 
-  def _update(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+  def _update(self, state: TrainState, batch: dict, hyper: dict | None = None
+              ) -> tuple[TrainState, dict]:
+    """One optimizer step; `hyper`: one row's traced values (`_row`)."""
+    module, label_smoothing, tx, schedule = self._row(hyper)
     # Dropout is different at every step and micro-batch, and reproducible from the step alone.
     step_key = jax.random.fold_in(
         jax.random.wrap_key_data(state.dropout_key, impl=self.dropout_prng_impl), state.step)
-    grad_fn = jax.grad(self._loss_sums, has_aux=True)
+    grad_fn = jax.grad(
+        lambda params, micro_batch, key: self._loss_sums(params, micro_batch, key, module,
+                                                         label_smoothing), has_aux=True)
     k = self.config.train.grad_accum_steps
     micro = jax.lax.with_sharding_constraint(
         _micro_batches(batch, k),
@@ -116,6 +141,11 @@ class Trainer:
         **loss.per_token(sums),
         'tokens': sums['tokens'],
         'grad_norm': optax.tree.norm(grads),
-        'learning_rate': self.schedule(state.step),
+        'learning_rate': schedule(state.step),
     }
-    return state.apply_gradients(grads=grads), metrics
+    if tx is self.tx:
+      return state.apply_gradients(grads=grads), metrics
+    # A row's own schedule: the optimizer state has the same structure as `self.tx`'s.
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                         opt_state=opt_state), metrics

@@ -1,0 +1,101 @@
+"""Runs trained together as one program (transformer_jax/rows.py): each row is its run trained
+alone on the same batches; runs that cannot share a program are refused by name."""
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import random_tokens, train_config
+from transformer_jax import partitioning, rows
+from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.trainer import Trainer
+
+MESH = {'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.model': 2}
+# Three runs differing in every traced field: the seed, the residual and attention dropout,
+# label smoothing, the learning rate's scale and warmup.
+RUNS = [
+    {'seed': 1, 'model.dropout_rate': 0.1, 'train.label_smoothing': 0.1},
+    {'seed': 2, 'model.dropout_rate': 0.3, 'train.label_smoothing': 0.0, 'train.lr_scale': 0.5},
+    {'seed': 1, 'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.2,
+     'train.label_smoothing': 0.2, 'train.warmup_steps': 4},
+]
+
+
+def _batch(seed: int) -> dict:
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(1, 13, size=16)
+  targets = random_tokens(rng, (16, 12), 64, lengths[::-1])
+  return {'inputs': random_tokens(rng, (16, 12), 64, lengths), 'targets': targets,
+          'decoder_inputs': np.pad(targets[:, :-1], ((0, 0), (1, 0)))}
+
+
+def _alone(config, batches):
+  """Each step's metrics and the final state of `config` trained by itself."""
+  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()))
+  trainer = Trainer(model)
+  state, history = trainer.init_state(), []
+  for batch in batches:
+    state, metrics = trainer.train_step(state, model.put_batch(batch))
+    history.append(jax.device_get(metrics))
+  return history, jax.device_get(state)
+
+
+def _close(got, want):
+  """Equal but for float rounding. Adam divides a gradient by its own size, so where a
+  gradient is near 0 its rounding moves the coordinate by up to a fraction of a step's learning
+  rate: the same run on two meshes differs by 2.6e-5 after one step (the first step's rate
+  being 5.6e-3). Hence a bound on the largest difference relative to the leaf's scale, and a
+  far tighter one on the mean."""
+  scale = max(float(np.max(np.abs(want))), 1e-6)
+  error = np.abs(np.asarray(got, np.float64) - want)
+  assert error.max() <= 2e-3 * scale and error.mean() <= 2e-5 * scale, (error.max(), scale)
+
+
+@pytest.mark.parametrize('loss_chunk', [pytest.param(0, marks=pytest.mark.slow), 4])
+def test_each_row_is_its_run_trained_alone_on_the_same_batches(loss_chunk):
+  # 20 steps on a mesh that splits rows, the embedding width and the vocabulary: 12 steps one
+  # a call, then 8 as two calls of 4 (`train_steps`). Every row's metrics at every step, and
+  # its parameters, optimizer state, step and dropout key after them, are its run's alone.
+  configs = [train_config(**MESH, **run, **{'train.loss_chunk': loss_chunk}) for run in RUNS]
+  batches = [_batch(seed) for seed in range(20)]
+  model = ShardedModel(configs[0], partitioning.make_mesh(configs[0], jax.devices()))
+  trainer = rows.RowsTrainer(model, configs)
+  assert set(trainer.hyper) == {'model.dropout_rate', 'model.attention_dropout_rate',
+                                'train.label_smoothing', 'train.lr_scale', 'train.warmup_steps'}
+  state, together = trainer.init_state(), []
+  for batch in batches[:12]:
+    state, metrics = trainer.train_step(state, model.put_batch(batch))
+    together.append(jax.device_get(metrics))
+  for call in (batches[12:16], batches[16:]):
+    state, metrics = trainer.train_steps(state, model.put_batches(call))
+    metrics = jax.device_get(metrics)
+    together += [{name: values[i] for name, values in metrics.items()} for i in range(4)]
+  state = jax.device_get(state)
+  losses = set()
+  for row, config in enumerate(configs):
+    history, alone = _alone(config, batches)
+    for step, (want, got) in enumerate(zip(history, together)):
+      for name, value in want.items():
+        np.testing.assert_allclose(got[name][row], value, rtol=1e-4,
+                                   err_msg=f'row {row}, step {step + 1}, {name}')
+    losses.add(float(history[-1]['loss']))
+    mine = rows.row_state(state, row)
+    assert int(mine.step) == int(alone.step) == 20
+    np.testing.assert_array_equal(mine.dropout_key, alone.dropout_key)
+    jax.tree.map(_close, (mine.params, mine.opt_state), (alone.params, alone.opt_state))
+  assert len(losses) == 3  # three different runs
+
+
+def test_seeds_of_one_run_trace_nothing_but_the_seed():
+  configs = [train_config(seed=seed) for seed in (1, 2, 3)]
+  assert rows.hyperparameters(configs) == {}
+
+
+@pytest.mark.parametrize('field, value', [('model.d_ff', 48), ('train.num_train_steps', 7),
+                                          ('model.norm_position', 'pre'),
+                                          ('data.tokens_per_batch', 100)])
+def test_runs_that_differ_elsewhere_are_refused_naming_the_field(field, value):
+  configs = [train_config(), train_config(**{'seed': 2, field: value})]
+  with pytest.raises(ValueError, match=f'base and other cannot train together: they differ in '
+                     f'{field}'):
+    rows.check_together(configs, ['base', 'other'])

@@ -1,0 +1,128 @@
+"""Several training runs of one model shape as one compiled program: `jax.vmap` of the train
+step over a leading row axis of the training states (parameters, optimizer states, dropout keys).
+
+  trainer = rows.RowsTrainer(sharded_model.ShardedModel(configs[0]), configs)
+  state = trainer.init_state()            # every leaf (rows, ...), created in its shards
+  state, metrics = trainer.train_step(state, batch)     # metrics (rows,)
+  state, metrics = trainer.train_steps(state, batches)  # metrics (steps, rows)
+  rows.row_state(state, i)                # row i's state, as `Trainer` has it
+
+The runs (a sweep's rows, or the seeds of one) may differ only in `VARYING`: the seed (the
+initial parameters and the dropout key), the dropout rates, label smoothing and the learning
+rate's scale and warmup, none of which changes a shape or the program's structure. Their values
+enter the program as traced scalars, one a row (`Trainer._row`); fields equal in every run stay
+constants, so that a group whose runs differ only in the seed compiles the single run's program
+under `vmap`. Every run sees the same batches; each row's step is the step its run would take
+alone on those batches (`tests/test_rows.py`). A small model leaves most of an accelerator idle
+and its host dispatching; R rows a step give the device R times the work per dispatch.
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from transformer_jax import partitioning
+from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.trainer import Trainer, TrainState
+
+# The config fields that may differ among runs trained together.
+VARYING = ('seed', 'model.dropout_rate', 'model.attention_dropout_rate',
+           'model.relu_dropout_rate', 'model.drophead_rate', 'train.label_smoothing',
+           'train.lr_scale', 'train.warmup_steps')
+
+
+def _flat(config: ml_collections.ConfigDict) -> dict:
+  flat = {}
+
+  def walk(node, prefix):
+    for name, value in node.items():
+      if isinstance(value, (ml_collections.ConfigDict, dict)):
+        walk(value, f'{prefix}{name}.')
+      else:
+        flat[f'{prefix}{name}'] = value
+
+  walk(config.to_dict(), '')
+  return flat
+
+
+def check_together(configs: list[ml_collections.ConfigDict], names: list[str]) -> None:
+  """Raises ValueError naming the first field outside `VARYING` in which two of the runs
+  (named by `names`) differ."""
+  first = _flat(configs[0])
+  for config, name in zip(configs[1:], names[1:]):
+    other = _flat(config)
+    for field in sorted(set(first) | set(other)):
+      if field not in VARYING and first.get(field) != other.get(field):
+        raise ValueError(
+            f'{names[0]} and {name} cannot train together: they differ in {field} '
+            f'({first.get(field)!r} against {other.get(field)!r}); runs trained as one program '
+            f'may differ only in {", ".join(VARYING)}')
+
+
+def hyperparameters(configs: list[ml_collections.ConfigDict]) -> dict[str, jax.Array]:
+  """The `VARYING` fields (the seed apart) whose values differ among `configs`: field ->
+  (rows,) float32 values."""
+  flats = [_flat(config) for config in configs]
+  return {field: jnp.asarray([flat[field] for flat in flats], jnp.float32)
+          for field in VARYING[1:] if len({flat[field] for flat in flats}) > 1}
+
+
+def _with_rows(sharding: jax.sharding.NamedSharding) -> jax.sharding.NamedSharding:
+  """`sharding` with a leading row axis, unsplit."""
+  return jax.sharding.NamedSharding(sharding.mesh,
+                                    jax.sharding.PartitionSpec(None, *sharding.spec))
+
+
+def row_state(state: TrainState, row: int) -> TrainState:
+  """Row `row` of a `RowsTrainer` state."""
+  return jax.tree.map(lambda leaf: leaf[row], state)
+
+
+class RowsTrainer:
+  """The train step of `configs` (runs of `model.config`'s shapes, `check_together`) as one
+  program on `model`'s mesh, the row axis of every state leaf unsplit (each device holds
+  every row's share of a parameter, as it would hold the one run's)."""
+
+  def __init__(self, model: ShardedModel, configs: list[ml_collections.ConfigDict],
+               names: list[str] | None = None):
+    check_together(configs, names or [f'run {i}' for i in range(len(configs))])
+    self.trainer = Trainer(model)
+    self.model = model
+    self.rows = len(configs)
+    self.seeds = jnp.asarray([config.seed for config in configs], jnp.uint32)
+    self.hyper = hyperparameters(configs)
+    self.state_sharding = jax.tree.map(_with_rows, self.trainer.state_sharding)
+    self.rows_multiple = self.trainer.rows_multiple
+    replicated = jax.sharding.NamedSharding(model.mesh, jax.sharding.PartitionSpec())
+    self._init = jax.jit(
+        jax.vmap(lambda seed: nn.meta.unbox(self.trainer._boxed_state(seed))),
+        out_shardings=self.state_sharding)
+    update = jax.vmap(self.trainer._update, in_axes=(0, None, 0))
+
+    def step(state, batch, hyper):
+      with model.on_mesh():
+        return update(state, batch, hyper)
+
+    def steps(state, batches, hyper):
+      with model.on_mesh():
+        return jax.lax.scan(lambda s, batch: update(s, batch, hyper), state, batches)
+
+    self._step = jax.jit(step, in_shardings=(self.state_sharding, model.batch_sharding,
+                                             replicated),
+                         out_shardings=(self.state_sharding, None), donate_argnums=0)
+    self._steps = jax.jit(steps, in_shardings=(self.state_sharding,
+                                               model.stacked_batch_sharding, replicated),
+                          out_shardings=(self.state_sharding, None), donate_argnums=0)
+
+  def init_state(self) -> TrainState:
+    """Every row's state at step 0, from its own seed."""
+    return self._init(self.seeds)
+
+  def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+    """One step of every row on `batch`; the metrics (rows,)."""
+    return self._step(state, batch, self.hyper)
+
+  def train_steps(self, state: TrainState, batches: dict) -> tuple[TrainState, dict]:
+    """One step of every row on each of the stacked `batches`; the metrics (steps, rows)."""
+    return self._steps(state, batches, self.hyper)
