@@ -128,6 +128,10 @@ def get_config() -> ml_collections.ConfigDict:
   # compiled calls (train.steps_per_call batches each) ahead of the step, so the devices never
   # wait for the host (transformer_jax/feed.py); 0 prepares each on the training thread.
   config.data.prefetch = 4
+  # The seed of the training batches' order (None: config.seed). Runs trained together as one
+  # program (`transformer_jax.rows`) see the same batches: the first run's order, written into
+  # every run's workdir here so that each resumes alone as it was trained.
+  config.data.shuffle_seed = ml_collections.config_dict.placeholder(int)
 
   config.train = ml_collections.ConfigDict()
   # 100K steps for the base model (§5.2).

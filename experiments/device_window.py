@@ -18,7 +18,9 @@ The first line holds the machine and the versions. Parts, in order:
 - base_bfloat16_{cudnn,rbg,loss_chunk0}: the base step with each GPU option
   (`model.attention_impl`, `train.dropout_prng_impl`, `train.loss_chunk`) changed alone
   (`transformer_jax.benchmark`), beside the default in the first part;
-- profile_base_bfloat16: where that step's kernel time goes (`profile_step.py`).
+- profile_base_bfloat16: where that step's kernel time goes (`profile_step.py`);
+- together_speed: four miniature Table 3 rows (base, D1-D3) one after another against the
+  four as one program (`together_speed.py`; needs --manual_dir).
 
 Rehearse on a CPU first (`--parts` picks parts; the figures there mean nothing).
 """
@@ -70,6 +72,9 @@ def _parts(result: str) -> dict[str, list[str]]:
       'profile_base_bfloat16': [py, 'experiments/profile_step.py', f'--config={base}',
                                 '--config.dtype=bfloat16', f'--json={result}',
                                 *(['--steps=1'] if small else [])],
+      'together_speed': [py, 'experiments/together_speed.py',
+                         f'--manual_dir={_MANUAL_DIR.value}',
+                         f'--steps={20 if small else 1000}', f'--json={result}'],
   }
 
 
@@ -102,8 +107,8 @@ def main(argv):
   names = _PARTS.value or list(parts)
   if unknown := set(names) - set(parts):
     raise app.UsageError(f'--parts: no such part(s) {sorted(unknown)}; known: {list(parts)}')
-  if 'loop_speed' in names and not _MANUAL_DIR.value:
-    raise app.UsageError('the part loop_speed needs --manual_dir')
+  if {'loop_speed', 'together_speed'} & set(names) and not _MANUAL_DIR.value:
+    raise app.UsageError('the parts loop_speed and together_speed need --manual_dir')
   for name in names:
     left = deadline - time.monotonic()
     if left < 30:

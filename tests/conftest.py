@@ -77,6 +77,17 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
   return config
 
 
+def short_run(tfds_data_dir, steps: int = 12) -> dict:
+  """Overrides of a `steps`-step run on the built-in corpus with a checkpoint every 4 steps
+  (the last 2 kept), logging every step, and a short dev evaluation at the end."""
+  return {
+      'data.tfds_data_dir': str(tfds_data_dir), 'data.vocab_size': 256,
+      'data.max_length': 16, 'data.tokens_per_batch': 256, 'train.num_train_steps': steps,
+      'train.log_every_steps': 1, 'train.eval_every_steps': steps, 'train.num_eval_steps': 2,
+      'train.checkpoint_every_steps': 4, 'train.keep_checkpoints': 2,
+  }
+
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -22,7 +22,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 table3 = config_lib.import_sibling(__file__, '../configs/table3')
 
 
-def _sweep_file(tmp_path) -> str:
+def _sweep_file(tmp_path, rows: dict | None = None) -> str:
+  """A sweep file of rows 'small' and 'wide' (d_ff 128), or of `rows` (row -> fields)."""
+  rows = rows or {'small': {}, 'wide': {'model.d_ff': 128}}
   fields = {**SMALL, 'data.tfds_data_dir': str(tmp_path / 'tfds'), 'train.num_train_steps': 20,
             'train.log_every_steps': 10, 'train.eval_every_steps': 20, 'train.eval_bleu': False,
             'train.num_eval_steps': 1, 'train.checkpoint_every_steps': 20}
@@ -32,11 +34,11 @@ from transformer_jax import config_lib
 
 base = config_lib.load_module({os.path.join(REPO, 'configs', 'base.py')!r})
 
-ROWS = {{'small': {{}}, 'wide': {{'model.d_ff': 128}}}}
+ROWS = {rows!r}
 PAPER = {{'small': (4.92, 25.8)}}
 
 
-def get_config(row='small'):
+def get_config(row={next(iter(rows))!r}):
   config = base.get_config()
   config.update_from_flattened_dict({{**{fields!r}, **ROWS[row]}})
   return config
@@ -291,3 +293,35 @@ only big's checkpoint spacing, which Table 3's evaluation does not use, is not c
     paper_row, seed = row.split('_seed')
     changes = _changes(mini.get_config(row), mini.get_config(paper_row))
     assert changes == {'seed': int(seed)}, row
+
+
+GROUPABLE = {'small': {}, 'wide': {'model.d_ff': 128}, 'drop': {'model.dropout_rate': 0.3},
+             'seed2': {'seed': 2}, 'smooth': {'train.label_smoothing': 0.0}}
+
+
+@pytest.mark.parametrize('together, want', [
+    (1, [['small'], ['wide'], ['drop'], ['seed2'], ['smooth']]),
+    (2, [['small', 'drop'], ['wide'], ['seed2', 'smooth']]),
+    (4, [['small', 'drop', 'seed2', 'smooth'], ['wide']])])
+def test_rows_are_grouped_in_order_where_they_can_train_as_one_program(tmp_path, together, want):
+  sweep = config_lib.load_sweep(_sweep_file(tmp_path, GROUPABLE))
+  assert sweep_lib.groups(sweep, list(GROUPABLE), [], together) == want
+
+
+@pytest.mark.slow
+def test_rows_trained_together_by_the_sweep_are_evaluated_each_in_its_workdir(tmp_path):
+  sweep, workdir, results = (_sweep_file(tmp_path, GROUPABLE), tmp_path / 'run',
+                             tmp_path / 'results')
+  done = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}',
+                '--rows=small,drop', '--together=2')
+  assert done.returncode == 0, done.stderr[-3000:]
+  figures = {}
+  for row in ('small', 'drop'):
+    with open(results / f'{row}.json') as f:
+      figures[row] = json.load(f)
+    assert figures[row]['together'] == {'rows': ['small', 'drop'], 'shuffle_seed': 0}
+    assert figures[row]['checkpoint_steps'] == [20] and figures[row]['perplexity'] > 1
+  assert figures['drop']['model']['dropout_rate'] == 0.3
+  assert figures['small']['train_seconds'] == figures['drop']['train_seconds']
+  assert figures['small']['perplexity'] != figures['drop']['perplexity']
+  assert 'training in' in done.stdout and '{small,drop}' in done.stdout

@@ -15,7 +15,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import REPO, train_command, train_config, two_process_commands
+from conftest import REPO, short_run, train_command, train_config, two_process_commands
 from transformer_jax import metrics_log, train
 from transformer_jax.data import batching
 from transformer_jax.trainer import Trainer
@@ -28,13 +28,7 @@ STEPS = 12
 
 @pytest.fixture(scope='module')
 def overrides(tmp_path_factory) -> dict:
-  """A 12-step run with a checkpoint every 4 steps, logging every step."""
-  return {
-      'data.tfds_data_dir': str(tmp_path_factory.mktemp('tfds')), 'data.vocab_size': 256,
-      'data.max_length': 16, 'data.tokens_per_batch': 256, 'train.num_train_steps': STEPS,
-      'train.log_every_steps': 1, 'train.eval_every_steps': STEPS, 'train.num_eval_steps': 2,
-      'train.checkpoint_every_steps': 4, 'train.keep_checkpoints': 2,
-  }
+  return short_run(tmp_path_factory.mktemp('tfds'), STEPS)
 
 
 def _losses(workdir: str, split: str = 'train') -> dict[int, float]:

@@ -100,6 +100,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
     raise ValueError('config.data.prefetch must be 0 (batches made on the training thread) or a '
                      f'number of calls prepared ahead, got {prefetch!r}')
+  shuffle_seed = config.data.shuffle_seed
+  if shuffle_seed is not None and (isinstance(shuffle_seed, bool)
+                                   or not isinstance(shuffle_seed, int) or shuffle_seed < 0):
+    raise ValueError('config.data.shuffle_seed must be None (config.seed) or a non-negative '
+                     f'integer, got {shuffle_seed!r}')
   steps_per_call = config.train.steps_per_call
   for field in ('checkpoint_every_steps', 'eval_every_steps'):
     if config.train[field] % steps_per_call:

@@ -17,6 +17,8 @@ alone on those batches (`tests/test_rows.py`). A small model leaves most of an a
 and its host dispatching; R rows a step give the device R times the work per dispatch.
 """
 
+import copy
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -68,6 +70,22 @@ def hyperparameters(configs: list[ml_collections.ConfigDict]) -> dict[str, jax.A
           for field in VARYING[1:] if len({flat[field] for flat in flats}) > 1}
 
 
+def sharing_batches(configs: list[ml_collections.ConfigDict], names: list[str]
+                    ) -> list[ml_collections.ConfigDict]:
+  """`configs` (one run: unchanged) checked by `check_together`, each with the first run's
+  order of training batches as its `data.shuffle_seed`: what the runs see trained together,
+  and so what each of them resumed alone must see."""
+  if len(configs) == 1:
+    return configs
+  check_together(configs, names)
+  first = configs[0].data.shuffle_seed
+  seed = configs[0].seed if first is None else first
+  configs = [copy.deepcopy(config) for config in configs]
+  for config in configs:
+    config.data.shuffle_seed = seed
+  return configs
+
+
 def _with_rows(sharding: jax.sharding.NamedSharding) -> jax.sharding.NamedSharding:
   """`sharding` with a leading row axis, unsplit."""
   return jax.sharding.NamedSharding(sharding.mesh,
@@ -92,7 +110,14 @@ class RowsTrainer:
     self.rows = len(configs)
     self.seeds = jnp.asarray([config.seed for config in configs], jnp.uint32)
     self.hyper = hyperparameters(configs)
+    for config, name in zip(configs, names or range(len(configs))):
+      if not 0 <= config.seed < 2**32:
+        raise ValueError(f'{name}: config.seed={config.seed}; runs trained together need seeds '
+                         'in [0, 2^32) (one uint32 each)')
     self.state_sharding = jax.tree.map(_with_rows, self.trainer.state_sharding)
+    self.row_abstract_state = self.trainer.abstract_state
+    self._stack = jax.jit(lambda states: jax.tree.map(lambda *leaves: jnp.stack(leaves), *states),
+                          out_shardings=self.state_sharding)
     self.rows_multiple = self.trainer.rows_multiple
     replicated = jax.sharding.NamedSharding(model.mesh, jax.sharding.PartitionSpec())
     self._init = jax.jit(
@@ -118,6 +143,10 @@ class RowsTrainer:
   def init_state(self) -> TrainState:
     """Every row's state at step 0, from its own seed."""
     return self._init(self.seeds)
+
+  def stack(self, states: list[TrainState]) -> TrainState:
+    """The states of single runs (restored checkpoints) as one state with a row axis."""
+    return self._stack(states)
 
   def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     """One step of every row on `batch`; the metrics (rows,)."""

@@ -3,6 +3,7 @@ figures.
 
   python -m transformer_jax.sweep --sweep=experiments/table3_multi30k.py --workdir=DIR \
       [--rows=A1,C3] [--results=experiments/results/table3_multi30k] [--concurrent=K] \
+      [--together=N] \
       [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
 
 A sweep file is a config file whose `get_config(row)` gives each row's config, with
@@ -24,7 +25,17 @@ table is rewritten: `DIR/table3.md`, `table3.csv` and `table3.png`.
 stops it); each is checked against every row before anything trains, and a row's JSON lists
 the overrides it ran with.
 
-`--concurrent=K` runs K rows at once, each row's training and evaluation in one of K slots: on
+`--together=N` trains up to N rows as one compiled program (`train.train_together`: the train
+step vmapped over the rows' states, `transformer_jax.rows`), rows that may share one: they differ
+only in the seed, the dropout rates, label smoothing, `train.lr_scale` or `train.warmup_steps`
+(`rows.VARYING`; the seeds of one row, or Table 3's base and D rows). Groups are formed in row
+order (`groups`); a row that fits no group trains alone. A group's rows see the same batches,
+those of its first row's seed (written into each row's config as `data.shuffle_seed`, so each
+workdir resumes alone as it trained): seeds then vary the initialisation and dropout, not the
+data order. Each row keeps its workdir, evaluation and JSON (which names the group); the
+group's training time is every row's `train_seconds`.
+
+`--concurrent=K` runs K rows (or groups) at once, each row's training and evaluation in one of K slots: on
 a CPU each slot is pinned to its own K-th of the cores (K at most the number of cores); on a
 GPU or TPU the K processes share the device, each allowed 0.9 / K of its memory
 (XLA_PYTHON_CLIENT_MEM_FRACTION) instead of JAX's default 0.75 (which a second process would not
@@ -55,6 +66,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from transformer_jax import atomic, checkpointing, cli, config_lib, metrics_log
+from transformer_jax.rows import check_together
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
 EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_last=1')
@@ -224,6 +236,32 @@ def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = (),
                            f'--config={sweep_path}:{row}', f'--workdir={workdir}',
                            *_override_args(overrides)], log_path,
                           os.path.join(workdir, 'sweep_train_seconds.json'), slot)
+  return _evaluated(row, workdir, train_seconds, log_path, overrides, slot, concurrent,
+                    device_kind, [row])
+
+
+def run_rows(sweep_path: str, rows: list[str], root: str, overrides: list[str] = (),
+             slot: Slot = Slot(), concurrent: int = 1, device_kind: str = '') -> list[dict]:
+  """`run_row` of several rows trained together as one program (`train.train_together`, in a
+  child process: `--train_together`), each in `root/<row>`; their `train_seconds` are the
+  group's, and the log is the first row's."""
+  dirs = [os.path.join(root, row) for row in rows]
+  for workdir in dirs:
+    os.makedirs(workdir, exist_ok=True)
+  log_path = os.path.join(dirs[0], 'sweep.log')
+  train_seconds, _ = _run([sys.executable, '-m', 'transformer_jax.sweep',
+                           f'--sweep={sweep_path}', f'--workdir={root}',
+                           f'--train_together={",".join(rows)}',
+                           *[f'--override={override}' for override in overrides]], log_path,
+                          os.path.join(dirs[0], 'sweep_train_seconds.json'), slot)
+  return [_evaluated(row, workdir, train_seconds, log_path, overrides, slot, concurrent,
+                     device_kind, rows) for row, workdir in zip(rows, dirs)]
+
+
+def _evaluated(row: str, workdir: str, train_seconds: float, log_path: str,
+               overrides: list[str], slot: Slot, concurrent: int, device_kind: str,
+               together: list[str]) -> dict:
+  """The figures of a trained row: the evaluation of Table 3, with the dev curve logged."""
   with open(os.path.join(workdir, 'config.json')) as f:
     config = json.load(f)
   # A training run stopped by SIGTERM (preemption) saves and exits normally, unfinished.
@@ -244,7 +282,29 @@ def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = (),
           'label_smoothing': config['train']['label_smoothing'], **figures,
           'dev_curve': dev_curve, 'overrides': list(overrides),
           'concurrent': {'rows': concurrent, 'cores': slot.cores},
+          # Rows trained as one program see the first one's batches (data.shuffle_seed).
+          'together': {'rows': together, 'shuffle_seed': config['data'].get('shuffle_seed')},
           'versions': _versions(device_kind)}
+
+
+def groups(sweep: Any, rows: list[str], overrides: list[str], together: int) -> list[list[str]]:
+  """`rows` in groups of at most `together` that can train as one program
+  (`rows.check_together`), in order: each row joins the first group with room whose first row
+  it may train with, or starts a group."""
+  formed = []  # (first row's config, rows)
+  for row in rows:
+    config = with_overrides(sweep.get_config(row), list(overrides))
+    for first, group in formed:
+      if len(group) < together:
+        try:
+          check_together([first, config], [group[0], row])
+        except ValueError:
+          continue
+        group.append(row)
+        break
+    else:
+      formed.append((config, [row]))
+  return [group for _, group in formed]
 
 
 def _table_rows(sweep: Any, results: dict) -> list[dict]:
@@ -310,11 +370,13 @@ def _plot(table: list[dict], path: str) -> None:
 
 
 def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str | None,
-        overrides: list[str] = (), concurrent: int = 1) -> dict:
-  """Runs the rows not finished yet, `concurrent` at a time, with `overrides` (`FIELD=VALUE`)
-  in every row; returns every finished row's figures."""
-  if concurrent < 1:
-    raise ValueError(f'--concurrent must be at least 1, got {concurrent}')
+        overrides: list[str] = (), concurrent: int = 1, together: int = 1) -> dict:
+  """Runs the rows not finished yet, `concurrent` at a time (groups of up to `together` rows
+  trained as one program, `groups`), with `overrides` (`FIELD=VALUE`) in every row; returns
+  every finished row's figures."""
+  if concurrent < 1 or together < 1:
+    raise ValueError(f'--concurrent and --together must be at least 1, got {concurrent} and '
+                     f'{together}')
   sweep = config_lib.load_sweep(sweep_path)
   rows = list(sweep.ROWS) if rows is None else rows
   unknown = [row for row in rows if row not in sweep.ROWS]
@@ -342,29 +404,36 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
       free.put(slot)
     lock, failed = threading.Lock(), threading.Event()
 
-    def run_one(row: str) -> None:
+    def run_one(group: list[str]) -> None:
       if failed.is_set():  # a row failed: start no new one
         return
       slot = free.get()
       try:
-        print(f'{row}: training in {os.path.join(workdir, row)}', flush=True)
-        result = run_row(sweep_path, row, os.path.join(workdir, row), overrides, slot,
-                         concurrent, device_kind)
+        print(f'{", ".join(group)}: training in {workdir}/'
+              + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}'), flush=True)
+        if len(group) == 1:
+          finished = [run_row(sweep_path, group[0], os.path.join(workdir, group[0]), overrides,
+                              slot, concurrent, device_kind)]
+        else:
+          finished = run_rows(sweep_path, group, workdir, overrides, slot, concurrent,
+                              device_kind)
       except BaseException:
         failed.set()
         raise
       finally:
         free.put(slot)
-      atomic.write(os.path.join(results_dir, f'{row}.json'), json.dumps(result, indent=2))
-      with lock:
-        results[row] = result
-        print(f'{row}: dev PPL {result["perplexity"]:.2f}, BLEU '
-              f'{result["bleu_tokenized"]:.2f}, {result["train_seconds"] / 60:.1f} min',
-              flush=True)
-        write_table(sweep, results, workdir)
+      for row, result in zip(group, finished):
+        atomic.write(os.path.join(results_dir, f'{row}.json'), json.dumps(result, indent=2))
+        with lock:
+          results[row] = result
+          print(f'{row}: dev PPL {result["perplexity"]:.2f}, BLEU '
+                f'{result["bleu_tokenized"]:.2f}, {result["train_seconds"] / 60:.1f} min',
+                flush=True)
+          write_table(sweep, results, workdir)
 
     with _passing_sigterm(), futures.ThreadPoolExecutor(concurrent) as pool:
-      done = [pool.submit(run_one, row) for row in to_run]
+      done = [pool.submit(run_one, group)
+              for group in groups(sweep, to_run, list(overrides), together)]
     errors = [future.exception() for future in done if future.exception()]
     if errors:
       raise errors[0]
@@ -383,5 +452,20 @@ if __name__ == '__main__':
   _OVERRIDE = flags.DEFINE_multi_string('override', [], 'FIELD=VALUE: a config field set in '
                                         'every row (as train\'s --config.FIELD=VALUE).')
   _CONCURRENT = flags.DEFINE_integer('concurrent', 1, 'Rows run at once (module docstring).')
-  cli.run(lambda: run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value,
-                      _RESULTS.value, _OVERRIDE.value, _CONCURRENT.value))
+  _TOGETHER = flags.DEFINE_integer('together', 1, 'Rows trained as one program, at most '
+                                   '(module docstring).')
+  _TRAIN_TOGETHER = flags.DEFINE_list('train_together', None, 'Internal: trains these rows as '
+                                      'one program in this process (`run_rows`).')
+
+  def main():
+    if _TRAIN_TOGETHER.value:
+      from transformer_jax import train  # pylint: disable=import-outside-toplevel
+      sweep = config_lib.load_sweep(_SWEEP.value)
+      train.train_together(
+          [with_overrides(sweep.get_config(row), _OVERRIDE.value) for row in _TRAIN_TOGETHER.value],
+          [os.path.join(_WORKDIR.value, row) for row in _TRAIN_TOGETHER.value])
+      return
+    run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,
+        _OVERRIDE.value, _CONCURRENT.value, _TOGETHER.value)
+
+  cli.run(main)

@@ -24,6 +24,7 @@ leave it out and give it as `compile_seconds`, and the 'validation' records give
 """
 
 import contextlib
+import os
 import time
 
 from absl import flags
@@ -33,9 +34,9 @@ from ml_collections import config_flags
 import numpy as np
 import tqdm
 
-from transformer_jax import checkpointing, cli, compilation, config_lib, evaluate, feed
-from transformer_jax import metrics_log, preemption, workdirs
-from transformer_jax.data import datasets, pipeline
+from transformer_jax import atomic, checkpointing, cli, compilation, config_lib, evaluate, feed
+from transformer_jax import metrics_log, preemption, rows, workdirs
+from transformer_jax.data import datasets, pipeline, tokenizer
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
 
@@ -85,19 +86,36 @@ class _TrainMetrics:
     """Over the steps since the last call: loss, nll and accuracy per target token, the mean
     gradient norm, tokens/s, step time and the seconds spent compiling train steps (left out
     of the other two); None if empty."""
+    summaries = self.summaries(None)
+    return summaries and summaries[0]
+
+  def summaries(self, names: list[str] | None) -> list[dict] | None:
+    """`summary` of each row of runs trained together (`rows`: metrics with a trailing row
+    axis), `names` naming them; names None: one run's metrics. The NaN check names the row."""
     if not self._pending:
       return None
-    fetched = [(step, {name: np.reshape(value, len(steps))[i] for name, value in metrics.items()})
-               for steps, metrics in jax.device_get(self._pending)
-               for i, step in enumerate(steps)]
+    pending = jax.device_get(self._pending)
     elapsed = time.perf_counter() - self._start - self._paused
+    summaries = []
+    for row, name in enumerate(names or [None]):
+      fetched = [(step, {metric: np.reshape(value if name is None else value[..., row],
+                                            len(steps))[i]
+                         for metric, value in metrics.items()})
+                 for steps, metrics in pending for i, step in enumerate(steps)]
+      summaries.append(self._summarize(fetched, elapsed, name))
+    self._pending = []
+    self._start, self._paused, self._compiling = time.perf_counter(), 0.0, 0.0
+    return summaries
+
+  def _summarize(self, fetched: list, elapsed: float, name: str | None) -> dict:
     for step, metrics in fetched:
       if not (np.isfinite(metrics['loss']) and np.isfinite(metrics['grad_norm'])):
         raise FloatingPointError(
             f'the training loss is {metrics["loss"]} and the gradient norm '
-            f'{metrics["grad_norm"]} at step {step}; stopping, the last checkpoint before it '
-            'is kept. Resumed as it is, the run repeats the same batches and dropout: resume '
-            'with a changed train.lr_scale or train.warmup_steps, or start a new --workdir')
+            f'{metrics["grad_norm"]} at step {step}' + (f' of {name}' if name else '') +
+            '; stopping, the last checkpoint before it is kept. Resumed as it is, the run '
+            'repeats the same batches and dropout: resume with a changed train.lr_scale or '
+            'train.warmup_steps, or start a new --workdir')
     steps_done = len(fetched)
     tokens = np.array([m['tokens'] for _, m in fetched], np.float64)
     summary = {name: float(np.dot([m[name] for _, m in fetched], tokens) / max(tokens.sum(), 1.0))
@@ -108,8 +126,6 @@ class _TrainMetrics:
     summary['target_tokens_per_second'] = float(tokens.sum()) / elapsed
     summary['step_time'] = elapsed / steps_done
     summary['compile_seconds'] = self._compiling
-    self._pending = []
-    self._start, self._paused, self._compiling = time.perf_counter(), 0.0, 0.0
     return summary
 
 
@@ -118,71 +134,121 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   the last dev-split metrics ({} if the run had no step left). Holds the workdir's lock
   throughout (`workdirs.lock`); on SIGTERM saves a checkpoint at the next step boundary and
   returns (`preemption`)."""
-  config_lib.validate(config)
-  config = datasets.with_absolute_files(config)
-  compilation.use_cache(config)
-  if config.parallel.distributed:
-    _initialize_distributed(config)
-  workdirs.check_writable(workdir)
-  with workdirs.lock(workdir):
-    return _train(config, workdir)
+  return train_together([config], [workdir])[0]
 
 
-def _load_data(config: ml_collections.ConfigDict, workdir: str, trainer: Trainer):
-  """The datasets and vocabulary (`pipeline.load`); process 0 learns the vocabulary and writes
-  the config into the workdir, the other processes then read the vocabulary from there."""
+def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[dict]:
+  """`train_and_evaluate` of several runs as one program (`rows`), run i in `dirs[i]`: each
+  workdir gets its run's config, vocabulary, checkpoints, metrics.jsonl and evaluations as if
+  the run had trained alone, on the batches of the first run's `data.shuffle_seed` (or seed),
+  which is written into every run's config. They resume together, from one step; a NaN in any
+  run stops them all, naming it, with every run's last good checkpoint kept."""
+  for config in configs:
+    config_lib.validate(config)
+  if len(set(map(os.path.abspath, dirs))) != len(dirs):
+    raise ValueError(f'runs trained together need a workdir each, got {dirs}')
+  configs = rows.sharing_batches([datasets.with_absolute_files(c) for c in configs], dirs)
+  compilation.use_cache(configs[0])
+  if configs[0].parallel.distributed:
+    _initialize_distributed(configs[0])
+  with contextlib.ExitStack() as locks:
+    for workdir in dirs:
+      workdirs.check_writable(workdir)
+      locks.enter_context(workdirs.lock(workdir))
+    return _train(configs, dirs)
+
+
+def _load_data(configs: list[ml_collections.ConfigDict], dirs: list[str], rows_multiple: int):
+  """The datasets and vocabulary (`pipeline.load`, in the first workdir); process 0 learns
+  the vocabulary and writes each run's config (and vocabulary) into its workdir, the other
+  processes then read the vocabulary from there."""
 
   def load_and_save():
-    data = pipeline.load(config, workdir, trainer.rows_multiple)
-    checkpointing.write_config(config, workdir)
+    data = pipeline.load(configs[0], dirs[0], rows_multiple)
+    for config, workdir in zip(configs, dirs):
+      checkpointing.write_config(config, workdir)
+      if workdir != dirs[0] and not config.data.spm_model:
+        atomic.copy(os.path.join(dirs[0], tokenizer.MODEL_FILENAME),
+                    os.path.join(workdir, tokenizer.MODEL_FILENAME))
     return data
 
   data = workdirs.on_lead(load_and_save, 'prepare the data and vocabulary')
   if jax.process_index() != 0:
-    data = pipeline.load(config, workdir, trainer.rows_multiple)
+    data = pipeline.load(configs[0], dirs[0], rows_multiple)
   return data
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def _check_one_step(dirs: list[str]) -> None:
+  """Runs trained together resume from one step: refused before any work otherwise."""
+  steps = [max(checkpointing.saved_steps(workdir), default=None) for workdir in dirs]
+  if len(set(steps)) > 1:
+    raise ValueError('runs trained together resume from one step; their latest checkpoints '
+                     'are at ' + ', '.join(f'{d}: {s or "none"}' for d, s in zip(dirs, steps))
+                     + ': train them apart, or the missing ones in new workdirs')
+
+
+def _restore(checkpoints: list[checkpointing.Checkpoints], trainer):
+  """(step, state, data position) of the runs' latest checkpoints, stacked into one state for
+  runs trained together (`_check_one_step`); None when there are none."""
+  if len(checkpoints) == 1:
+    return checkpoints[0].restore_latest(trainer.abstract_state)
+  restored = [c.restore_latest(trainer.row_abstract_state) for c in checkpoints]
+  if restored[0] is None:
+    return None
+  return restored[0][0], trainer.stack([r[1] for r in restored]), restored[0][2]
+
+
+def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[dict]:
   startup = compilation.so_far()
+  config = configs[0]
   model = ShardedModel(config)
-  trainer = Trainer(model)
-  checkpointing.check_compatible(config, workdir)
-  data = _load_data(config, workdir, trainer)
+  together = len(configs) > 1
+  trainer = rows.RowsTrainer(model, configs, dirs) if together else Trainer(model)
+  row = rows.row_state if together else lambda state, _: state
+  for run_config, workdir in zip(configs, dirs):
+    checkpointing.check_compatible(run_config, workdir)
+  if together:
+    _check_one_step(dirs)
+  data = _load_data(configs, dirs, trainer.rows_multiple)
   lead = jax.process_index() == 0
+  say = (lambda i, text: f'{dirs[i]}: {text}') if together else lambda i, text: text
 
   train = config.train
-  # Closed in reverse order however the run ends: the progress bar, the metrics log, then the
+  # Closed in reverse order however the run ends: the progress bar, the metrics logs, then the
   # checkpoints (`close` waits for the saves under way).
   with contextlib.ExitStack() as cleanup:
-    checkpoints = checkpointing.Checkpoints(workdir, train.keep_checkpoints,
-                                            train.checkpoint_every_steps)
-    cleanup.callback(checkpoints.close)
-    iterator = data.train_iterator(config.seed, jax.process_index(), jax.process_count())
+    checkpoints = []
+    for workdir in dirs:
+      checkpoints.append(checkpointing.Checkpoints(workdir, train.keep_checkpoints,
+                                                   train.checkpoint_every_steps))
+      cleanup.callback(checkpoints[-1].close)
+    shuffle_seed = config.data.shuffle_seed if config.data.shuffle_seed is not None else config.seed
+    iterator = data.train_iterator(shuffle_seed, jax.process_index(), jax.process_count())
     cleanup.callback(iterator.close)
-    restored = checkpoints.restore_latest(trainer.abstract_state)
+    restored = _restore(checkpoints, trainer)
     if restored is None:
       start, state = 0, trainer.init_state()
     else:
       start, state, data_state = restored
       iterator.set_state(data_state)
       if lead:
-        print(f'Resumed from step {start} of {workdir}', flush=True)
+        print(f'Resumed from step {start} of {", ".join(dirs)}', flush=True)
     calls = cleanup.enter_context(feed.Feed(
         iterator, model, _steps_per_call(config, data, lead), start, train.num_train_steps,
         config.data.prefetch))
-    evaluator = evaluate.Evaluator(model, data)
-    log = metrics_log.MetricsLog(workdir)
-    cleanup.callback(log.close)
-    log.write(start, 'data', data.seconds)
+    evaluators = _evaluators(configs, model, data)
+    logs = [metrics_log.MetricsLog(workdir) for workdir in dirs]
+    for log in logs:
+      cleanup.callback(log.close)
+      log.write(start, 'data', data.seconds)
     if lead:
       print(f'step {start}: data loaded: {pipeline.loading(data.seconds)}', flush=True)
-    _log_compiles(log, start, 'startup', compilation.so_far() - startup)
+    _log_compiles(logs, start, 'startup', compilation.so_far() - startup)
     pending = _TrainMetrics()
     progress = tqdm.tqdm(total=train.num_train_steps, initial=start, disable=not lead,
                          unit='step', dynamic_ncols=True)
     cleanup.callback(progress.close)
-    eval_metrics = {}
+    eval_metrics = [{} for _ in dirs]
     with preemption.Notice() as notice:
       for call in calls:
         step = call.steps[-1]
@@ -194,7 +260,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
         compiled = compilation.so_far() - before  # a new batch shape: its step compiled
         if compiled:
           pending.compiled(compiled.seconds)
-          _log_compiles(log, step, f'train step, batches of {call.shape}', compiled,
+          _log_compiles(logs, step, f'train step, batches of {call.shape}', compiled,
                         progress.write)
         pending.add(call.steps, metrics)
         progress.update(len(call.steps))
@@ -206,35 +272,53 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
         logged = step // train.log_every_steps > (call.steps[0] - 1) // train.log_every_steps
         # Fetching the metrics checks the steps for NaN, so no bad state is saved or evaluated.
         if logged or save or evaluate_now:
-          summary = pending.summary()
-          log.write(step, 'train', summary)
-          progress.set_postfix(loss=f'{summary["loss"]:.3f}',
-                               lr=f'{summary["learning_rate"]:.2e}',
-                               tok_s=f'{summary["target_tokens_per_second"]:.0f}')
+          summaries = pending.summaries(dirs if together else None)
+          for log, summary in zip(logs, summaries):
+            log.write(step, 'train', summary)
+          progress.set_postfix(loss=f'{summaries[0]["loss"]:.3f}',
+                               lr=f'{summaries[0]["learning_rate"]:.2e}',
+                               tok_s=f'{summaries[0]["target_tokens_per_second"]:.0f}')
         # Saved before evaluating, so that a failed evaluation loses no training.
         if save:
           with pending.paused():
-            checkpoints.save(step, state, calls.get_state())
+            for i, run_checkpoints in enumerate(checkpoints):
+              run_checkpoints.save(step, row(state, i), calls.get_state())
         if evaluate_now:
-          with pending.paused():
-            before, start_time = compilation.so_far(), time.perf_counter()
-            eval_metrics = evaluator(state.params, 'validation', train.num_eval_steps,
-                                     train.eval_bleu)
-            eval_metrics.update(seconds=time.perf_counter() - start_time,
-                                compile_seconds=(compilation.so_far() - before).seconds)
-          log.write(step, 'validation', eval_metrics)
-          if lead:
-            progress.write(f'step {step} validation ' + ' '.join(
-                f'{name}={value:.4g}' for name, value in eval_metrics.items()))
+          for i, (evaluator, log) in enumerate(zip(evaluators, logs)):
+            with pending.paused():
+              before, start_time = compilation.so_far(), time.perf_counter()
+              eval_metrics[i] = evaluator(row(state, i).params, 'validation',
+                                          train.num_eval_steps, train.eval_bleu)
+              eval_metrics[i].update(seconds=time.perf_counter() - start_time,
+                                     compile_seconds=(compilation.so_far() - before).seconds)
+            log.write(step, 'validation', eval_metrics[i])
+            if lead:
+              progress.write(say(i, f'step {step} validation ' + ' '.join(
+                  f'{name}={value:.4g}' for name, value in eval_metrics[i].items())))
         if preempted:
-          checkpoints.wait()
+          for run_checkpoints in checkpoints:
+            run_checkpoints.wait()
           if lead:
-            progress.write(f'Preempted (SIGTERM): saved step {step} in {workdir}; run the same '
-                           'command again to resume')
+            progress.write(f'Preempted (SIGTERM): saved step {step} in {", ".join(dirs)}; run '
+                           'the same command again to resume')
           break
-    _log_compiles(log, progress.n, 'the whole run', compilation.so_far() - startup,
+    _log_compiles(logs, progress.n, 'the whole run', compilation.so_far() - startup,
                   progress.write)
   return eval_metrics
+
+
+def _evaluators(configs: list[ml_collections.ConfigDict], model: ShardedModel,
+                data: pipeline.Data) -> list[evaluate.Evaluator]:
+  """An evaluator for each run, shared by runs of one label smoothing (the only field of
+  `rows.VARYING` that evaluation reads: the reported loss)."""
+  shared = {}
+  for config in configs:
+    smoothing = config.train.label_smoothing
+    if smoothing not in shared:
+      shared[smoothing] = evaluate.Evaluator(
+          model if smoothing == model.config.train.label_smoothing
+          else ShardedModel(config, model.mesh), data)
+  return [shared[config.train.label_smoothing] for config in configs]
 
 
 def _steps_per_call(config: ml_collections.ConfigDict, data: pipeline.Data, lead: bool) -> int:
@@ -250,11 +334,12 @@ def _steps_per_call(config: ml_collections.ConfigDict, data: pipeline.Data, lead
   return k
 
 
-def _log_compiles(log: metrics_log.MetricsLog, step: int, what: str,
+def _log_compiles(logs: list[metrics_log.MetricsLog], step: int, what: str,
                   compiled: compilation.Compiles, write=print) -> None:
-  """Records in metrics.jsonl, and prints on process 0, what `what` compiled at `step`."""
-  log.write(step, 'compile', {'what': what, 'seconds': compiled.seconds,
-                              'compiled': compiled.compiled, 'loaded': compiled.loaded})
+  """Records in each metrics.jsonl, and prints on process 0, what `what` compiled at `step`."""
+  for log in logs:
+    log.write(step, 'compile', {'what': what, 'seconds': compiled.seconds,
+                                'compiled': compiled.compiled, 'loaded': compiled.loaded})
   if jax.process_index() == 0:
     write(f'step {step}: {what}: {compiled.describe()}')
 

@@ -1,0 +1,110 @@
+"""Runs trained together end to end (`train.train_together`): each workdir is its run's as if
+trained alone on the same batches, the group resumes exactly, and a NaN in one run stops the
+group naming that run."""
+
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from conftest import short_run, train_config
+from transformer_jax import checkpointing, metrics_log, train
+from transformer_jax.trainer import Trainer
+
+pytestmark = pytest.mark.slow
+
+STEPS = 12
+# Two runs differing in the seed, the dropout rate and label smoothing.
+RUNS = [{'seed': 1, 'model.dropout_rate': 0.1, 'train.label_smoothing': 0.1},
+        {'seed': 2, 'model.dropout_rate': 0.2, 'train.label_smoothing': 0.0}]
+
+
+@pytest.fixture(scope='module')
+def overrides(tmp_path_factory) -> dict:
+  return short_run(tmp_path_factory.mktemp('tfds'), STEPS)
+
+
+def _records(workdir: str, split: str) -> dict[int, dict]:
+  return {r['step']: r for r in metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
+          if r['split'] == split}
+
+
+def _params(workdir: str, step: int):
+  return ocp.StandardCheckpointer().restore(
+      os.path.join(workdir, 'checkpoints', str(step), 'state'))['params']
+
+
+def _close(got, want):
+  """As tests/test_rows.py: equal but for float rounding, which Adam's division by a gradient's
+  own size lets move a near-zero gradient's coordinate by a fraction of a step."""
+  scale = max(float(np.max(np.abs(want))), 1e-6)
+  error = np.abs(np.asarray(got, np.float64) - want)
+  assert error.max() <= 2e-3 * scale and error.mean() <= 2e-5 * scale, (error.max(), scale)
+
+
+@pytest.fixture(scope='module')
+def together(overrides, tmp_path_factory) -> list[str]:
+  dirs = [str(tmp_path_factory.mktemp(f'run{i}')) for i in range(2)]
+  train.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+  return dirs
+
+
+def test_each_workdir_is_its_run_trained_alone_on_the_same_batches(together, tmp_path):
+  # Each run again, alone, from the config its workdir holds (the first run's batch order
+  # written in as data.shuffle_seed): every step's loss, the dev figures and the parameters.
+  for run, workdir in zip(RUNS, together):
+    saved = checkpointing.load_config(workdir)
+    assert saved.seed == run['seed'] and saved.data.shuffle_seed == RUNS[0]['seed']
+    assert os.path.exists(os.path.join(workdir, 'spm.model'))
+    assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['12', '8']
+    alone = str(tmp_path / os.path.basename(workdir))
+    train.train_and_evaluate(saved, alone)
+    got, want = _records(workdir, 'train'), _records(alone, 'train')
+    assert sorted(got) == list(range(1, STEPS + 1))
+    np.testing.assert_allclose([got[s]['loss'] for s in got], [want[s]['loss'] for s in got],
+                               rtol=1e-4)
+    for name in ('loss', 'nll', 'bleu'):
+      assert _records(workdir, 'validation')[STEPS][name] == pytest.approx(
+          _records(alone, 'validation')[STEPS][name], rel=1e-4, abs=1e-6)
+    jax.tree.map(_close, _params(workdir, STEPS), _params(alone, STEPS))
+  # Two different runs: their losses differ.
+  assert _records(together[0], 'train')[STEPS]['loss'] != pytest.approx(
+      _records(together[1], 'train')[STEPS]['loss'], rel=1e-3)
+
+
+def test_runs_interrupted_together_resume_exactly(together, overrides, tmp_path):
+  dirs = [str(tmp_path / f'run{i}') for i in range(2)]
+  first = {**overrides, 'train.num_train_steps': 6}
+  train.train_together([train_config(**first, **run) for run in RUNS], dirs)
+  train.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+  for workdir, uninterrupted in zip(dirs, together):
+    np.testing.assert_allclose(_records(workdir, 'train')[STEPS]['loss'],
+                               _records(uninterrupted, 'train')[STEPS]['loss'], rtol=1e-5)
+    jax.tree.map(_close, _params(workdir, STEPS), _params(uninterrupted, STEPS))
+
+
+def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeypatch):
+  original = Trainer._update
+
+  def poisoned(self, state, batch, hyper=None):  # the second run's loss NaN from step 6 on
+    new_state, metrics = original(self, state, batch, hyper)
+    bad = (hyper['model.dropout_rate'] > 0.15) & (state.step >= 5)
+    metrics['loss'] = jax.numpy.where(bad, jax.numpy.nan, metrics['loss'])
+    return new_state, metrics
+
+  monkeypatch.setattr(Trainer, '_update', poisoned)
+  dirs = [str(tmp_path / f'run{i}') for i in range(2)]
+  with pytest.raises(FloatingPointError, match=f'at step 6 of {dirs[1]}'):
+    train.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+  for workdir in dirs:
+    assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['4']
+
+
+def test_runs_saved_at_different_steps_are_refused(together, overrides, tmp_path):
+  fresh = str(tmp_path / 'fresh')
+  with pytest.raises(ValueError, match=f'checkpoints are at {together[0]}: 12, {fresh}: none'):
+    train.train_together([train_config(**overrides, **run) for run in RUNS],
+                         [together[0], fresh])
+  assert not os.path.exists(os.path.join(fresh, 'config.json'))  # refused before any work
