@@ -24,7 +24,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from transformer_jax import partitioning
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer, TrainState
 
@@ -105,15 +104,14 @@ class RowsTrainer:
   def __init__(self, model: ShardedModel, configs: list[ml_collections.ConfigDict],
                names: list[str] | None = None):
     check_together(configs, names or [f'run {i}' for i in range(len(configs))])
-    self.trainer = Trainer(model)
-    self.model = model
-    self.rows = len(configs)
-    self.seeds = jnp.asarray([config.seed for config in configs], jnp.uint32)
-    self.hyper = hyperparameters(configs)
     for config, name in zip(configs, names or range(len(configs))):
       if not 0 <= config.seed < 2**32:
         raise ValueError(f'{name}: config.seed={config.seed}; runs trained together need seeds '
                          'in [0, 2^32) (one uint32 each)')
+    self.trainer = Trainer(model)
+    self.model = model
+    self.seeds = jnp.asarray([config.seed for config in configs], jnp.uint32)
+    self.hyper = hyperparameters(configs)
     self.state_sharding = jax.tree.map(_with_rows, self.trainer.state_sharding)
     self.row_abstract_state = self.trainer.abstract_state
     self._stack = jax.jit(lambda states: jax.tree.map(lambda *leaves: jnp.stack(leaves), *states),
