@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import random_tokens, train_config
+from conftest import assert_trained_alike, random_tokens, train_config
 from transformer_jax import partitioning, rows
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
@@ -40,17 +40,6 @@ def _alone(config, batches):
   return history, jax.device_get(state)
 
 
-def _close(got, want):
-  """Equal but for float rounding. Adam divides a gradient by its own size, so where a
-  gradient is near 0 its rounding moves the coordinate by up to a fraction of a step's learning
-  rate: the same run on two meshes differs by 2.6e-5 after one step (the first step's rate
-  being 5.6e-3). Hence a bound on the largest difference relative to the leaf's scale, and a
-  far tighter one on the mean."""
-  scale = max(float(np.max(np.abs(want))), 1e-6)
-  error = np.abs(np.asarray(got, np.float64) - want)
-  assert error.max() <= 2e-3 * scale and error.mean() <= 2e-5 * scale, (error.max(), scale)
-
-
 @pytest.mark.parametrize('loss_chunk', [pytest.param(0, marks=pytest.mark.slow), 4])
 def test_each_row_is_its_run_trained_alone_on_the_same_batches(loss_chunk):
   # 20 steps on a mesh that splits rows, the embedding width and the vocabulary: 12 steps one
@@ -82,7 +71,8 @@ def test_each_row_is_its_run_trained_alone_on_the_same_batches(loss_chunk):
     mine = rows.row_state(state, row)
     assert int(mine.step) == int(alone.step) == 20
     np.testing.assert_array_equal(mine.dropout_key, alone.dropout_key)
-    jax.tree.map(_close, (mine.params, mine.opt_state), (alone.params, alone.opt_state))
+    jax.tree.map(assert_trained_alike, (mine.params, mine.opt_state),
+                 (alone.params, alone.opt_state))
   assert len(losses) == 3  # three different runs
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import short_run, train_config
+from conftest import assert_trained_alike, short_run, train_config
 from transformer_jax import checkpointing, metrics_log, train
 from transformer_jax.trainer import Trainer
 
@@ -36,14 +36,6 @@ def _params(workdir: str, step: int):
       os.path.join(workdir, 'checkpoints', str(step), 'state'))['params']
 
 
-def _close(got, want):
-  """As tests/test_rows.py: equal but for float rounding, which Adam's division by a gradient's
-  own size lets move a near-zero gradient's coordinate by a fraction of a step."""
-  scale = max(float(np.max(np.abs(want))), 1e-6)
-  error = np.abs(np.asarray(got, np.float64) - want)
-  assert error.max() <= 2e-3 * scale and error.mean() <= 2e-5 * scale, (error.max(), scale)
-
-
 @pytest.fixture(scope='module')
 def together(overrides, tmp_path_factory) -> list[str]:
   dirs = [str(tmp_path_factory.mktemp(f'run{i}')) for i in range(2)]
@@ -68,7 +60,7 @@ def test_each_workdir_is_its_run_trained_alone_on_the_same_batches(together, tmp
     for name in ('loss', 'nll', 'bleu'):
       assert _records(workdir, 'validation')[STEPS][name] == pytest.approx(
           _records(alone, 'validation')[STEPS][name], rel=1e-4, abs=1e-6)
-    jax.tree.map(_close, _params(workdir, STEPS), _params(alone, STEPS))
+    jax.tree.map(assert_trained_alike, _params(workdir, STEPS), _params(alone, STEPS))
   # Two different runs: their losses differ.
   assert _records(together[0], 'train')[STEPS]['loss'] != pytest.approx(
       _records(together[1], 'train')[STEPS]['loss'], rel=1e-3)
@@ -82,7 +74,7 @@ def test_runs_interrupted_together_resume_exactly(together, overrides, tmp_path)
   for workdir, uninterrupted in zip(dirs, together):
     np.testing.assert_allclose(_records(workdir, 'train')[STEPS]['loss'],
                                _records(uninterrupted, 'train')[STEPS]['loss'], rtol=1e-5)
-    jax.tree.map(_close, _params(workdir, STEPS), _params(uninterrupted, STEPS))
+    jax.tree.map(assert_trained_alike, _params(workdir, STEPS), _params(uninterrupted, STEPS))
 
 
 def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeypatch):

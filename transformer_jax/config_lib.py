@@ -205,6 +205,11 @@ def load_sweep(path: str) -> types.ModuleType:
   return module
 
 
+def shuffle_seed(config: ml_collections.ConfigDict) -> int:
+  """The seed of the training batches' order: `data.shuffle_seed`, or `seed` if it is None."""
+  return config.seed if config.data.shuffle_seed is None else config.data.shuffle_seed
+
+
 def from_file(spec: str) -> ml_collections.ConfigDict:
   """The config of a config file, 'path.py' or 'path.py:arg' (as `--config=` takes it)."""
   path, _, arg = spec.partition(':')

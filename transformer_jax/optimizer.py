@@ -21,13 +21,18 @@ def learning_rate_schedule(d_model: int, warmup_steps: int, lr_scale: float = 1.
   return schedule
 
 
-def schedule(config: ml_collections.ConfigDict):
-  """Eq. 3 with d_model, warmup_steps and lr_scale from `config`."""
-  return learning_rate_schedule(config.model.d_model, config.train.warmup_steps,
-                                config.train.lr_scale)
-
-
-def adam(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """Adam with the paper's hyper-parameters and schedule, from `config.train`."""
+def schedule(config: ml_collections.ConfigDict, warmup_steps=None, lr_scale=None):
+  """Eq. 3 with d_model, warmup_steps and lr_scale from `config`, the last two unless given
+  (one row's, traced, of runs trained together: `Trainer._row`)."""
   train = config.train
-  return optax.adam(schedule(config), b1=train.adam_b1, b2=train.adam_b2, eps=train.adam_eps)
+  return learning_rate_schedule(
+      config.model.d_model, train.warmup_steps if warmup_steps is None else warmup_steps,
+      train.lr_scale if lr_scale is None else lr_scale)
+
+
+def adam(config: ml_collections.ConfigDict, lr_schedule=None) -> optax.GradientTransformation:
+  """Adam with the paper's hyper-parameters from `config.train`, and its schedule (`schedule`)
+  unless another is given. The state has the same structure whatever the schedule."""
+  train = config.train
+  return optax.adam(schedule(config) if lr_schedule is None else lr_schedule, b1=train.adam_b1,
+                    b2=train.adam_b2, eps=train.adam_eps)

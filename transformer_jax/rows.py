@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from transformer_jax import config_lib
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer, TrainState
 
@@ -77,8 +78,7 @@ def sharing_batches(configs: list[ml_collections.ConfigDict], names: list[str]
   if len(configs) == 1:
     return configs
   check_together(configs, names)
-  first = configs[0].data.shuffle_seed
-  seed = configs[0].seed if first is None else first
+  seed = config_lib.shuffle_seed(configs[0])
   configs = [copy.deepcopy(config) for config in configs]
   for config in configs:
     config.data.shuffle_seed = seed

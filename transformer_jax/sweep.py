@@ -35,9 +35,9 @@ workdir resumes alone as it trained): seeds then vary the initialisation and dro
 data order. Each row keeps its workdir, evaluation and JSON (which names the group); the
 group's training time is every row's `train_seconds`.
 
-`--concurrent=K` runs K rows (or groups) at once, each row's training and evaluation in one of K slots: on
-a CPU each slot is pinned to its own K-th of the cores (K at most the number of cores); on a
-GPU or TPU the K processes share the device, each allowed 0.9 / K of its memory
+`--concurrent=K` runs K rows (or groups) at once, each row's training and evaluation in one of K
+slots: on a CPU each slot is pinned to its own K-th of the cores (K at most the number of
+cores); on a GPU or TPU the K processes share the device, each allowed 0.9 / K of its memory
 (XLA_PYTHON_CLIENT_MEM_FRACTION) instead of JAX's default 0.75 (which a second process would not
 find). The sweep itself never starts a backend: a child process reports the platform. A row's
 JSON records the concurrency it ran under (`train_seconds` compare only at equal K). If a row

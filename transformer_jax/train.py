@@ -222,8 +222,8 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[di
       checkpoints.append(checkpointing.Checkpoints(workdir, train.keep_checkpoints,
                                                    train.checkpoint_every_steps))
       cleanup.callback(checkpoints[-1].close)
-    shuffle_seed = config.data.shuffle_seed if config.data.shuffle_seed is not None else config.seed
-    iterator = data.train_iterator(shuffle_seed, jax.process_index(), jax.process_count())
+    iterator = data.train_iterator(config_lib.shuffle_seed(config), jax.process_index(),
+                                   jax.process_count())
     cleanup.callback(iterator.close)
     restored = _restore(checkpoints, trainer)
     if restored is None:

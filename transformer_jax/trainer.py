@@ -94,12 +94,10 @@ class Trainer:
     fields = {name.split('.')[1]: value for name, value in hyper.items()
               if name.startswith('model.')}
     module = Transformer(self.model.model_config.replace(**fields)) if fields else self.model.model
-    train = self.config.train
-    schedule = optimizer.learning_rate_schedule(
-        self.config.model.d_model, hyper.get('train.warmup_steps', train.warmup_steps),
-        hyper.get('train.lr_scale', train.lr_scale))
-    tx = optax.adam(schedule, b1=train.adam_b1, b2=train.adam_b2, eps=train.adam_eps)
-    return module, hyper.get('train.label_smoothing', train.label_smoothing), tx, schedule
+    schedule = optimizer.schedule(self.config, hyper.get('train.warmup_steps'),
+                                  hyper.get('train.lr_scale'))
+    return (module, hyper.get('train.label_smoothing', self.config.train.label_smoothing),
+            optimizer.adam(self.config, schedule), schedule)
 
   def _train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     with self.model.on_mesh():
@@ -143,9 +141,7 @@ class Trainer:
         'grad_norm': optax.tree.norm(grads),
         'learning_rate': schedule(state.step),
     }
-    if tx is self.tx:
-      return state.apply_gradients(grads=grads), metrics
-    # A row's own schedule: the optimizer state has the same structure as `self.tx`'s.
+    # `tx`, not the state's own: a row's schedule (the optimizer state is the same structure).
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                          opt_state=opt_state), metrics

@@ -21,7 +21,7 @@ import time
 from absl import app, flags
 from ml_collections import config_flags
 
-from transformer_jax import cli
+from transformer_jax import cli, config_lib
 from transformer_jax.data import batching, pipeline
 from transformer_jax.model_config import PAD_ID
 
@@ -84,8 +84,8 @@ def main():
     raise app.UsageError('nothing to do: pass --inspect')
   config = _CONFIG.value
   with tempfile.TemporaryDirectory() as scratch:
-    stats = inspect(pipeline.load(config, _WORKDIR.value or scratch), config.seed,
-                    _BATCHES.value)
+    stats = inspect(pipeline.load(config, _WORKDIR.value or scratch),
+                    config_lib.shuffle_seed(config), _BATCHES.value)
   if _JSON.value:
     print(json.dumps(stats))
     return
