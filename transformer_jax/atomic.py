@@ -54,3 +54,29 @@ def write(path: str, text: str) -> None:
   """Writes `text` (UTF-8) to `path` atomically."""
   with replacing(path) as temporary, open(temporary, 'w', encoding='utf-8') as f:
     f.write(text)
+
+
+@contextlib.contextmanager
+def replacing_directory(path: str) -> Iterator[str]:
+  """Yields a temporary directory beside `path` to fill; on success renames it to `path` (an
+  existing `path` is moved aside first and removed once the new one is in place) with the
+  permissions of directories and files made by `os.makedirs` and `open`; on an exception
+  removes it."""
+  parent = os.path.dirname(os.path.abspath(path))
+  temporary = tempfile.mkdtemp(dir=parent, prefix=f'.{os.path.basename(path)}.')
+  try:
+    yield temporary
+    for name in os.listdir(temporary):
+      os.chmod(os.path.join(temporary, name), 0o666 & ~_umask())
+    os.chmod(temporary, 0o777 & ~_umask())
+    if os.path.isdir(path):
+      old = tempfile.mkdtemp(dir=parent, prefix=f'.{os.path.basename(path)}.old.')
+      os.rename(path, os.path.join(old, 'replaced'))
+      os.rename(temporary, path)
+      shutil.rmtree(old)
+    else:
+      os.rename(temporary, path)
+    _fsync_directory(parent)
+  finally:
+    if os.path.exists(temporary):
+      shutil.rmtree(temporary)

@@ -72,6 +72,18 @@ def saved(workdir: str, split: str,
   return sides
 
 
+def target_lengths(workdir: str, split: str) -> np.ndarray | None:
+  """The target length (EOS included) of every pair of the split saved in `workdir`, or None if
+  it has none."""
+  paths = _paths(workdir, split)
+  if _read_meta(paths['meta']) is None:
+    return None
+  try:
+    return np.load(paths['lengths'])[:, 1]
+  except (OSError, ValueError):
+    return None
+
+
 def write(workdir: str, split: str, pairs: Sequence, encode: Callable, identity: dict,
           dtype: np.dtype) -> tuple[Sequences, Sequences]:
   """Encodes the split's `pairs` into `workdir` and returns them as `saved` does.

@@ -1,0 +1,168 @@
+r"""A trained workdir's model decoding a whole split here and, exported (`transformer_jax.export`),
+in Hugging Face `transformers`: sentences/s of each, the same beam, and how often the two agree.
+
+  python experiments/hf_decode_speed.py --workdir=DIR [--split=test] [--beam_sizes=1,4] \
+      [--batch_size=64] [--json=experiments/results/hf_decode_speed_cpu.json]
+
+Both sides decode the same batches: the sentences grouped by `translate`'s length buckets,
+`batch_size` at a time, each group capped at translate's output length (its bucket + 
+config.decode.max_extra_length), with the run's averaged checkpoints and α. The exported model
+gets its input from MarianTokenizer (counted: sentences whose ids differ from ours) and the
+text preprocessing of the run's config, as its model card says. Each side decodes one batch of
+every bucket first, untimed (our compilation; PyTorch's first calls); then the whole split is
+timed. For every sentence whose translations differ, the report gives both hypotheses'
+log-probabilities under our model and their scores under each length penalty, §6.1's
+((5 + |Y|) / 6)^α and transformers' |Y|^α, so that the cause of the difference can be read
+off.
+"""
+
+import json
+import os
+import platform
+import tempfile
+import time
+
+from absl import app, flags, logging
+import jax
+import numpy as np
+import torch
+import transformers
+
+from transformer_jax import export, search
+from transformer_jax.data import datasets
+from transformer_jax.data.tokenizer import EOS_ID
+from transformer_jax.model_config import PAD_ID
+from transformer_jax.translator import Translator
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'A trained workdir.', required=True)
+_SPLIT = flags.DEFINE_string('split', 'test', 'Which split to translate.')
+_BEAM_SIZES = flags.DEFINE_list('beam_sizes', ['1', '4'], 'Beam sizes to measure.')
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Sentences per batch.')
+_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+
+
+def batches(translator: Translator, sources: list[np.ndarray]) -> list[tuple[int, list[int]]]:
+  """(bucket length, sentence indices) of each batch `translate_ids` decodes."""
+  lengths = translator.lengths
+  bucket = np.searchsorted(lengths, [len(s) for s in sources])
+  return [(int(lengths[b]), members[start:start + translator.rows])
+          for b in reversed(range(len(lengths)))
+          for members in [[i for i in np.flatnonzero(bucket == b) if len(sources[i])]]
+          for start in range(0, len(members), translator.rows)]
+
+
+def generate(model, tokenizer, texts: list[str], cap: int, beam_size: int) -> list[list[int]]:
+  """The exported model's output ids (without the start symbol and EOS) for `texts`."""
+  batch = tokenizer(texts, return_tensors='pt', padding=True)
+  with torch.inference_mode():
+    outputs = model.generate(**batch, num_beams=beam_size, max_length=cap + 1)
+  return [_strip(row[1:]) for row in outputs.tolist()]
+
+
+def _strip(ids: list[int]) -> list[int]:
+  out = []
+  for token in ids:
+    if token in (EOS_ID, PAD_ID):
+      break
+    out.append(token)
+  return out
+
+
+def log_prob(model, source: list[int], output: list[int]) -> float:
+  """log P(output + EOS | source) under the exported model, the padding id excluded as our
+  decoder excludes it."""
+  target = output + [EOS_ID]
+  with torch.inference_mode():
+    logits = model(input_ids=torch.tensor([source]),
+                   decoder_input_ids=torch.tensor([[PAD_ID] + target[:-1]])).logits[0].double()
+    logits[:, PAD_ID] = -float('inf')
+    return float(torch.log_softmax(logits, -1)[range(len(target)), target].sum())
+
+
+def measure(translator: Translator, model, tokenizer, texts: list[str], beam_size: int) -> dict:
+  sources = translator.encode(texts, f'{_SPLIT.value} source')
+  prepared = [translator.preprocessing.source(text) for text in texts]
+  plan = batches(translator, sources)
+  alpha = translator.config.decode.alpha
+  cap = lambda length: length + translator.config.decode.max_extra_length
+
+  # Ours: one batch of each bucket first, then the split.
+  translator.translate_ids([sources[members[0]] for _, members in
+                            {length: m for length, m in plan}.items()])
+  start = time.perf_counter()
+  ours = translator.translate_ids(sources)
+  ours_seconds = time.perf_counter() - start
+
+  theirs = [[] for _ in texts]
+  for length, members in {length: m for length, m in plan}.items():
+    generate(model, tokenizer, [prepared[i] for i in members[:2]], cap(length), beam_size)
+  start = time.perf_counter()
+  for length, members in plan:
+    for i, ids in zip(members, generate(model, tokenizer, [prepared[i] for i in members],
+                                        cap(length), beam_size)):
+      theirs[i] = ids
+  theirs_seconds = time.perf_counter() - start
+
+  tokenized = tokenizer(prepared)['input_ids']
+  differ = [i for i in range(len(texts)) if ours[i] != theirs[i]]
+  differences = []
+  for i in differ:
+    source = sources[i].tolist()
+    entry = {'sentence': i, 'ours': translator.text(ours[i]),
+             'transformers': translator.text(theirs[i])}
+    for name, ids in (('ours', ours[i]), ('transformers', theirs[i])):
+      lp = log_prob(model, source, ids)
+      length = len(ids) + 1
+      entry[f'{name}_log_prob'] = lp
+      entry[f'{name}_score_paper'] = lp / float(search.length_penalty(length, alpha))
+      entry[f'{name}_score_transformers'] = lp / length**alpha
+    differences.append(entry)
+  return {
+      'beam_size': beam_size,
+      'ours': {'seconds': ours_seconds, 'sentences_per_second': len(texts) / ours_seconds},
+      'transformers': {'seconds': theirs_seconds,
+                       'sentences_per_second': len(texts) / theirs_seconds},
+      'speed_ratio': theirs_seconds / ours_seconds,
+      'same_input_ids': sum(list(s) == t for s, t in zip(sources, tokenized) if len(s)),
+      'same_translations': len(texts) - len(differ),
+      'differences': differences,
+  }
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  torch.set_num_threads(os.cpu_count())
+  figures = {'workdir': _WORKDIR.value, 'split': _SPLIT.value, 'batch_size': _BATCH_SIZE.value,
+             'device': str(jax.devices()[0].device_kind),
+             'machine': platform.processor() or platform.machine(),
+             'cpu_count': os.cpu_count(), 'jax': jax.__version__, 'torch': torch.__version__,
+             'transformers': transformers.__version__, 'results': []}
+  with tempfile.TemporaryDirectory() as directory:
+    out = os.path.join(directory, 'hf')
+    figures['checkpoint_steps'] = export.export(_WORKDIR.value, out)
+    model = transformers.MarianMTModel.from_pretrained(out).eval()
+    tokenizer = transformers.MarianTokenizer.from_pretrained(out)
+    for beam_size in map(int, _BEAM_SIZES.value):
+      translator = Translator(_WORKDIR.value, beam_size=beam_size,
+                              batch_size=_BATCH_SIZE.value)
+      texts = [source for source, _ in datasets.load_pairs(translator.config.data,
+                                                           _SPLIT.value)]
+      figures['sentences'] = len(texts)
+      figures['alpha'] = translator.config.decode.alpha
+      result = measure(translator, model, tokenizer, texts, beam_size)
+      figures['results'].append(result)
+      print(f'beam {beam_size}: ours {result["ours"]["sentences_per_second"]:.1f} sentences/s, '
+            f'transformers {result["transformers"]["sentences_per_second"]:.1f} '
+            f'({result["speed_ratio"]:.2f}x the time); same translations '
+            f'{result["same_translations"]}/{len(texts)}, same input ids '
+            f'{result["same_input_ids"]}', flush=True)
+      for entry in result['differences']:
+        print(json.dumps(entry, ensure_ascii=False))
+  if _JSON.value:
+    with open(_JSON.value, 'w') as f:
+      json.dump(figures, f, indent=2, ensure_ascii=False)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,362 @@
+"""Export to Hugging Face transformers (`marian.py`, `export.py`): the exported MarianMT model is
+checked against transformers' own implementation of it, not against our reading of it.
+
+The slow tests train a small model on Multi30k once for the module and compare what the
+exported directory does in transformers, loaded with nothing but `from_pretrained`, with what
+`translate` does.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import safetensors.numpy
+import torch
+import transformers
+
+from conftest import train_config
+from test_datasets import MULTI30K_DIR, read_lines
+from transformer_jax import checkpointing, config_lib, export, marian, search, train
+from transformer_jax.data import tokenizer
+from transformer_jax.embeddings import sinusoid
+from transformer_jax.model import Transformer
+from transformer_jax.model_config import PAD_ID, TransformerConfig
+from transformer_jax.translator import Translator
+
+
+def small_config(**changes) -> TransformerConfig:
+  return TransformerConfig(**{**dict(vocab_size=40, num_layers=2, d_model=16, d_ff=24,
+                                     num_heads=4, d_k=4, d_v=4, max_len=32,
+                                     deterministic=True), **changes})
+
+
+def random_params(cfg: TransformerConfig, seed: int = 0, noise: float = 0.02):
+  """Initial parameters with normal(0, noise) added to every leaf, so that the layer-norm gains
+  and biases, which start constant and so would pass any permutation, take part."""
+  tokens = jnp.ones((1, 4), jnp.int32)
+  params = nn.unbox(Transformer(cfg).init({'params': jax.random.key(seed)}, tokens,
+                                          tokens)['params'])
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(lambda p: p + noise * rng.standard_normal(p.shape).astype(p.dtype), params)
+
+
+def load_exported(directory) -> transformers.MarianMTModel:
+  """The exported model as anyone would load it, checking that every weight came from the
+  file: none missing (left randomly initialised), none unused."""
+  model, info = transformers.MarianMTModel.from_pretrained(directory, output_loading_info=True)
+  assert not info['missing_keys'] and not info['unexpected_keys'], info
+  return model.eval()
+
+
+def exported(cfg: TransformerConfig, params, directory) -> transformers.MarianMTModel:
+  export.write_model(cfg, params, str(directory))
+  return load_exported(directory)
+
+
+def their_logits(model, inputs: np.ndarray, decoder_inputs: np.ndarray) -> np.ndarray:
+  with torch.inference_mode():
+    return model(input_ids=torch.tensor(inputs), attention_mask=torch.tensor(inputs != PAD_ID),
+                 decoder_input_ids=torch.tensor(decoder_inputs)).logits.numpy()
+
+
+def our_logits(cfg: TransformerConfig, params, inputs, decoder_inputs) -> np.ndarray:
+  return np.asarray(Transformer(cfg).apply({'params': params}, jnp.asarray(inputs),
+                                           jnp.asarray(decoder_inputs)))
+
+
+def padded(rows: list[list[int]]) -> np.ndarray:
+  out = np.full((len(rows), max(map(len, rows))), PAD_ID, np.int32)
+  for i, row in enumerate(rows):
+    out[i, :len(row)] = row
+  return out
+
+
+def teacher_forced(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+  """(inputs, decoder inputs) of encoded (source, target) pairs: the targets shifted right with
+  the start symbol in front."""
+  return (padded([list(s) for s, _ in pairs]),
+          padded([[PAD_ID] + list(t[:-1]) for _, t in pairs]))
+
+
+@pytest.fixture(scope='module')
+def multi30k_pairs() -> list[tuple[str, str]]:
+  """The English-German pairs of Multi30k's test2016."""
+  return list(zip(*([line.strip() for line in read_lines(MULTI30K_DIR / f'test_2016_flickr.{lang}.gz')]
+                    for lang in ('en', 'de'))))
+
+
+@pytest.mark.parametrize('d_model', [512, 12])
+def test_marians_positions_are_the_papers_in_marian_order(d_model):
+  """The premise of the conversion, checked on transformers' own table: Marian's sinusoid
+  is §3.5's with its dimensions permuted by `marian_order`, not merely alike."""
+  model = transformers.MarianMTModel(transformers.MarianConfig(
+      d_model=d_model, encoder_attention_heads=4, decoder_attention_heads=4, encoder_layers=1,
+      decoder_layers=1, vocab_size=8, pad_token_id=0, decoder_start_token_id=0,
+      max_position_embeddings=64))
+  theirs = model.model.encoder.embed_positions.weight.detach().numpy()
+  np.testing.assert_array_equal(theirs, sinusoid(64, d_model)[:, marian.marian_order(d_model)])
+  assert sorted(marian.marian_order(d_model)) == list(range(d_model))
+
+
+def test_random_base_model_gives_our_logits(tmp_path, multi30k_pairs):
+  """The base model's shape (N = 6, d_model 512, h = 8, d_ff 2048) with random parameters, on
+  Multi30k sentences encoded with a vocabulary learned from them: every logit of every
+  position, padding included, to 1e-4, with Marian's layer-norm ε of 1e-5 against our 1e-6."""
+  vocabulary = str(tmp_path / 'spm.model')
+  tokenizer.train([text for pair in multi30k_pairs for text in pair], vocabulary, 500, 'bpe',
+                  10**7, 0)
+  processor = tokenizer.load(vocabulary)
+  sources = tokenizer.encode(processor, [s for s, _ in multi30k_pairs[:6]])
+  targets = tokenizer.encode(processor, [t for _, t in multi30k_pairs[:6]])
+  inputs, decoder_inputs = teacher_forced(list(zip(sources, targets)))
+  cfg = TransformerConfig(vocab_size=500, deterministic=True)
+  params = random_params(cfg)
+  model = exported(cfg, params, tmp_path / 'hf')
+  assert model.config.num_attention_heads == 8 and model.config.d_model == 512
+  ours = our_logits(cfg, params, inputs, decoder_inputs)
+  np.testing.assert_allclose(their_logits(model, inputs, decoder_inputs), ours, rtol=0,
+                             atol=1e-4)
+
+
+@pytest.mark.parametrize('changes', [
+    {}, {'decoder_start': 'learned'}, {'share_embeddings': False},
+    {'share_embeddings': False, 'decoder_start': 'learned'}, {'attention_bias': True},
+])
+def test_every_exportable_variant_gives_our_logits(tmp_path, rng, changes):
+  """Each way the embeddings and the start symbol can be set, and attention biases: the same
+  logits, and one matrix in the file exactly when ours serve all three roles."""
+  cfg = small_config(**changes)
+  params = random_params(cfg, noise=0.1)
+  model = exported(cfg, params, tmp_path)
+  lengths_in, lengths_out = [7, 3, 5], [6, 6, 2]
+  inputs = padded([rng.integers(3, cfg.vocab_size, n).tolist() for n in lengths_in])
+  decoder_inputs = padded([[PAD_ID] + rng.integers(3, cfg.vocab_size, n - 1).tolist()
+                           for n in lengths_out])
+  np.testing.assert_allclose(their_logits(model, inputs, decoder_inputs),
+                             our_logits(cfg, params, inputs, decoder_inputs), rtol=0, atol=1e-4)
+  stored = safetensors.numpy.load_file(str(tmp_path / 'model.safetensors'))
+  tables = [name for name in stored if name.endswith(('embed_tokens.weight', 'shared.weight',
+                                                      'lm_head.weight'))]
+  one = model.get_input_embeddings().weight.data_ptr() == (
+      model.get_output_embeddings().weight.data_ptr())
+  assert one == (len(tables) == 1) == (changes.get('decoder_start') == 'learned'
+                                       and changes.get('share_embeddings', True))
+
+
+@pytest.mark.parametrize('changes, field', [
+    ({'norm_position': 'pre'}, 'norm_position'), ({'norm_type': 'scale_norm'}, 'norm_type'),
+    ({'position_encoding': 'learned'}, 'position_encoding'), ({'fixnorm': True}, 'fixnorm'),
+    ({'d_k': 8}, 'd_k'), ({'d_v': 2}, 'd_v'), ({'drophead_rate': 0.1}, 'drophead_rate'),
+])
+def test_what_marian_cannot_express_is_refused_naming_the_field(changes, field):
+  with pytest.raises(ValueError, match=f'config.model.{field}='):
+    marian.check_exportable(small_config(**changes))
+
+
+def test_an_unexportable_run_is_refused_before_anything_is_written(tmp_path):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  checkpointing.write_config(train_config(**{'model.norm_position': 'pre'}), str(workdir))
+  with pytest.raises(ValueError, match='config.model.norm_position'):
+    export.export(str(workdir), str(tmp_path / 'hf'))
+  assert sorted(os.listdir(tmp_path)) == ['run']
+
+
+def test_a_workdir_without_checkpoints_is_refused(tmp_path):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  checkpointing.write_config(train_config(), str(workdir))
+  with pytest.raises(FileNotFoundError, match='no checkpoint'):
+    export.export(str(workdir), str(tmp_path / 'hf'))
+  with pytest.raises(FileNotFoundError, match='config.json'):
+    export.export(str(tmp_path / 'hf'), str(tmp_path / 'elsewhere'))
+  assert sorted(os.listdir(tmp_path)) == ['run']
+
+
+def test_the_model_card_of_a_run_on_preprocessed_text_says_how_to_prepare_input(tmp_path):
+  config = train_config(**{'data.preprocessing': 'lowercase_moses'})
+  card = export.model_card(config, str(tmp_path), [100], 12.0)
+  assert 'Warning: prepare the input as in training' in card
+  assert 'MosesTokenizer(lang="en")' in card and 'text.lower()' in card
+  assert 'Warning' not in export.model_card(train_config(), str(tmp_path), [100], 12.0)
+
+
+def test_the_length_penalty_grows_as_the_papers_at_the_mean_length():
+  """transformers' |Y|^β and §6.1's ((5 + |Y|) / 6)^α (written here in float64) change by the
+  same factor near the mean length: their logarithms have the same slope there."""
+  alpha, mean, step = 0.6, 20.0, 1e-6
+  beta = export.length_penalty(alpha, mean)
+  paper = (alpha * np.log((5.0 + mean + step) / 6.0) - alpha * np.log((5.0 + mean) / 6.0)) / step
+  theirs = (beta * np.log(mean + step) - beta * np.log(mean)) / step
+  np.testing.assert_allclose(theirs, paper, rtol=1e-4)
+  assert export.length_penalty(alpha, None) == alpha
+
+
+# --- a small model trained on Multi30k ---------------------------------------------------------
+
+SENTENCES = 50
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory) -> str:
+  """300 steps on Multi30k en->de (raw text), checkpoints at 150 and 300."""
+  workdir = str(tmp_path_factory.mktemp('run'))
+  train.train_and_evaluate(train_config(**{
+      'data.dataset': 'multi30k', 'data.manual_dir': str(MULTI30K_DIR),
+      'data.tfds_data_dir': str(tmp_path_factory.mktemp('tfds')), 'data.vocab_size': 2000,
+      'data.max_length': 64, 'data.tokens_per_batch': 2048, 'data.buckets': 'coarse',
+      'model.num_layers': 2, 'model.d_model': 64, 'model.d_ff': 128, 'model.num_heads': 4,
+      'model.d_k': 16, 'model.d_v': 16, 'train.warmup_steps': 200, 'train.num_train_steps': 300,
+      'train.checkpoint_every_steps': 150, 'train.keep_checkpoints': 2,
+      'train.eval_every_steps': 10**6, 'train.eval_bleu': False, 'train.log_every_steps': 100,
+      'decode.average_last': 2}), workdir)
+  return workdir
+
+
+@pytest.fixture(scope='module')
+def hf_dir(run, tmp_path_factory) -> str:
+  """The command, run from a directory other than the repository's."""
+  out = str(tmp_path_factory.mktemp('exported') / 'hf')
+  subprocess.run([sys.executable, '-m', 'transformer_jax.export', f'--workdir={run}',
+                  f'--out={out}'], check=True, cwd=str(tmp_path_factory.mktemp('elsewhere')))
+  return out
+
+
+@pytest.mark.slow
+def test_the_exported_directory_loads_with_nothing_else(hf_dir, run):
+  assert {'README.md', 'config.json', 'generation_config.json', 'model.safetensors',
+          'source.spm', 'target.spm', 'tokenizer_config.json', 'vocab.json'} <= set(
+              os.listdir(hf_dir))
+  model = load_exported(hf_dir)
+  tokenizer_ = transformers.MarianTokenizer.from_pretrained(hf_dir)
+  config = checkpointing.load_config(run)
+  generation = model.generation_config
+  assert (generation.num_beams, generation.max_length) == (
+      config.decode.beam_size, config.data.max_length + config.decode.max_extra_length + 1)
+  assert generation.early_stopping == 'never' and generation.suppress_tokens == [PAD_ID]
+  card = open(os.path.join(hf_dir, 'README.md')).read()
+  assert '"num_train_steps": 300' in card and 'checkpoints at steps [150, 300]' in card
+  assert tokenizer_.model_max_length == config.data.max_length
+
+
+@pytest.mark.slow
+def test_the_exported_model_is_the_averaged_checkpoints(hf_dir, run):
+  """The file holds the element-wise mean of the two checkpoints, computed here in float64
+  from what orbax saved."""
+  saved = [ocp.StandardCheckpointer().restore(os.path.join(run, 'checkpoints', str(step),
+                                                           'state'))['params']
+           for step in (150, 300)]
+  mean = jax.tree.map(lambda a, b: (np.float64(a) + b) / 2, *saved)
+  cfg = config_lib.model_config(checkpointing.load_config(run))
+  want = marian.marian_weights(cfg, mean)
+  got = safetensors.numpy.load_file(os.path.join(hf_dir, 'model.safetensors'))
+  assert got.keys() == want.keys()
+  for name in want:
+    np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.slow
+def test_the_trained_model_gives_our_logits_and_token_ids(hf_dir, run, multi30k_pairs):
+  translator = Translator(run, beam_size=1)
+  marian_tokenizer = transformers.MarianTokenizer.from_pretrained(hf_dir)
+  pairs = multi30k_pairs[:SENTENCES]
+  sources = translator.encode([s for s, _ in pairs])
+  targets = translator.encode([t for _, t in pairs], side='target')
+  assert marian_tokenizer([s for s, _ in pairs])['input_ids'] == [s.tolist() for s in sources]
+  inputs, decoder_inputs = teacher_forced(list(zip(sources, targets))[:16])
+  np.testing.assert_allclose(
+      their_logits(load_exported(hf_dir), inputs, decoder_inputs),
+      our_logits(translator.model.eval_model.config, translator.params, inputs, decoder_inputs),
+      rtol=0, atol=1e-4)
+
+
+def _generate_like_translate(translator: Translator, hf_dir: str, texts: list[str],
+                             beam_size: int) -> list[list[int]]:
+  """The exported model's outputs with its generation defaults but for the beam size, each
+  sentence capped at the length `translate` allows it (its length bucket + max_extra_length),
+  batched by bucket as `translate` batches."""
+  model = load_exported(hf_dir)
+  marian_tokenizer = transformers.MarianTokenizer.from_pretrained(hf_dir)
+  sources = translator.encode(texts)
+  buckets = np.searchsorted(translator.lengths, [len(s) for s in sources])
+  outputs = [None] * len(texts)
+  for bucket in set(buckets.tolist()):
+    members = np.flatnonzero(buckets == bucket)
+    batch = marian_tokenizer([texts[i] for i in members], return_tensors='pt', padding=True)
+    cap = int(translator.lengths[bucket]) + translator.config.decode.max_extra_length
+    with torch.inference_mode():
+      generated = model.generate(**batch, num_beams=beam_size, max_length=cap + 1)
+    for i, row in zip(members, generated.tolist()):
+      outputs[i] = [t for t in row[1:] if t != PAD_ID]
+      if tokenizer.EOS_ID in outputs[i]:
+        outputs[i] = outputs[i][:outputs[i].index(tokenizer.EOS_ID)]
+  return outputs
+
+
+@pytest.mark.slow
+def test_greedy_generate_translates_as_translate(hf_dir, run, multi30k_pairs):
+  texts = [s for s, _ in multi30k_pairs[:SENTENCES]]
+  translator = Translator(run, beam_size=1)
+  ours = translator.translate_ids(translator.encode(texts))
+  theirs = _generate_like_translate(translator, hf_dir, texts, 1)
+  assert theirs == ours
+  marian_tokenizer = transformers.MarianTokenizer.from_pretrained(hf_dir)
+  assert (marian_tokenizer.batch_decode(theirs, skip_special_tokens=True) ==
+          translator.translate(texts))
+
+
+def _log_prob(model, source: np.ndarray, output: list[int]) -> float:
+  """log P(output, EOS | source), the padding id excluded as in our beam search."""
+  target = output + [tokenizer.EOS_ID]
+  logits = their_logits(model, source[None], np.array([[PAD_ID] + target[:-1]]))[0]
+  logits = logits.astype(np.float64)
+  logits[:, PAD_ID] = -np.inf
+  log_probs = logits - np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1,
+                                     keepdims=True)) - logits.max(-1, keepdims=True)
+  return float(log_probs[np.arange(len(target)), target].sum())
+
+
+@pytest.mark.slow
+def test_beam_generate_translates_as_translate_but_for_the_length_penalty(hf_dir, run,
+                                                                          multi30k_pairs):
+  """Beam search with the run's beam size: the same output on at least 98% of the sentences;
+  where they differ, each search's choice is the better one under its own length penalty, so
+  the penalty is what makes the difference."""
+  texts = [s for s, _ in multi30k_pairs[:SENTENCES]]
+  translator = Translator(run)
+  ours = translator.translate_ids(translator.encode(texts))
+  theirs = _generate_like_translate(translator, hf_dir, texts, translator.config.decode.beam_size)
+  differ = [i for i in range(len(texts)) if ours[i] != theirs[i]]
+  assert len(differ) <= 0.02 * len(texts), differ
+  model = load_exported(hf_dir)
+  alpha = translator.config.decode.alpha
+  beta = model.generation_config.length_penalty
+  sources = translator.encode(texts)
+  for i in differ:
+    ours_lp, theirs_lp = (_log_prob(model, sources[i], ids) for ids in (ours[i], theirs[i]))
+    ours_n, theirs_n = len(ours[i]) + 1, len(theirs[i]) + 1
+    paper = lambda lp, n: lp / float(search.length_penalty(n, alpha))
+    assert paper(ours_lp, ours_n) > paper(theirs_lp, theirs_n)
+    assert theirs_lp / theirs_n**beta > ours_lp / ours_n**beta
+
+
+@pytest.mark.slow
+def test_an_existing_output_is_kept_unless_overwrite(hf_dir, run, tmp_path):
+  out = tmp_path / 'hf'
+  out.mkdir()
+  (out / 'notes.txt').write_text('mine')
+  with pytest.raises(FileExistsError, match='--overwrite'):
+    export.export(run, str(out))
+  assert os.listdir(out) == ['notes.txt']
+  assert export.export(run, str(out), average_last=1, overwrite=True) == [300]
+  assert 'notes.txt' not in os.listdir(out) and 'model.safetensors' in os.listdir(out)
+  assert sorted(os.listdir(tmp_path)) == ['hf']  # nothing left beside it
+  with open(out / 'config.json') as f:
+    assert json.load(f)['model_type'] == 'marian'

@@ -1,0 +1,294 @@
+r"""Exports a trained workdir as a Hugging Face `transformers` MarianMT model: the same network
+(`marian.py`), its vocabulary, its decoding settings and a model card.
+
+  python -m transformer_jax.export --workdir=DIR --out=HF_DIR [--average_last=5] [--overwrite]
+
+  import transformers
+  model = transformers.MarianMTModel.from_pretrained(HF_DIR)
+  tokenizer = transformers.MarianTokenizer.from_pretrained(HF_DIR)
+  batch = tokenizer(['A man is sleeping.'], return_tensors='pt', padding=True)
+  print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
+
+HF_DIR gets config.json, model.safetensors (float32), generation_config.json, the run's
+SentencePiece model as source.spm and target.spm with vocab.json (our ids), the tokenizer's
+configuration, and README.md, a model card with the run's config, data and evaluations. The
+parameters are the average of the last `--average_last` checkpoints (default
+`config.decode.average_last`), as `evaluate` and `translate` average them (§6.1).
+
+Decoding settings: the beam size of `config.decode` (HF's `num_beams`); the output cap that
+`translate` allows the longest input (data.max_length + max_extra_length tokens); the padding id
+never emitted (`suppress_tokens`); and `early_stopping='never'`, with which beam search stops
+only when no live hypothesis can beat the finished ones, as ours. Greedy decoding is then ours
+exactly. The length penalty cannot be carried over exactly: transformers divides a finished
+hypothesis's log-probability by |Y|^β, §6.1 by lp(Y) = ((5 + |Y|) / 6)^α, and no β makes the
+two equal. The export sets β = α·L / (5 + L), L the mean target length of the training pairs
+(EOS included, from the workdir's encoded training split), at which both penalties grow by the
+same factor per token (equal d ln lp / d ln |Y|), so that the two rank hypotheses of about that
+length alike (β = α if the workdir holds no encoded training split). docs/evaluation.md
+measures how often beam search still translates differently.
+
+Everything is checked before anything is written: a workdir with no checkpoint, a model
+Marian cannot express (named by its config field), an --out that exists and is not empty
+(unless --overwrite). The directory is written beside --out and renamed into place, so a failed
+export leaves nothing behind. A run trained on preprocessed text (`config.data.preprocessing`
+'lowercase_moses') is exported with a warning: MarianTokenizer does not lowercase or
+Moses-tokenize, so its users must, and the model card says how.
+"""
+
+import contextlib
+import glob
+import json
+import os
+import shutil
+
+from absl import flags, logging
+import numpy as np
+
+from transformer_jax import atomic, checkpointing, cli, config_lib, marian, workdirs
+from transformer_jax.data import token_store, tokenizer
+from transformer_jax.model_config import PAD_ID
+from transformer_jax.sharded_model import ShardedModel
+
+
+def _transformers():
+  """The `transformers` module, or a RuntimeError saying how to install it."""
+  try:
+    import transformers  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise RuntimeError('exporting needs transformers: pip install "transformer_jax[hf]"') from e
+  return transformers
+
+
+def check_out(out: str, overwrite: bool) -> None:
+  """An error unless `out` can become the exported directory: absent or empty, or replaced
+  with `overwrite`; its parent writable."""
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise FileExistsError(f'--out={out} exists and is not a directory')
+  if os.path.isdir(out) and os.listdir(out) and not overwrite:
+    raise FileExistsError(f'--out={out} exists and is not empty: choose a new directory, or '
+                          'pass --overwrite to replace it')
+  workdirs.check_writable(os.path.dirname(os.path.abspath(out)), '--out')
+
+
+def length_penalty(alpha: float, mean_length: float | None) -> float:
+  """transformers' length-penalty exponent β for §6.1's α, at target length `mean_length`
+  (module docstring)."""
+  return alpha if mean_length is None else alpha * mean_length / (5.0 + mean_length)
+
+
+def generation_settings(config, mean_length: float | None) -> dict:
+  """`transformers.GenerationConfig` keyword arguments for `config.decode`; `mean_length`, the
+  training targets' mean length, sets the length penalty (module docstring)."""
+  decode = config.decode
+  settings = dict(decoder_start_token_id=PAD_ID, pad_token_id=PAD_ID,
+                  eos_token_id=tokenizer.EOS_ID, forced_eos_token_id=None,
+                  suppress_tokens=[PAD_ID],
+                  max_length=config.data.max_length + decode.max_extra_length + 1,
+                  num_beams=decode.beam_size)
+  if decode.beam_size > 1:
+    settings.update(length_penalty=length_penalty(decode.alpha, mean_length),
+                    early_stopping='never')
+  return settings
+
+
+def export(workdir: str, out: str, average_last: int | None = None,
+           overwrite: bool = False) -> list[int]:
+  """Writes `workdir`'s model to `out` (module docstring); returns the averaged steps."""
+  config = checkpointing.load_config(workdir)
+  cfg = config_lib.model_config(config)
+  marian.check_exportable(cfg)
+  average_last = config.decode.average_last if average_last is None else average_last
+  if average_last <= 0:
+    raise ValueError(f'--average_last must be a positive integer, got {average_last}')
+  if not checkpointing.saved_steps(workdir):
+    raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, "checkpoints")}: train '
+                            'with transformer_jax.train first')
+  check_out(out, overwrite)
+  transformers = _transformers()
+  spm_model = os.path.join(workdir, tokenizer.MODEL_FILENAME)
+  vocabulary = tokenizer.load(spm_model)
+  with contextlib.closing(checkpointing.Checkpoints(workdir)) as checkpoints:
+    params, steps = checkpoints.average_last(average_last,
+                                             ShardedModel(config).abstract_params)
+  lengths = token_store.target_lengths(workdir, 'train')
+  mean_length = None if lengths is None else float(np.mean(lengths))
+  if config.data.preprocessing != 'none':
+    logging.warning('%s was trained on text preprocessed as %r, which MarianTokenizer does not '
+                    'do: the model card says how to prepare its input', workdir,
+                    config.data.preprocessing)
+
+  with atomic.replacing_directory(out) as staging:
+    write_model(cfg, params, staging)
+    transformers.GenerationConfig(**generation_settings(config, mean_length)
+                                  ).save_pretrained(staging)
+    _write_tokenizer(transformers, config, spm_model, vocabulary, staging)
+    with open(os.path.join(staging, 'README.md'), 'w', encoding='utf-8') as f:
+      f.write(model_card(config, workdir, steps, mean_length))
+  return steps
+
+
+def write_model(cfg, params, directory: str) -> None:
+  """The network `cfg` with `params` as MarianMT's config.json and model.safetensors."""
+  import safetensors.numpy  # pylint: disable=import-outside-toplevel  (comes with transformers)
+  _transformers().MarianConfig(**marian.marian_config(cfg), architectures=['MarianMTModel'],
+                            ).save_pretrained(directory)
+  safetensors.numpy.save_file(marian.marian_weights(cfg, params),
+                              os.path.join(directory, 'model.safetensors'),
+                              metadata={'format': 'pt'})
+
+
+def _write_tokenizer(transformers, config, spm_model: str, vocabulary, directory: str) -> None:
+  """MarianTokenizer's files: the one SentencePiece model for both sides and vocab.json mapping
+  each of its pieces to its id, so that the tokenizer's ids are the model's."""
+  for name in ('source.spm', 'target.spm'):
+    shutil.copyfile(spm_model, os.path.join(directory, name))
+  pieces = {vocabulary.id_to_piece(i): i for i in range(vocabulary.get_piece_size())}
+  with open(os.path.join(directory, 'vocab.json'), 'w', encoding='utf-8') as f:
+    json.dump(pieces, f, ensure_ascii=False, indent=1)
+  marian_tokenizer = transformers.MarianTokenizer(
+      source_spm=os.path.join(directory, 'source.spm'),
+      target_spm=os.path.join(directory, 'target.spm'),
+      vocab=os.path.join(directory, 'vocab.json'),
+      source_lang=config.data.source_lang, target_lang=config.data.target_lang,
+      unk_token=vocabulary.id_to_piece(tokenizer.UNK_ID),
+      eos_token=vocabulary.id_to_piece(tokenizer.EOS_ID),
+      pad_token=vocabulary.id_to_piece(PAD_ID),
+      model_max_length=config.data.max_length)
+  marian_tokenizer.save_pretrained(directory)
+
+
+def _evaluations(workdir: str) -> list[str]:
+  """Table rows of the run's `evaluate` results (workdir/eval/*.json) and its last dev
+  evaluation during training (metrics.jsonl)."""
+  rows = []
+  for path in sorted(glob.glob(os.path.join(workdir, 'eval', '*.json'))):
+    with open(path) as f:
+      result = json.load(f)
+    signature = result['sacrebleu_signature'].replace('|', '\\|')  # a table cell
+    rows.append(f'| {result["split"]} (`evaluate`, checkpoints {result["checkpoint_steps"]}, '
+                f'beam {result["beam_size"]}, α {result["alpha"]}) | '
+                f'{result["bleu_detokenized"]:.2f} ({result["bleu_case"]}; sacreBLEU '
+                f'`{signature}`) | {result["perplexity"]:.3f} |')
+  metrics = os.path.join(workdir, 'metrics.jsonl')
+  if os.path.isfile(metrics):
+    with open(metrics) as f:
+      records = [json.loads(line) for line in f if line.strip()]
+    dev = [r for r in records if r.get('split') == 'validation' and 'bleu' in r]
+    if dev:
+      last = dev[-1]
+      rows.append(f'| validation (during training, step {last["step"]}, one checkpoint) | '
+                  f'{last["bleu"]:.2f} (on the vocabulary\'s round trip of the references) | '
+                  f'{last["perplexity"]:.3f} |')
+  return rows
+
+
+def model_card(config, workdir: str, steps: list[int], mean_length: float | None) -> str:
+  """README.md of the exported model: what it is, how to use it, how it was trained and
+  scored."""
+  data, model, decode = config.data, config.model, config.decode
+  if mean_length is None:
+    penalty = (f'{decode.alpha}, the run\'s α: no encoded training split was found to adapt it '
+               'to')
+  else:
+    penalty = (f'{length_penalty(decode.alpha, mean_length):.4f}, the exponent at which '
+               'transformers\' penalty |Y|^β grows as fast per token as the paper\'s ((5 + |Y|) / '
+               f'6)^α (§6.1, α = {decode.alpha}) at the training targets\' mean length of '
+               f'{mean_length:.1f} tokens')
+  source, target = data.source_lang, data.target_lang
+  lines = [
+      '---',
+      f'language: [{source}, {target}]',
+      'tags: [translation, marian, transformer_jax]',
+      'pipeline_tag: translation',
+      '---',
+      '',
+      f'# {source}→{target} Transformer trained with transformer_jax',
+      '',
+      'The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017), '
+      f'trained with transformer_jax on `{data.dataset}` and exported as a MarianMT model: '
+      'the same network (see transformer_jax/marian.py for the mapping). Parameters: the '
+      f'average of the checkpoints at steps {steps}.',
+      '',
+  ]
+  if data.preprocessing != 'none':
+    lines += [
+        '## Warning: prepare the input as in training',
+        '',
+        f'This model was trained on text preprocessed as `{data.preprocessing}`: lowercased and '
+        'Moses-tokenized (sacremoses, without XML escaping). MarianTokenizer does neither, so '
+        'raw text gives poor translations. Prepare the input, and restore the output, as in '
+        'training:',
+        '',
+        '```python',
+        'import sacremoses',
+        f'tokenize = sacremoses.MosesTokenizer(lang="{source}")',
+        f'detokenize = sacremoses.MosesDetokenizer(lang="{target}")',
+        'inputs = [tokenize.tokenize(text.lower(), return_str=True, escape=False) '
+        'for text in texts]',
+        '# ... translate `inputs` as below, then:',
+        'outputs = [detokenize.detokenize(text.split(), return_str=True) for text in outputs]',
+        '```',
+        '',
+        'The translations are lowercase.',
+        '',
+    ]
+  lines += [
+      '## Use',
+      '',
+      '```python',
+      'import transformers',
+      'model = transformers.MarianMTModel.from_pretrained(PATH)',
+      'tokenizer = transformers.MarianTokenizer.from_pretrained(PATH)',
+      'batch = tokenizer(texts, return_tensors="pt", padding=True)',
+      'outputs = tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True)',
+      '```',
+      '',
+      f'`generate` defaults to the run\'s decoding settings: beam {decode.beam_size}, at most '
+      f'{data.max_length + decode.max_extra_length} output tokens, length penalty {penalty}. '
+      'No exponent gives the paper\'s penalty exactly, so beam search can rank hypotheses of '
+      'different lengths differently from transformer_jax; greedy decoding (`num_beams=1`) '
+      'gives its translations.',
+      '',
+      '## Model',
+      '',
+      f'N = {model.num_layers} layers, d_model = {model.d_model}, d_ff = {model.d_ff}, '
+      f'h = {model.num_heads}, P_drop = {model.dropout_rate}, post-norm, sinusoid positions, '
+      f'{"shared" if model.share_embeddings else "separate"} embeddings; a '
+      f'{data.vocab_size}-token SentencePiece vocabulary ({data.spm_model_type}) shared by both '
+      'languages. Layer normalisation uses ε = 1e-5 here (torch\'s default, which MarianMT '
+      'cannot change) where transformer_jax used 1e-6, a small difference in the logits '
+      '(measured in transformer_jax\'s docs/evaluation.md).',
+      '',
+      '## Evaluation',
+      '',
+  ]
+  rows = _evaluations(workdir)
+  if rows:
+    lines += ['| split | BLEU | perplexity per token |', '|---|---|---|', *rows]
+  else:
+    lines.append('None recorded in the run\'s directory.')
+  lines += [
+      '',
+      '## Training configuration',
+      '',
+      '```json',
+      config.to_json_best_effort(indent=2),
+      '```',
+      '',
+  ]
+  return '\n'.join(lines)
+
+
+if __name__ == '__main__':
+  _WORKDIR = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
+  _OUT = flags.DEFINE_string('out', None, 'The directory to write the Hugging Face model to.',
+                             required=True)
+  _AVERAGE_LAST = flags.DEFINE_integer('average_last', None, 'Average the parameters of the '
+                                       'last K checkpoints (default: config.decode.average_last).')
+  _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace --out if it exists.')
+
+  def main():
+    steps = export(_WORKDIR.value, _OUT.value, _AVERAGE_LAST.value, _OVERWRITE.value)
+    print(f'{_OUT.value}: MarianMT model of {_WORKDIR.value}, checkpoints {steps} averaged')
+
+  cli.run(main)
