@@ -2,6 +2,7 @@
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,28 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
       raise RuntimeError('interrupted')
   assert path.read_text() == 'old'
   assert os.listdir(tmp_path) == ['config.json']
+
+
+def test_a_directory_appears_whole_with_opens_permissions(tmp_path, umask_027):
+  path = tmp_path / 'exported'
+  with atomic.replacing_directory(str(path)) as temporary:
+    (Path(temporary) / 'weights').write_text('new')
+    assert not path.exists()  # nothing at `path` until the directory is complete
+  assert os.listdir(path) == ['weights'] and (path / 'weights').read_text() == 'new'
+  assert stat.S_IMODE(path.stat().st_mode) == 0o750  # 0o777 less the umask 0o027
+  assert stat.S_IMODE((path / 'weights').stat().st_mode) == 0o640
+  assert os.listdir(tmp_path) == ['exported']
+
+
+def test_a_replaced_directory_goes_only_once_the_new_one_is_complete(tmp_path):
+  path = tmp_path / 'exported'
+  path.mkdir()
+  (path / 'old').write_text('old')
+  with pytest.raises(RuntimeError, match='interrupted'):
+    with atomic.replacing_directory(str(path)) as temporary:
+      (Path(temporary) / 'half').write_text('half')
+      raise RuntimeError('interrupted')
+  assert os.listdir(path) == ['old'] and os.listdir(tmp_path) == ['exported']
+  with atomic.replacing_directory(str(path)) as temporary:
+    (Path(temporary) / 'new').write_text('new')
+  assert os.listdir(path) == ['new'] and os.listdir(tmp_path) == ['exported']

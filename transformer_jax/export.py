@@ -15,24 +15,17 @@ configuration, and README.md, a model card with the run's config, data and evalu
 parameters are the average of the last `--average_last` checkpoints (default
 `config.decode.average_last`), as `evaluate` and `translate` average them (§6.1).
 
-Decoding settings: the beam size of `config.decode` (HF's `num_beams`); the output cap that
-`translate` allows the longest input (data.max_length + max_extra_length tokens); the padding id
-never emitted (`suppress_tokens`); and `early_stopping='never'`, with which beam search stops
-only when no live hypothesis can beat the finished ones, as ours. Greedy decoding is then ours
-exactly. The length penalty cannot be carried over exactly: transformers divides a finished
-hypothesis's log-probability by |Y|^β, §6.1 by lp(Y) = ((5 + |Y|) / 6)^α, and no β makes the
-two equal. The export sets β = α·L / (5 + L), L the mean target length of the training pairs
-(EOS included, from the workdir's encoded training split), at which both penalties grow by the
-same factor per token (equal d ln lp / d ln |Y|), so that the two rank hypotheses of about that
-length alike (β = α if the workdir holds no encoded training split). docs/evaluation.md
-measures how often beam search still translates differently.
+Decoding defaults (`generation_settings`): the run's beam size, `translate`'s longest output,
+the padding id never emitted, and beam search that stops only when no live hypothesis can beat
+the finished ones, as ours; greedy decoding is then ours exactly. transformers' length penalty
+|Y|^β cannot equal §6.1's ((5 + |Y|) / 6)^α; β is set where the two grow alike
+(`length_penalty`).
 
-Everything is checked before anything is written: a workdir with no checkpoint, a model
-Marian cannot express (named by its config field), an --out that exists and is not empty
-(unless --overwrite). The directory is written beside --out and renamed into place, so a failed
-export leaves nothing behind. A run trained on preprocessed text (`config.data.preprocessing`
-'lowercase_moses') is exported with a warning: MarianTokenizer does not lowercase or
-Moses-tokenize, so its users must, and the model card says how.
+Everything is checked before anything is written (a workdir with no checkpoint, a model
+MarianMT cannot express, an --out that exists and is not empty unless --overwrite), and the
+directory is written beside --out and renamed into place. A run trained on preprocessed text
+(`config.data.preprocessing`) is exported with a warning, in the log and the model card, which
+says how to prepare the input. docs/evaluation.md has the details and the measurements.
 """
 
 import contextlib
@@ -71,14 +64,16 @@ def check_out(out: str, overwrite: bool) -> None:
 
 
 def length_penalty(alpha: float, mean_length: float | None) -> float:
-  """transformers' length-penalty exponent β for §6.1's α, at target length `mean_length`
-  (module docstring)."""
+  """transformers' length-penalty exponent β for §6.1's α: β = α·L / (5 + L) at the mean
+  target length L, where |Y|^β and ((5 + |Y|) / 6)^α grow by the same factor per token (equal
+  d ln lp / d ln |Y|), so that the two rank hypotheses of about that length alike; α when L is
+  not known."""
   return alpha if mean_length is None else alpha * mean_length / (5.0 + mean_length)
 
 
 def generation_settings(config, mean_length: float | None) -> dict:
-  """`transformers.GenerationConfig` keyword arguments for `config.decode`; `mean_length`, the
-  training targets' mean length, sets the length penalty (module docstring)."""
+  """`transformers.GenerationConfig` keyword arguments for `config.decode` (module docstring);
+  `mean_length`, the training targets' mean length (EOS included), sets the length penalty."""
   decode = config.decode
   settings = dict(decoder_start_token_id=PAD_ID, pad_token_id=PAD_ID,
                   eos_token_id=tokenizer.EOS_ID, forced_eos_token_id=None,
@@ -110,6 +105,9 @@ def export(workdir: str, out: str, average_last: int | None = None,
   with contextlib.closing(checkpointing.Checkpoints(workdir)) as checkpoints:
     params, steps = checkpoints.average_last(average_last,
                                              ShardedModel(config).abstract_params)
+  if len(steps) < average_last:
+    logging.warning('averaging the %d checkpoints %s: fewer than the %d asked for', len(steps),
+                    steps, average_last)
   lengths = token_store.target_lengths(workdir, 'train')
   mean_length = None if lengths is None else float(np.mean(lengths))
   if config.data.preprocessing != 'none':

@@ -42,9 +42,8 @@ def marian_order(d_model: int) -> np.ndarray:
   return np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
 
 
-def unexportable(cfg: TransformerConfig) -> list[str]:
-  """The reasons, each naming its config field, why `cfg`'s network cannot be written as a
-  MarianMT model; empty when it can."""
+def check_exportable(cfg: TransformerConfig) -> None:
+  """A ValueError naming every field of `cfg` that MarianMT cannot express."""
   reasons = []
   fixed = {'norm_position': 'post', 'norm_type': 'layer_norm', 'position_encoding': 'sinusoid',
            'fixnorm': False}
@@ -52,9 +51,6 @@ def unexportable(cfg: TransformerConfig) -> list[str]:
     if getattr(cfg, field) != marian:
       reasons.append(f'config.model.{field}={getattr(cfg, field)!r}: Marian has only '
                      f'{marian!r}')
-  if cfg.d_model % cfg.num_heads:
-    reasons.append(f'config.model.d_model={cfg.d_model} is not a multiple of '
-                   f'config.model.num_heads={cfg.num_heads}: Marian splits d_model into the heads')
   for field in ('d_k', 'd_v'):
     if getattr(cfg, field) * cfg.num_heads != cfg.d_model:
       reasons.append(f'config.model.{field}={getattr(cfg, field)} is not d_model / num_heads = '
@@ -62,12 +58,6 @@ def unexportable(cfg: TransformerConfig) -> list[str]:
   if cfg.drophead_rate:
     reasons.append(f'config.model.drophead_rate={cfg.drophead_rate}: Marian has no DropHead, '
                    'so training the exported model further would differ')
-  return reasons
-
-
-def check_exportable(cfg: TransformerConfig) -> None:
-  """A ValueError naming every field of `cfg` that Marian cannot express."""
-  reasons = unexportable(cfg)
   if reasons:
     raise ValueError('cannot export to MarianMT: ' + '; '.join(reasons))
 
