@@ -35,7 +35,7 @@ import numpy as np
 import torch
 import transformers
 
-from transformer_jax import export, search
+from transformer_jax import decoding, export, search
 from transformer_jax.data import datasets
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.model_config import PAD_ID
@@ -68,16 +68,7 @@ def generate(model, tokenizer, texts: list[str], cap: int, beam_size: int,
   batch = tokenizer(texts, return_tensors='pt', padding=True)
   with torch.inference_mode():
     outputs = model.generate(**batch, num_beams=beam_size, max_length=cap + 1, **settings)
-  return [_strip(row[1:]) for row in outputs.tolist()]
-
-
-def _strip(ids: list[int]) -> list[int]:
-  out = []
-  for token in ids:
-    if token in (EOS_ID, PAD_ID):
-      break
-    out.append(token)
-  return out
+  return [decoding.strip(row[1:]) for row in outputs.numpy()]
 
 
 def log_prob(model, source: list[int], output: list[int]) -> float:

@@ -23,7 +23,7 @@ import transformers
 
 from conftest import train_config
 from test_datasets import MULTI30K_DIR, read_lines
-from transformer_jax import checkpointing, config_lib, export, marian, search, train
+from transformer_jax import checkpointing, config_lib, decoding, export, marian, search, train
 from transformer_jax.data import tokenizer
 from transformer_jax.embeddings import sinusoid
 from transformer_jax.model import Transformer
@@ -293,10 +293,8 @@ def _generate_like_translate(translator: Translator, hf_dir: str, texts: list[st
     cap = int(translator.lengths[bucket]) + translator.config.decode.max_extra_length
     with torch.inference_mode():
       generated = model.generate(**batch, num_beams=beam_size, max_length=cap + 1)
-    for i, row in zip(members, generated.tolist()):
-      outputs[i] = [t for t in row[1:] if t != PAD_ID]
-      if tokenizer.EOS_ID in outputs[i]:
-        outputs[i] = outputs[i][:outputs[i].index(tokenizer.EOS_ID)]
+    for i, row in zip(members, generated.numpy()):
+      outputs[i] = decoding.strip(row[1:])  # after the start symbol, up to EOS
   return outputs
 
 
