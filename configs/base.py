@@ -115,9 +115,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.tokens_per_batch = 25000
   # Bucket lengths (§5.1 is silent on them): 'fine' (multiples of 8 up to 64, then growing by
   # about 1/4: little padding, many shapes), 'coarse' (max_length / 4, / 2 and max_length:
-  # three shapes), or 'auto': fine on a CPU, where a shape compiles in seconds and padding
-  # costs its share of the step, coarse on GPUs and TPUs, where a shape compiles in 10-30 s
-  # (docs/performance.md#compiling).
+  # three shapes), or 'auto': fine on a CPU, where a shape compiles quickly and padding
+  # costs its share of the step, coarse on GPUs and TPUs, where each shape's compilation
+  # costs far more (docs/performance.md#compiling).
   config.data.buckets = 'auto'
   # Packing (0 = off; §5.1 batches by length only): training pairs whose sides fit in
   # pack_length tokens share rows of that length, several per row, so that less of each batch
@@ -155,9 +155,7 @@ def get_config() -> ml_collections.ConfigDict:
   # (tokens, vocab) array whole. Evaluation's loss is then chunked the same way. 8 divides
   # every bucket length (data.batching) while data.max_length is a multiple of 8, so no
   # position is padded, and keeps rows x 8 a multiple of 8, so no chunk's logit gradient is
-  # padded for the GPU's matrix products. On one H200 at the paper's batch, bfloat16: base
-  # 39.4 -> 37.2 ms a step, big 87.2 -> 85.2 ms with N 16; float32 base 70.0 -> 69.3 ms with
-  # N 16 on another machine (docs/performance.md).
+  # padded for the GPU's matrix products. Measured steps: docs/performance.md.
   config.train.loss_chunk = 8
   # The random-number generator of dropout's masks (the paper is silent): JAX's default
   # 'threefry2x32' (its masks are the same however a batch is split over devices), or XLA's

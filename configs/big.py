@@ -18,7 +18,7 @@ DELTA = {
     'model.d_ff': 4096,
     'model.num_heads': 16,
     'model.dropout_rate': 0.3,
-    'train.num_train_steps': 300_000,  # 300K steps, 3.5 days on 8 P100s (§5.2)
+    'train.num_train_steps': 300_000,  # 300K steps (§5.2)
     'decode.average_last': 20,  # §6.1: the big models average the last 20 checkpoints,
     'train.checkpoint_every_steps': 600,  # written every 10 minutes: 600 steps of 1.0 s (§5.2)
 }

@@ -58,7 +58,7 @@ def get_config() -> ml_collections.ConfigDict:
       'train.checkpoint_every_steps': 200,
       'train.keep_checkpoints': 10,
       # The projection and loss fused, 2 target positions at a time: the same sums and
-      # gradients, 1.09x faster on a 2-core CPU (docs/performance.md).
+      # gradients, the chunk size chosen by measurement on a CPU (docs/performance.md).
       'train.loss_chunk': 2,
       'decode.beam_size': 5,
       'decode.average_last': 10,

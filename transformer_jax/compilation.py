@@ -8,7 +8,7 @@
 The cache keeps every program XLA compiles in `config.train.compilation_cache_dir`, keyed by
 the program, the devices and the compiler's version and options, so a resumed run, another
 seed of the same model, or an evaluation of a trained run loads its programs instead of
-compiling them again (10-30 s a shape on a GPU). `so_far` counts what the process has
+compiling them again (docs/performance.md#compiling). `so_far` counts what the process has
 compiled and loaded since this module was imported, from JAX's monitoring events: a jitted
 function compiles on the thread that calls it, before it runs, so the difference around a call
 is that call's compiling.

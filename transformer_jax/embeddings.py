@@ -101,13 +101,11 @@ class Embeddings(nn.Module):
     return table
 
   def embed(self, tokens: jax.Array, role: str) -> jax.Array:
-    """tokens: (b, length) int -> (b, length, d_model), times sqrt(d_model). role: source|target.
-
-    The rows are gathered from the parameter-dtype matrix and then cast, so the gradient's
-    scatter-add accumulates in float32: a bfloat16 scatter-add took 5.2 ms of a 46 ms base
-    step on an H200 (docs/performance.md).
-    """
+    """tokens: (b, length) int -> (b, length, d_model) in the compute dtype, times
+    sqrt(d_model). role: 'source' or 'target'."""
     scale = jnp.asarray(self.config.d_model**0.5, self.config.dtype)
+    # Gathered from the parameter-dtype matrix, then cast, so that the gradient's scatter-add
+    # accumulates in float32, not bfloat16 (docs/performance.md).
     embedded = jnp.take(self._table(role), tokens, axis=0).astype(self.config.dtype) * scale
     if self.config.decoder_start == 'zero':
       embedded = jnp.where((tokens != PAD_ID)[..., None], embedded, 0)
@@ -129,9 +127,7 @@ def project(y: jax.Array, table: jax.Array) -> jax.Array:
   The backward pass is autodiff's but for two things: the table's gradient is written as
   (y^T g)^T, and the float32 logit gradient is rounded to the compute dtype before both
   products, as the gradient of a compute-dtype output would be (a precision trade-off in
-  bfloat16, none in float32). Left to itself, XLA's CPU backend copied the (b·t, vocab) logit
-  gradient into a transposed layout for the table's product; without the copy a
-  `configs/multi30k.py` training step takes about 6% less time (docs/performance.md).
+  bfloat16, none in float32).
   """
   return jnp.einsum('btd,vd->btv', y, table, preferred_element_type=jnp.float32)
 
@@ -143,12 +139,14 @@ def _project_forward(y, table):
 def _project_backward(residuals, g):
   y, table = residuals
   # The products take the logit gradient in the compute dtype, as they would the gradient of a
-  # compute-dtype output: float32 with bfloat16 operands would run them in float32 (TF32 on a
-  # GPU), 6.0 ms of a 46 ms base step on an H200 (docs/performance.md). Their results are
-  # wanted in the compute dtype, so none asks for a float32 result (XLA's CPU backend has no
-  # bfloat16 x bfloat16 -> float32 kernel for the table's product over (b, t)).
+  # compute-dtype output: float32 with bfloat16 operands would run them at float32's cost
+  # (TF32 on a GPU; docs/performance.md). Their results are wanted in the compute dtype, so
+  # none asks for a float32 result (XLA's CPU backend has no bfloat16 x bfloat16 -> float32
+  # kernel for the table's product over (b, t)).
   g = g.astype(y.dtype)
   dy = jnp.einsum('btv,vd->btd', g, table)
+  # (y^T g)^T rather than g^T y: otherwise XLA's CPU backend copies the (b·t, vocab) logit
+  # gradient into a transposed layout for this product (docs/performance.md).
   dtable = jnp.einsum('btd,btv->dv', y, g).T
   return dy.astype(y.dtype), dtable.astype(table.dtype)
 

@@ -320,8 +320,8 @@ def _decoded(example: dict) -> dict[str, str]:
 class _Examples(collections.abc.Sequence):
   """A TFDS data source with examples as {language: str}: its Text features come as bytes."""
 
-  # Iteration reads this many examples per `__getitems__` call, about 4x faster than one by
-  # one (builtin_translation's 40000 training examples: 0.8 s against 3.1 s on 2 CPU cores).
+  # Iteration reads this many examples per `__getitems__` call: one by one, each example is a
+  # call of its own into the data source.
   _CHUNK = 1000
 
   def __init__(self, data_source: collections.abc.Sequence):

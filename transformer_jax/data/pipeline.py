@@ -52,8 +52,8 @@ def loading(seconds: dict[str, float]) -> str:
 
 
 def on_accelerator() -> bool:
-  """Whether JAX computes on GPUs or TPUs, where every new batch shape costs 10-30 s of
-  compiling (a CPU compiles one in seconds)."""
+  """Whether JAX computes on GPUs or TPUs, where every new batch shape costs a compilation
+  many times a CPU's (docs/performance.md#compiling)."""
   return jax.default_backend() != 'cpu'
 
 
