@@ -1,13 +1,14 @@
-r"""Wall time of a training run from scratch, with a cold and a warm compilation cache, against
-another checkout of the code (before the cache), interleaved.
+r"""Wall time of a training run from scratch, with a cold and a warm compilation cache, and
+optionally against another checkout of the code, interleaved.
 
-  python experiments/compile_time.py --before=DIR [--config=configs/tiny.py] [--until=200] \
+  python experiments/compile_time.py [--before=DIR] [--config=configs/tiny.py] [--until=200] \
       [--rounds=2] [--override=train.num_train_steps=200 ...] [--json=FILE]
 
-Each round trains `--config` four times from scratch, each in a fresh temporary workdir, one
-after the other: with the code in `--before` twice (run from that directory, so that its
-`transformer_jax` comes first on the Python path), then with this checkout's code twice, sharing one new compilation cache
-directory, so that the first of these compiles into it and the second loads from it. A run's
+Each round trains `--config` from scratch, each run in a fresh temporary workdir, one after the
+other: given `--before`, with the code in DIR twice (run from that directory, so that its
+`transformer_jax` comes first on the Python path); then with this checkout's code twice, sharing
+one new compilation cache directory, so that the first of these compiles into it and the second
+loads from it. A run's
 figures: seconds from starting the command until metrics.jsonl holds the 'train' record of step
 `--until`, seconds until the command ends (its last step saved and evaluated), and for this
 checkout's runs the compile records' seconds and counts (`transformer_jax.compilation`).
@@ -26,8 +27,7 @@ from absl import app, flags
 import numpy as np
 
 _CONFIG = flags.DEFINE_string('config', 'configs/tiny.py', 'The config file to train.')
-_BEFORE = flags.DEFINE_string('before', None, 'A checkout of the code to compare with.',
-                              required=True)
+_BEFORE = flags.DEFINE_string('before', None, 'A checkout of the code to compare with.')
 _UNTIL = flags.DEFINE_integer('until', 200, 'The step to time the run to.')
 _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds of the four runs.')
 _OVERRIDE = flags.DEFINE_multi_string('override', [], 'FIELD=VALUE for every run.')
@@ -77,7 +77,8 @@ def _run(workdir: str, code: str, extra: list[str]) -> dict:
 def main(argv):
   del argv
   this = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  runs = {name: [] for name in _RUNS}
+  names = [name for name in _RUNS if _BEFORE.value or not name.startswith('before')]
+  runs = {name: [] for name in names}
   with tempfile.TemporaryDirectory() as root:
     # Prepares the dataset (TFDS) once, outside every timed run.
     subprocess.run([sys.executable, '-m', 'transformer_jax.data', '--inspect',
@@ -85,7 +86,7 @@ def main(argv):
                    cwd=this, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for round_ in range(_ROUNDS.value):
       cache = os.path.join(root, f'cache{round_}')
-      for name in _RUNS:
+      for name in names:
         workdir = os.path.join(root, f'{name.replace(", ", "_")}{round_}')
         if name.startswith('before'):
           figures = _run(workdir, _BEFORE.value, [])

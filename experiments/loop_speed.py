@@ -2,7 +2,7 @@ r"""The training loop's steps/s against `transformer_jax.benchmark`'s for the sa
 batch shape, before and after the feed (`data.prefetch`) and `train.steps_per_call`,
 interleaved.
 
-  python experiments/loop_speed.py --manual_dir=../shared/data/multi30k [--before=DIR] \
+  python experiments/loop_speed.py [--manual_dir=DIR] [--before=DIR] \
       [--ks=1,8] [--config=configs/multi30k.py] [--steps=48] [--rounds=2] [--json=FILE]
 
 DIR is another checkout of the repository, the code before (`git worktree add DIR COMMIT`).
@@ -31,10 +31,13 @@ from absl import app, flags
 
 from transformer_jax import config_lib
 
+import multi30k_raw  # experiments/, the script's own directory
+
 _BEFORE = flags.DEFINE_string('before', None, 'A checkout of the code before (optional).')
 _KS = flags.DEFINE_list('ks', ['1', '8'], 'The train.steps_per_call values; --steps, the '
                         'logging interval and 8 must be multiples of each or divide it.')
-_MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files.", required=True)
+_MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
+                                  'once, multi30k_raw.py).')
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file.')
 _STEPS = flags.DEFINE_integer('steps', 48, 'Training steps a run (a multiple of 8).')
 _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds of every variant.')
@@ -53,7 +56,7 @@ def _shape() -> tuple[int, int]:
 
 
 def _shape_overrides(scratch: str) -> list[str]:
-  return [f'--config.data.manual_dir={os.path.abspath(_MANUAL_DIR.value)}',
+  return [f'--config.data.manual_dir={multi30k_raw.directory(_MANUAL_DIR.value)}',
           f'--config.data.tfds_data_dir={os.path.join(scratch, "tfds")}',
           f'--config.data.pack_length={_shape()[1]}']
 

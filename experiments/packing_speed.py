@@ -1,6 +1,6 @@
 r"""Real target tokens per second of training with and without packing, interleaved.
 
-  python experiments/packing_speed.py --manual_dir=DIR \
+  python experiments/packing_speed.py [--manual_dir=DIR] \
       [--config=configs/multi30k.py] [--pack_lengths=0,64] [--steps=300] [--repeats=2] \
       [--json=experiments/results/packing_speed_cpu.json]
 
@@ -20,8 +20,11 @@ import tempfile
 from absl import app, flags
 import numpy as np
 
+import multi30k_raw  # experiments/, the script's own directory
+
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file to train.')
-_MANUAL_DIR = flags.DEFINE_string('manual_dir', None, 'config.data.manual_dir.', required=True)
+_MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
+                                  'once, multi30k_raw.py).')
 _PACK_LENGTHS = flags.DEFINE_list('pack_lengths', ['0', '64'], 'Pack lengths to compare.')
 _STEPS = flags.DEFINE_integer('steps', 300, 'Training steps per run.')
 _REPEATS = flags.DEFINE_integer('repeats', 2, 'Rounds over the pack lengths.')
@@ -32,7 +35,8 @@ def _run(pack_length: int, workdir: str) -> float:
   steps = _STEPS.value
   subprocess.run(
       [sys.executable, '-m', 'transformer_jax.train', f'--config={_CONFIG.value}',
-       f'--workdir={workdir}', f'--config.data.manual_dir={_MANUAL_DIR.value}',
+       f'--workdir={workdir}',
+       f'--config.data.manual_dir={multi30k_raw.directory(_MANUAL_DIR.value)}',
        '--config.data.preprocessing=none',  # the raw text every committed figure had
        f'--config.data.pack_length={pack_length}', f'--config.train.num_train_steps={steps}',
        f'--config.train.eval_every_steps={steps}', '--config.train.eval_bleu=false',

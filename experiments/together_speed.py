@@ -2,7 +2,7 @@ r"""Sweep rows trained one after another against the same rows trained as one pr
 (`train.train_together`, the sweep's `--together`), each variant in fresh processes, fresh
 workdirs and a fresh compilation cache.
 
-  python experiments/together_speed.py --manual_dir=../shared/data/multi30k \
+  python experiments/together_speed.py [--manual_dir=DIR] \
       [--sweep=experiments/table3_multi30k.py] [--rows=base,D1,D2,D3] [--steps=100] \
       [--json=FILE]
 
@@ -23,7 +23,10 @@ import time
 
 from absl import app, flags
 
-_MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files.", required=True)
+import multi30k_raw  # experiments/, the script's own directory
+
+_MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
+                                  'once, multi30k_raw.py).')
 _SWEEP = flags.DEFINE_string('sweep', 'experiments/table3_multi30k.py', 'The sweep file.')
 _ROWS = flags.DEFINE_list('rows', ['base', 'D1', 'D2', 'D3'], 'Rows that may share a program.')
 _STEPS = flags.DEFINE_integer('steps', 100, 'Training steps of every row.')
@@ -34,7 +37,7 @@ _THIS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _overrides(scratch: str) -> list[str]:
   steps = _STEPS.value
-  return [f'data.manual_dir={os.path.abspath(_MANUAL_DIR.value)}',
+  return [f'data.manual_dir={multi30k_raw.directory(_MANUAL_DIR.value)}',
           f'data.tfds_data_dir={os.path.join(scratch, "tfds")}',
           f'train.num_train_steps={steps}', f'train.checkpoint_every_steps={steps}',
           f'train.eval_every_steps={steps}', f'train.log_every_steps={steps // 4}',
