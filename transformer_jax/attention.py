@@ -19,7 +19,8 @@ glorot_uniform = nn.initializers.xavier_uniform()
 
 
 # The decoder's self-attention cache is kept in blocks of this many positions, so that a
-# decoding step reads the blocks written so far and no others (see `MultiHeadAttention`).
+# decoding step reads the blocks written so far and no others (see
+# `MultiHeadAttention._attend_step`).
 CACHE_BLOCK = 16
 
 
@@ -30,7 +31,7 @@ def cache_blocks(length: int) -> list[tuple[int, int]]:
 
 @dataclasses.dataclass(frozen=True)
 class DecodeStep:
-  """A call of incremental decoding (see `MultiHeadAttention`): the one new input of every row
+  """A call of incremental decoding (`MultiHeadAttention`'s `step`): the one new input of every row
   is at `position`, which lies in the self-attention cache's block `block` (static), and the
   rows come `copies` to a source sentence, consecutively (beam search's hypotheses; 1 for
   greedy decoding)."""
@@ -134,8 +135,8 @@ def attention_over_blocks(query, keys, values, mask):
   mask broadcastable to (n, h, q, sum k_i). The scores of all blocks share one softmax; each
   block's values are weighted by their own share of it. No step reads the cache through a
   copy. Returns (n, q, h, d_v) and the weights (n, h, q, sum k_i)."""
-  # Heads-major (n, h, q, d) operands and results: batched products that XLA's CPU backend
-  # runs about twice as fast as with (n, q, h, d) at decoding's shapes.
+  # Heads-major (n, h, q, d) operands and results: the batched products' layout that XLA's
+  # CPU backend runs best at decoding's shapes (docs/performance.md).
   query = jnp.swapaxes(query * jnp.asarray(query.shape[-1] ** -0.5, query.dtype), 1, 2)
   scores = jnp.concatenate([jnp.einsum('nhqd,nhdk->nhqk', query, key,
                                        preferred_element_type=jnp.float32) for key in keys], -1)
@@ -148,42 +149,21 @@ def attention_over_blocks(query, keys, values, mask):
 
 
 class MultiHeadAttention(nn.Module):
-  """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O (§3.2.2).
+  """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O (§3.2.2), each head by eq. (1).
 
-  W^Q and W^K (d_model x h·d_k) and W^V (d_model x h·d_v) are stored as (d_model, h, d_k|d_v)
-  and W^O (h·d_v x d_model) as (h, d_v, d_model), so that heads can be sharded; the
-  parameters are the same. The projections have no bias by default, as the paper's equations
-  (`attention_bias` adds one to each, as tensor2tensor v1's convolutions and fairseq have).
-  By default (`qkv_init='fused'`) W^Q, W^K and W^V are drawn as blocks of tensor2tensor v1's
-  fused projections (see `fused_glorot_uniform`); `qkv_init='separate'` draws each
-  Glorot-uniform on its own shape. W^O is Glorot-uniform on its own shape either way.
+  W^Q, W^K (d_model, h, d_k), W^V (d_model, h, d_v) and W^O (h, d_v, d_model) are the paper's
+  matrices with the heads split out (for sharding). Options honoured: `attention_bias` (a
+  bias on every projection; off, as in the paper's equations), `qkv_init` ('fused': W^Q, W^K,
+  W^V drawn as blocks of tensor2tensor v1's fused projections, `fused_glorot_uniform`;
+  'separate': each Glorot-uniform on its own shape; W^O always the latter),
+  `attention_dropout_rate` and `drophead_rate` (beyond the paper, default off) and
+  `attention_impl`.
 
-  Options beyond the paper (default off): dropout on the attention weights
-  (`attention_dropout_rate`, tensor2tensor's later versions) and DropHead
-  (`drophead_rate`: whole heads dropped per example, survivors scaled by 1/(1-p), at a constant
-  rate rather than the DropHead paper's V-shaped schedule).
-
-  Incremental decoding (`step`, a `DecodeStep`) keeps keys and values in the 'cache'
-  collection. The first such call creates the cache and later ones take one new position per
-  row (q = 1) at `step.position`. The cache is stored heads-major, keys (n, h, d_k, k) and
-  values (n, h, k, d_v): the layouts that the products of eq. (1) read, so that a step never
-  transposes it.
-  - Encoder-decoder attention (§3.2.3) computes the keys and values of the encoder output
-    once, (n, h, s, d) for n source sentences, and the `copies` rows of a sentence attend to
-    them together, as `copies` queries of one sentence.
-  - Self-attention keeps `copies` slots per position: slot j of position t holds the key
-    written by the row that was its sentence's j-th at step t. A row's own history can lie in
-    any of its sentence's slots, since beam search reorders hypotheses; `mask` (n, 1, copies,
-    positions·copies), built by the decoder, picks the slot of each of its earlier positions.
-    So no step moves the cache (the "cache indirection" of FasterTransformer's beam search).
-    The cache is a tuple of blocks of CACHE_BLOCK positions, (n, h, d_k, CACHE_BLOCK·copies)
-    for keys, and a step at a position of block `step.block` writes into that block and
-    reads blocks 0 ... `step.block` in place (`attention_over_blocks`): a step costs what
-    the output so far costs, not what the longest output could.
-  The attention weights of every call are sown as 'intermediates'/'attention_weights', kept
-  only when the model is applied with mutable=['intermediates']: (b, h, q, k), or while
-  decoding (n, h, copies·q, k), the `copies` rows of each of n sentences as its queries (for
-  self-attention, k counts the slots of the cache blocks read).
+  With `step` (a `DecodeStep`), incremental decoding: keys and values are kept in the 'cache'
+  collection, created by the first such call; later calls take one new position per row (q =
+  1). The weights (b, h, q, k) are sown as 'intermediates'/'attention_weights'; while
+  decoding (n, h, copies·q, k), the `copies` rows of each of n sentences as its queries and,
+  in self-attention, k the cache slots read.
   """
 
   config: TransformerConfig
@@ -192,7 +172,8 @@ class MultiHeadAttention(nn.Module):
   @nn.compact
   def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array, mask: jax.Array,
                step: DecodeStep | None = None) -> jax.Array:
-    """inputs_q: (b, q, d_model); inputs_kv: (b, k, d_model); mask as in dot_product_attention."""
+    """inputs_q: (b, q, d_model); inputs_kv: (b, k, d_model); mask as in dot_product_attention
+    -> (b, q, d_model) in the compute dtype."""
     cfg = self.config
     # The widths of tensor2tensor v1's fused projections that W^Q, W^K and W^V belong to.
     if self.encoder_decoder:
@@ -202,6 +183,7 @@ class MultiHeadAttention(nn.Module):
       fused = dict.fromkeys(('query', 'key', 'value'), cfg.num_heads * (2 * cfg.d_k + cfg.d_v))
 
     def projection(depth, name):
+      # A bias only with `attention_bias`, as tensor2tensor v1's convolutions and fairseq have.
       kernel_init = (fused_glorot_uniform(fused[name]) if cfg.qkv_init == 'fused'
                      else glorot_uniform)
       return nn.DenseGeneral(
@@ -229,6 +211,7 @@ class MultiHeadAttention(nn.Module):
       if cfg.attention_impl != 'explicit' and not self.is_mutable_collection('intermediates'):
         heads, weights = fused_attention(query, key, value, mask, cfg.attention_impl), None
       else:
+        # Dropout on the weights: tensor2tensor's later versions (the paper has none).
         attention_dropout = Dropout(cfg.attention_dropout_rate,
                                     deterministic=cfg.deterministic)
         heads, weights = dot_product_attention(query, key, value, mask, attention_dropout)
@@ -237,6 +220,8 @@ class MultiHeadAttention(nn.Module):
     # always gets eq. (1) written out); otherwise a no-op and the weights cost nothing beyond
     # the softmax itself.
     self.sow('intermediates', 'attention_weights', weights)
+    # DropHead: whole heads dropped per example, survivors scaled by 1/(1-p), at a constant
+    # rate rather than the DropHead paper's V-shaped schedule.
     heads = Dropout(cfg.drophead_rate, broadcast_dims=(1, 3))(
         heads, deterministic=cfg.deterministic)
     return nn.DenseGeneral(
@@ -251,9 +236,10 @@ class MultiHeadAttention(nn.Module):
     )(heads)
 
   def _attend_to_cached_source(self, query, keys_values, mask):
-    """Encoder-decoder attention while decoding: the keys and values of the encoder output
-    (`keys_values()`) are computed when the cache is created, once per sentence, and the rows
-    of a sentence attend to them together, as its queries."""
+    """Encoder-decoder attention (§3.2.3) while decoding: the keys and values of the encoder
+    output (`keys_values()`) are computed when the cache is created, once per sentence,
+    (n, h, s, d) for n source sentences, and the `copies` rows of a sentence attend to them
+    together, as `copies` queries of one sentence."""
     if not self.has_variable('cache', 'key'):
       for name, x in zip(('key', 'value'), keys_values()):
         self.put_variable('cache', name, _to_cache(name, x))
@@ -264,8 +250,9 @@ class MultiHeadAttention(nn.Module):
 
   def _create_cache(self, key, value, copies):
     """The self-attention cache, zeros, for as many positions as `key` and `value` (b, t, h, d)
-    hold: per name a tuple of blocks of CACHE_BLOCK positions, `copies` slots each, in the
-    cache layouts."""
+    hold: per name a tuple of blocks of CACHE_BLOCK positions, `copies` slots each, keys
+    (n, h, d_k, CACHE_BLOCK·copies) and values (n, h, CACHE_BLOCK·copies, d_v): the layouts
+    the products of eq. (1) read, so that a step never transposes the cache."""
     rows = key.shape[0]
     for name, x in (('key', key), ('value', value)):
       _, length, heads, depth = x.shape
@@ -276,7 +263,15 @@ class MultiHeadAttention(nn.Module):
 
   def _attend_step(self, query, key, value, mask, step):
     """A step of self-attention while decoding: each row's new key and value (one position)
-    go into its slot of the cache, and its query attends over the blocks so far."""
+    go into its slot of the cache, and its query attends over the blocks so far.
+
+    Slot j of position t holds the key written by the row that was its sentence's j-th at
+    step t; `mask` (n, 1, copies, positions·copies), built by the decoder, picks each row's
+    slot at each earlier position."""
+    # Beam search reorders hypotheses, so a row's history lies in any of its sentence's slots;
+    # the mask picks it out and no step moves the cache (FasterTransformer's "cache
+    # indirection"). Only blocks 0 ... step.block are read, so a step costs what the output
+    # so far costs, not what the longest output could.
     blocks = {}
     for name, new in (('key', key), ('value', value)):
       # Position t of slot j is entry (t - first)·copies + j of the block whose first

@@ -95,19 +95,11 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
   Live hypotheses are ranked by log-probability, finished ones (ended by EOS) by
   log-probability / lp(length), the length counting EOS. Each step extends the live beams by
   every token, keeps the best 2k candidates, moves those that end in EOS and rank among the best
-  k to the finished set (the best k finished are kept), and continues the best k others. The
-  "among the best k" rule (fairseq's, where tensor2tensor takes all 2k) makes a beam of one
-  exactly greedy decoding when α = 0.
-
-  A sentence is done when its best finished hypothesis scores at least the best live
-  hypothesis's upper bound, its log-probability / lp(length): log-probabilities only fall as a
-  hypothesis grows, and lp is largest at the longest output because α >= 0, so no live
-  hypothesis can overtake it (early termination, §6.1). This is later tensor2tensor's
-  `stop_early` rule, applied per sentence; tensor2tensor stops the whole batch only when every
-  sentence meets it. Its 2017 version waited for the lowest-scoring finished hypothesis to
-  clear the bound, which never happens sooner; either way the best hypothesis, the one returned
-  here, cannot change. The search stops when every sentence is done or at `length` tokens; a
-  sentence with no finished hypothesis then returns its best live one.
+  k to the finished set (the best k finished are kept), and continues the best k others. A
+  sentence is done once its best finished hypothesis scores at least the best live one's upper
+  bound, its log-probability / lp(`length`) (early termination, §6.1). The search stops when every
+  sentence is done or at `length` tokens; a sentence with no finished hypothesis then returns
+  its best live one.
 
   Args:
     scorer: `beam_size` rows per sentence, sentence-major.
@@ -134,7 +126,9 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     sequences = jnp.take_along_axis(live, beam[:, :, None], axis=1).at[:, :, i].set(token)
     ends = token == EOS_ID
 
-    # The candidates that end here and rank among the best k join the finished set.
+    # The candidates that end here and rank among the best k join the finished set: fairseq's
+    # rule (tensor2tensor takes all 2k), which makes a beam of one exactly greedy decoding
+    # when α = 0.
     scores = top_log_probs / length_penalty(i + 1, alpha)
     scores = jnp.where(ends & (jnp.arange(2 * k) < k), scores, minus_inf)
     finished_scores, best = jax.lax.top_k(jnp.concatenate([finished_scores, scores], 1), k)
@@ -147,6 +141,12 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     rows = jnp.take_along_axis(beam, best, axis=1) + jnp.arange(batch)[:, None] * k
     state = scorer.reorder(state, rows.reshape(-1))
 
+    # Log-probabilities only fall as a hypothesis grows, and lp is largest at the longest
+    # output because α >= 0, so no live hypothesis can overtake this bound. Later
+    # tensor2tensor's `stop_early` rule, applied per sentence (tensor2tensor stops the batch
+    # only when every sentence meets it); its 2017 version waited for the lowest-scoring
+    # finished hypothesis to clear the bound, which never happens sooner. Either way the best
+    # hypothesis, the one returned, cannot change.
     upper_bound = live_log_probs[:, 0] / max_penalty
     done = ~active | (finished_scores[:, 0] >= upper_bound)
     return i + 1, live, live_log_probs, finished, finished_scores, done, state

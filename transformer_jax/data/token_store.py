@@ -61,7 +61,7 @@ def saved(workdir: str, split: str,
     return None
   try:
     lengths = np.load(paths['lengths'])
-    # A plain array over the map: slicing a np.memmap makes a memmap each time, twice as slow.
+    # A plain array over the map: slicing a np.memmap makes a new memmap object each time.
     sides = tuple(Sequences.from_lengths(
         np.asarray(np.memmap(paths[side], dtype=meta['dtype'], mode='r')),
         lengths[:, column].astype(np.int64)) for column, side in enumerate(SIDES))
