@@ -1,6 +1,7 @@
 r"""How long packing takes to plan an epoch (`batching._first_fit_decreasing`) at WMT's size.
 
-  python experiments/packing_plan_speed.py [--pairs=4500000] [--pack_length=256] [--repeats=1]
+  python experiments/packing_plan_speed.py [--pairs=4500000] [--pack_length=256] [--repeats=1] \
+      [--json=FILE]
 
 WMT 2014 EN-DE has about 4.5M training pairs (§5.1). Their lengths are drawn here, seeded:
 source lengths log-normal with median 25 tokens, clipped to [1, pack_length], and target
@@ -10,6 +11,9 @@ they pack into, the target-side padding fraction of those rows and the seconds p
 best of --repeats).
 """
 
+import json
+import os
+import platform
 import time
 
 from absl import app, flags
@@ -20,6 +24,7 @@ from transformer_jax.data import batching
 _PAIRS = flags.DEFINE_integer('pairs', 4_500_000, 'Training pairs.')
 _PACK_LENGTH = flags.DEFINE_integer('pack_length', 256, 'Row length (config.data.pack_length).')
 _REPEATS = flags.DEFINE_integer('repeats', 1, 'Plans timed; the best is reported.')
+_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
 
 
 def main(argv):
@@ -37,6 +42,13 @@ def main(argv):
   padding = 1 - targets.sum() / (len(rows) * length)
   print(f'{_PAIRS.value} pairs -> {len(rows)} rows of {length} tokens, target padding '
         f'{padding:.4f}; planned in {best:.1f} s')
+  if _JSON.value:
+    with open(_JSON.value, 'w') as f:
+      json.dump({'machine': {'processor': platform.processor() or platform.machine(),
+                             'cpus': os.cpu_count()},
+                 'pairs': _PAIRS.value, 'pack_length': length, 'rows': len(rows),
+                 'target_padding': float(padding), 'repeats': _REPEATS.value,
+                 'seconds': best}, f, indent=2)
 
 
 if __name__ == '__main__':

@@ -6,9 +6,8 @@ Multi30k EN->DE on a 2-core CPU.
   python -m transformer_jax.train --config=experiments/table3_multi30k.py:C2 --workdir=DIR
 
 Every file under --results is one finished row; the runner skips those, so the sweep resumes
-on any machine from the committed rows. On a 2-core CPU, two runners pinned one per core
-(`taskset -c 0` and `taskset -c 1`, each with its own --rows) move 1.19x the tokens of one
-(docs/performance.md).
+on any machine from the committed rows (a new --results directory trains every row afresh).
+`--concurrent=2` trains two rows at once, each pinned to its half of the cores.
 
 Scaling. The miniature base is N=3, d_model 128, d_ff 512, h 8, d_k = d_v = 16 (the paper's
 base divided by 2 in depth and by 4 in width, keeping h and d_ff = 4 d_model), P_drop 0.1,
