@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from ml_collections import config_flags
 import numpy as np
 
-from transformer_jax import cli, config_lib, costs
+from transformer_jax import cli, costs
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
 
@@ -77,9 +77,9 @@ def prepared_step(config, batch_size: int | None, length: int, warmup: int,
   """The jitted train step on one fixed random batch (packed: two pairs a row, with segment
   ids, as packed training batches come), run `warmup` times (compilation included): returns
   (step, model, rows), where step() runs one more call (of `train.steps_per_call` steps, on
-  that batch each) and returns its metrics."""
-  config_lib.validate(config)
-  model = ShardedModel(config)
+  that batch each) and returns its metrics. `config` is a validated one (`cli.run` validates
+  the command's)."""
+  model = ShardedModel(config, validated=True)
   trainer = Trainer(model)
   rows = batch_size or config.data.tokens_per_batch // length
   rows -= rows % trainer.rows_multiple

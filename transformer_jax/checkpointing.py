@@ -30,6 +30,7 @@ import orbax.checkpoint as ocp
 
 from transformer_jax import atomic, config_lib, costs, workdirs
 from transformer_jax.data import tokenizer
+from transformer_jax.model_config import TransformerConfig
 from transformer_jax.sharded_model import ShardedModel
 
 CONFIG_FILENAME = 'config.json'
@@ -221,8 +222,8 @@ def _first_line(error: Exception) -> str:
   return f'{type(error).__name__}: {lines[0] if lines else ""}'
 
 
-def _parameter_shapes(config: ml_collections.ConfigDict) -> dict:
-  flat = jax.tree_util.tree_leaves_with_path(costs.abstract_params(config_lib.model_config(config)))
+def _parameter_shapes(cfg: TransformerConfig) -> dict:
+  flat = jax.tree_util.tree_leaves_with_path(costs.abstract_params(cfg))
   return {jax.tree_util.keystr(path): leaf.shape for path, leaf in flat}
 
 
@@ -242,7 +243,8 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   learning rate, dropout, ...) are allowed and logged as a warning, naming them.
   Without checkpoints (a run that stopped before its first one), the saved config binds only
   the vocabulary it left behind: if training would reuse the workdir's vocabulary, a data
-  field that defines it must not differ."""
+  field that defines it must not differ. `config` is a validated one (`train.train_together`
+  validates it); the saved one is validated here before its parameter shapes are compared."""
   path = os.path.join(workdir, CONFIG_FILENAME)
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
   steps = saved_steps(workdir)
@@ -262,7 +264,9 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
                        'delete it to learn a new one, use a new --workdir, or the same data '
                        'config')
     return
-  if _parameter_shapes(saved) != _parameter_shapes(config):
+  # The saved config comes from a file: validated here, where the check first needs it.
+  if (_parameter_shapes(config_lib.model_config(saved))
+      != _parameter_shapes(config_lib.model_config(config, validated=True))):
     shaping = [n for n in changed if n.startswith('model.') or n == 'data.vocab_size']
     raise ValueError(f'{path} describes a model with other parameter shapes ({listed(shaping)}); '
                      'use a new --workdir, or the same model config to resume')
@@ -311,14 +315,21 @@ def _flatten(tree: dict, prefix: str = '') -> dict:
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """The resolved config a training run saved in `workdir`, validated."""
+  """The resolved config a training run saved in `workdir`, validated (it enters from a
+  file)."""
+  config = read_config(workdir)
+  config_lib.validate(config)
+  return config
+
+
+def read_config(workdir: str) -> ml_collections.ConfigDict:
+  """`load_config` without the validation, for a caller that changes fields first and
+  validates the result (`Translator`)."""
   path = os.path.join(workdir, CONFIG_FILENAME)
   if not os.path.isfile(path):
     raise FileNotFoundError(f'{path} not found: --workdir must be a directory written by '
                             'transformer_jax.train')
-  config = _read_config(path)
-  config_lib.validate(config)
-  return config
+  return _read_config(path)
 
 
 def _read_config(path: str) -> ml_collections.ConfigDict:
@@ -356,7 +367,8 @@ def save_average(workdir: str, last: int | None, output: str) -> list[int]:
       os.path.join(output, 'checkpoints')):
     raise FileExistsError(f'{output} already holds checkpoints; choose a new --output')
   with contextlib.closing(Checkpoints(workdir)) as source:
-    params, averaged = source.average_last(last, ShardedModel(config).abstract_params)
+    params, averaged = source.average_last(last,
+                                           ShardedModel(config, validated=True).abstract_params)
     # The optimizer state of the newest averaged checkpoint is kept as it was saved.
     state, data_state = source.restore(averaged[-1])
   state['params'] = params

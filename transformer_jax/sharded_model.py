@@ -23,6 +23,7 @@ from transformer_jax.model import Transformer
 
 class ShardedModel:
   """`config`'s Transformer on `mesh` (default: every device, shaped by `config.parallel`).
+  `config` is validated first unless the caller has done so (`validated=True`).
 
   Attributes:
     model: the Transformer as trained (dropout on).
@@ -38,11 +39,15 @@ class ShardedModel:
       rules, and the model's config.
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None):
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None, *,
+               validated: bool = False):
+    if not validated:
+      config_lib.validate(config)
     self.config = config
     self.mesh = partitioning.make_mesh(config) if mesh is None else mesh
     self.rules = partitioning.axis_rules(config)
-    self.model_config = config_lib.model_config(config).replace(axis_rules=self.rules)
+    self.model_config = config_lib.model_config(config, validated=True).replace(
+        axis_rules=self.rules)
     self.model = Transformer(self.model_config)
     self.eval_model = Transformer(self.model_config.replace(deterministic=True))
     self.batch_sharding = partitioning.batch_sharding(self.mesh, self.rules)

@@ -32,7 +32,8 @@ _PAPER_COUNT_NOTE = (
 
 
 def summarize(config, length: int) -> dict:
-  cfg = config_lib.model_config(config)
+  """Parameter counts and forward FLOPs per target token of a validated `config`."""
+  cfg = config_lib.model_config(config, validated=True)
   counts = costs.param_counts(cfg)
   return {
       'params_total': counts['total'],
@@ -52,6 +53,7 @@ def sweep_rows(path: str, overrides: dict, length: int) -> list[dict]:
   for row_id in sweep.ROWS:
     config = sweep.get_config(row_id)
     config.update_from_flattened_dict(overrides)
+    config_lib.validate(config)  # the row's config enters here
     m = config.model
     paper_ppl, paper_bleu = paper.get(row_id, (None, None))
     rows.append({

@@ -31,7 +31,8 @@ class Translator:
 
   def __init__(self, workdir: str, *, beam_size: int | None = None, alpha: float | None = None,
                average_last: int | None = None, batch_size: int = 64, cached: bool = True):
-    config = checkpointing.load_config(workdir)
+    # The saved config and the decoding settings given here enter together: validated once.
+    config = checkpointing.read_config(workdir)
     for field, value in (('beam_size', beam_size), ('alpha', alpha),
                          ('average_last', average_last)):
       if value is not None:
@@ -42,7 +43,7 @@ class Translator:
     compilation.use_cache(config)
     self.config = config
     self.workdir = workdir
-    self.model = ShardedModel(config)
+    self.model = ShardedModel(config, validated=True)
     self.tokenizer = tokenizer.load(os.path.join(workdir, tokenizer.MODEL_FILENAME))
     self.preprocessing = preprocessing.from_config(config.data)
     with contextlib.closing(checkpointing.Checkpoints(workdir)) as checkpoints:
