@@ -67,7 +67,8 @@ def matmul_peak(dtype, sizes=None) -> float:
     matmul = jax.jit(jnp.matmul)
     jax.block_until_ready(matmul(a, b))
     # Back to back, like the steps: a wait after each product adds the host's dispatch to
-    # every one, and the peak comes out low (docs/performance.md).
+    # every one, and the peak comes out low
+    # (experiments/results/notes/2026-11-performance-gpu.md).
     best = max(best, 2 * n**3 / _pipelined_seconds(lambda: matmul(a, b), 20))
   return best
 

@@ -53,7 +53,7 @@ def loading(seconds: dict[str, float]) -> str:
 
 def on_accelerator() -> bool:
   """Whether JAX computes on GPUs or TPUs, where every new batch shape costs a compilation
-  many times a CPU's (docs/performance.md#compiling)."""
+  many times as long as a CPU's."""
   return jax.default_backend() != 'cpu'
 
 
