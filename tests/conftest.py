@@ -1,16 +1,36 @@
-"""Shared helpers: a tiny model config and its parameters, a small training config.
+"""Shared helpers: a tiny model config and its parameters, a small training config, and the
+session's caches.
 
 The suite runs with 8 CPU devices, so that the sharding tests can build real meshes; every
 other test uses the default (first) device.
+
+Every run of the suite starts from an empty session directory (SESSION_DIR), which this
+process and every process a test starts use as their caches: `XDG_CACHE_HOME` (JAX's
+persistent compilation cache, compilation.cache_dir's default, keeps every program) and
+`TFDS_DATA_DIR` (the built-in corpus and Multi30k, each prepared once, by whichever test first
+needs it, and then only read). A program compiled or a dataset prepared by one test serves every
+later one, and the suite's time does not depend on what an earlier run left. Under
+pytest-xdist the workers share the directory of the process that started them, which removes it
+at the end. Tests that count compiles, or that prepare datasets to check the preparation, use
+directories of their own.
 """
 
+import functools
 import os
+import shutil
 import socket
 import sys
+import tempfile
 
-# Before jax is imported.
+# Before jax and tensorflow_datasets are imported (TFDS reads its default directory then).
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_force_host_platform_device_count=8').strip()
+_OWNS_SESSION_DIR = 'TRANSFORMER_JAX_TEST_SESSION_DIR' not in os.environ
+if _OWNS_SESSION_DIR:
+  os.environ['TRANSFORMER_JAX_TEST_SESSION_DIR'] = tempfile.mkdtemp(prefix='transformer_jax_tests_')
+SESSION_DIR = os.environ['TRANSFORMER_JAX_TEST_SESSION_DIR']
+os.environ['XDG_CACHE_HOME'] = os.path.join(SESSION_DIR, 'cache')
+os.environ['TFDS_DATA_DIR'] = os.path.join(SESSION_DIR, 'tensorflow_datasets')
 
 import flax.linen as nn
 import jax
@@ -19,11 +39,14 @@ import ml_collections
 import numpy as np
 import pytest
 
-from transformer_jax import config_lib
+from transformer_jax import atomic, compilation, config_lib
+from transformer_jax.data import builtin_grammar
 from transformer_jax.model import Transformer
 from transformer_jax.model_config import TransformerConfig
 
 base = config_lib.import_sibling(__file__, '../configs/base')
+
+compilation.use_cache(base.get_config())  # the session's, from XDG_CACHE_HOME
 
 
 def tiny_config(**changes) -> TransformerConfig:
@@ -56,14 +79,51 @@ def random_tokens(rng: np.random.Generator, shape, vocab_size: int, lengths=None
   return tokens.astype(np.int32)
 
 
+def pytest_unconfigure(config):
+  if _OWNS_SESSION_DIR:
+    shutil.rmtree(SESSION_DIR, ignore_errors=True)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
   return np.random.default_rng(0)
 
 
-# A model small enough to train in seconds, with every parameter dimension splitting 8 ways.
+@functools.cache
+def _builtin_splits() -> dict:
+  return builtin_grammar.splits(seed=0)
+
+
+def write_corpus(directory, sizes=(3000, 64, 40), relative: bool = False,
+                 write: bool = True) -> dict:
+  """The built-in corpus's first `sizes` training, dev and test pairs as text files
+  (`<split>.en`, `<split>.de`) in `directory`, each written whole or not at all: a corpus that
+  a run reads in a fraction of the built-in one's time, and whose dev and test splits, which
+  evaluations decode whole, are tens of sentences rather than a thousand. Returns the overrides
+  of a `data.dataset='files'` run on them (paths relative to `directory` if `relative`);
+  `write=False` only names them."""
+  if write:
+    os.makedirs(directory, exist_ok=True)
+    for name, size in zip(('train', 'validation', 'test'), sizes):
+      for side, lang in enumerate(('en', 'de')):
+        atomic.write(os.path.join(directory, f'{name}.{lang}'),
+                     ''.join(pair[side] + '\n' for pair in _builtin_splits()[name][:size]))
+  prefix = '' if relative else f'{directory}{os.sep}'
+  return {'data.dataset': 'files', 'data.train_files': f'{prefix}train.{{lang}}',
+          'data.validation_files': f'{prefix}validation.{{lang}}',
+          'data.test_files': f'{prefix}test.{{lang}}'}
+
+
+# The session's corpus (write_corpus), written by the process that made SESSION_DIR, before
+# any test (pytest-xdist's workers start after it), so that every run on it shares one prepared
+# dataset.
+CORPUS = write_corpus(os.path.join(SESSION_DIR, 'corpus'), write=_OWNS_SESSION_DIR)
+
+# A model small enough to train in seconds, with every parameter dimension splitting 8 ways, on
+# the session's corpus, its batches in at most three shapes (coarse buckets), so that a run
+# compiles few programs and the session's cache serves them to every run of the same shapes.
 SMALL = {
-    'data.dataset': 'builtin', 'data.vocab_size': 64, 'data.max_length': 32,
+    **CORPUS, 'data.buckets': 'coarse', 'data.vocab_size': 64, 'data.max_length': 32,
     'data.tokens_per_batch': 512, 'model.num_layers': 1, 'model.d_model': 32, 'model.d_ff': 64,
     'model.num_heads': 8, 'model.d_k': 4, 'model.d_v': 4, 'train.warmup_steps': 10,
 }
@@ -77,11 +137,11 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
   return config
 
 
-def short_run(tfds_data_dir, steps: int = 12) -> dict:
-  """Overrides of a `steps`-step run on the built-in corpus with a checkpoint every 4 steps
+def short_run(steps: int = 12) -> dict:
+  """Overrides of a `steps`-step run on the session's corpus with a checkpoint every 4 steps
   (the last 2 kept), logging every step, and a short dev evaluation at the end."""
   return {
-      'data.tfds_data_dir': str(tfds_data_dir), 'data.vocab_size': 256,
+      'data.vocab_size': 256,
       'data.max_length': 16, 'data.tokens_per_batch': 256, 'train.num_train_steps': steps,
       'train.log_every_steps': 1, 'train.eval_every_steps': steps, 'train.num_eval_steps': 2,
       'train.checkpoint_every_steps': 4, 'train.keep_checkpoints': 2,

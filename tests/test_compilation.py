@@ -71,9 +71,10 @@ def _records(workdir, split: str) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_second_run_of_the_same_model_compiles_nothing(tmp_path):
-  # Two dev evaluations, so that the second one shows evaluation reusing its programs.
+  # Two dev evaluations (of two batches each), so that the second one shows evaluation reusing
+  # its programs.
   overrides = {'train.num_train_steps': 4, 'train.eval_every_steps': 2,
-               'train.compilation_cache_dir': str(tmp_path / 'cache')}
+               'train.num_eval_steps': 2, 'train.compilation_cache_dir': str(tmp_path / 'cache')}
   runs = {}
   for name in ('first', 'second'):
     subprocess.run(train_command(overrides, tmp_path / name), cwd=REPO, check=True,

@@ -128,6 +128,7 @@ def test_benchmark_refuses_a_batch_smaller_than_its_data_shards():
     benchmark.run(train_config(), batch_size=4, length=8, num_steps=1, warmup=1)
 
 
+@pytest.mark.slow
 def test_benchmark_times_packed_batches_k_steps_a_call_per_step(monkeypatch):
   # Two steps a call on packed rows: the model FLOPs are one step's (3x the forward of 8 rows
   # of 8 + 8 tokens), and the figures are given per step. (The matmul peak is not measured.)

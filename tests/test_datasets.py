@@ -4,6 +4,7 @@ mock data, and the checks on raw parallel files."""
 import concurrent.futures
 import gzip
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -44,8 +45,10 @@ def read_lines(path: Path) -> list[str]:
 
 
 @pytest.fixture(scope='module')
-def data_dir(tmp_path_factory) -> str:
-  return str(tmp_path_factory.mktemp('tensorflow_datasets'))
+def data_dir() -> str:
+  """The session's TFDS directory (conftest): Multi30k and the built-in corpus are prepared
+  there once for the whole suite."""
+  return os.environ['TFDS_DATA_DIR']
 
 
 @pytest.fixture(scope='module')
@@ -96,6 +99,7 @@ def test_builtin_translation_is_the_grammar_corpus(data_dir):
     assert [datasets.source_target(example, config) for example in examples] == pairs
 
 
+@pytest.mark.slow
 def test_two_runs_preparing_one_dataset_at_once_both_get_it(tmp_path, monkeypatch):
   # Two sweep runners on a fresh machine: both find the dataset missing. Each preparation is
   # held up for a second first, so without the lock both write the dataset and the second to

@@ -1,6 +1,7 @@
 """Incremental decoding against the full forward pass, and the search algorithms against
 exhaustive search over hand-built scoring tables."""
 
+import functools
 import itertools
 
 import jax
@@ -23,7 +24,8 @@ MODEL_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize('options', MODEL_OPTIONS)
+@pytest.mark.parametrize('options', MODEL_OPTIONS[:1] + [
+    pytest.param(options, marks=pytest.mark.slow) for options in MODEL_OPTIONS[1:]])
 def test_cached_logits_equal_the_full_forward_pass(rng, options):
   """Feeding a target one token at a time through the cache gives, at every position, the
   logits that the uncached decoder computes over the whole target at once. The target spans
@@ -78,7 +80,8 @@ def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesi
   assert 'index' not in layer['self_attention']
 
 
-@pytest.mark.parametrize('options', MODEL_OPTIONS[:2])
+@pytest.mark.parametrize('options', [MODEL_OPTIONS[0],
+                                     pytest.param(MODEL_OPTIONS[1], marks=pytest.mark.slow)])
 def test_reordered_hypotheses_score_their_own_history(rng, options):
   """Beam search reorders hypotheses (a sentence's rows take over each other's histories,
   some twice) while the cache stays where it was written: at every step, each row's
@@ -138,6 +141,7 @@ def _lively_params(cfg, seed=0):
   return {**params, 'embeddings': embeddings}
 
 
+@pytest.mark.slow
 def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng):
   """Also over several of the blocks that the cached decoder's loops read the cache by."""
   cfg = tiny_config(share_embeddings=False, max_len=40)
@@ -153,7 +157,7 @@ def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng):
   assert not np.any(outputs[3])  # an empty input gives an empty output
 
 
-@pytest.mark.parametrize('beam_size', [1, 4])
+@pytest.mark.parametrize('beam_size', [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_cached_and_uncached_translations_agree(rng, beam_size):
   cfg = tiny_config(share_embeddings=False, max_len=40)
   model, params = Transformer(cfg), _lively_params(cfg, seed=3)
@@ -194,10 +198,21 @@ def _table_scorer(table: np.ndarray, rows: int, bounds=()) -> search.Scorer:
                        reorder=lambda state, rows: state[rows], bounds=tuple(bounds))
 
 
-def _beam(table, beam_size, alpha, length, batch=1, bounds=()):
+@functools.partial(jax.jit, static_argnames=('beam_size', 'length', 'batch', 'bounds'))
+def _beam_program(table, alpha, *, beam_size, length, batch, bounds):
+  """The table and α are arguments, not constants: one program for every table of a shape."""
   scorer = _table_scorer(table, batch * beam_size, bounds)
-  tokens, scores = jax.jit(
-      lambda: search.beam_search(scorer, beam_size, alpha, length, jnp.ones(batch, bool)))()
+  return search.beam_search(scorer, beam_size, alpha, length, jnp.ones(batch, bool))
+
+
+@functools.partial(jax.jit, static_argnames=('length', 'batch', 'bounds'))
+def _greedy_program(table, *, length, batch, bounds):
+  return search.greedy(_table_scorer(table, batch, bounds), length, jnp.ones(batch, bool))
+
+
+def _beam(table, beam_size, alpha, length, batch=1, bounds=()):
+  tokens, scores = _beam_program(jnp.asarray(table), jnp.float32(alpha), beam_size=beam_size,
+                                 length=length, batch=batch, bounds=tuple(bounds))
   return np.asarray(tokens), np.asarray(scores)
 
 
@@ -228,7 +243,7 @@ def test_beam_search_finds_what_greedy_misses():
   # Greedy takes a (0.6) and then EOS (0.4): 0.24. "b EOS" has 0.4 * 0.95 = 0.38.
   table = _table({PAD_ID: {A: 0.6, B: 0.4}, A: {EOS_ID: 0.4, A: 0.3, B: 0.3},
                   B: {EOS_ID: 0.95, A: 0.025, B: 0.025}})
-  greedy = jax.jit(lambda: search.greedy(_table_scorer(table, 1), 5, jnp.ones(1, bool)))()
+  greedy = _greedy_program(jnp.asarray(table), length=5, batch=1, bounds=())
   assert _as_sequence(np.asarray(greedy[0])) == (A, EOS_ID)
   tokens, score = _beam(table, beam_size=2, alpha=0.0, length=5)
   assert _as_sequence(tokens[0]) == (B, EOS_ID)
@@ -291,8 +306,7 @@ def test_beam_of_one_is_greedy_without_length_penalty(seed):
   batch, length = 3, 7
   table = np.log(rng.dirichlet(np.full(5, 0.5), size=6)).astype(np.float32)
   table = np.concatenate([np.full((6, 1), -np.inf, np.float32), table], 1)
-  greedy = jax.jit(lambda: search.greedy(_table_scorer(table, batch, bounds=(1, 4, 7)),
-                                         length, jnp.ones(batch, bool)))()
+  greedy = _greedy_program(jnp.asarray(table), length=length, batch=batch, bounds=(1, 4, 7))
   tokens, _ = _beam(table, beam_size=1, alpha=0.0, length=length, batch=batch)
   np.testing.assert_array_equal(tokens, greedy)
 

@@ -92,6 +92,7 @@ def multi30k_pairs() -> list[tuple[str, str]]:
                     for lang in ('en', 'de'))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('d_model', [512, 12])
 def test_marians_positions_are_the_papers_in_marian_order(d_model):
   """The premise of the conversion, checked on transformers' own table: Marian's sinusoid
@@ -105,6 +106,7 @@ def test_marians_positions_are_the_papers_in_marian_order(d_model):
   assert sorted(marian.marian_order(d_model)) == list(range(d_model))
 
 
+@pytest.mark.slow
 def test_random_base_model_gives_our_logits(tmp_path, multi30k_pairs):
   """The base model's shape (N = 6, d_model 512, h = 8, d_ff 2048) with random parameters, on
   Multi30k sentences encoded with a vocabulary learned from them: every logit of every
@@ -125,6 +127,7 @@ def test_random_base_model_gives_our_logits(tmp_path, multi30k_pairs):
                              atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('changes', [
     {}, {'decoder_start': 'learned'}, {'share_embeddings': False},
     {'share_embeddings': False, 'decoder_start': 'learned'}, {'attention_bias': True},
@@ -210,7 +213,7 @@ def run(tmp_path_factory) -> str:
   workdir = str(tmp_path_factory.mktemp('run'))
   train.train_and_evaluate(train_config(**{
       'data.dataset': 'multi30k', 'data.manual_dir': str(MULTI30K_DIR),
-      'data.tfds_data_dir': str(tmp_path_factory.mktemp('tfds')), 'data.vocab_size': 2000,
+      'data.vocab_size': 2000,
       'data.max_length': 64, 'data.tokens_per_batch': 2048, 'data.buckets': 'coarse',
       'model.num_layers': 2, 'model.d_model': 64, 'model.d_ff': 128, 'model.num_heads': 4,
       'model.d_k': 16, 'model.d_v': 16, 'train.warmup_steps': 200, 'train.num_train_steps': 300,

@@ -167,6 +167,7 @@ def test_call_equals_encode_then_decode(rng):
   np.testing.assert_array_equal(separate, _logits(cfg, params, inputs, decoder_inputs))
 
 
+@pytest.mark.slow
 def test_dropout_only_in_training(rng):
   cfg = tiny_config(dropout_rate=0.3, attention_dropout_rate=0.2, relu_dropout_rate=0.2)
   params = init_params(cfg)

@@ -84,7 +84,7 @@ def test_installed_commands_run_from_any_directory(installed, tmp_path):
   # A few training steps, the config given by a path relative to the working directory.
   tiny = os.path.relpath(REPO / 'configs' / 'tiny.py', tmp_path)
   _run([python, '-m', 'transformer_jax.train', f'--config={tiny}', '--workdir=run',
-        f'--config.data.tfds_data_dir={tmp_path / "tfds"}', '--config.data.vocab_size=200',
+        '--config.data.vocab_size=200',
         '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
         '--config.model.d_k=8', '--config.model.d_v=8', '--config.train.num_train_steps=3',
         '--config.train.eval_every_steps=3', '--config.train.num_eval_steps=1',

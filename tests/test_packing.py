@@ -49,8 +49,9 @@ def test_segment_positions_restart_for_every_sentence():
 
 
 @pytest.mark.parametrize('position_encoding, attention', [
-    ('sinusoid', {}), ('learned', {}),
-    ('sinusoid', {'attention_impl': 'xla', 'd_k': 6, 'd_v': 6})])  # jax's, with segment masks
+    pytest.param('sinusoid', {}, marks=pytest.mark.slow), ('learned', {}),
+    pytest.param('sinusoid', {'attention_impl': 'xla', 'd_k': 6, 'd_v': 6},
+                 marks=pytest.mark.slow)])  # jax's, with segment masks
 def test_packed_pairs_get_the_logits_they_have_alone(position_encoding, attention):
   cfg = tiny_config(position_encoding=position_encoding, max_len=32, **attention)
   model, params = Transformer(cfg), init_params(cfg)
@@ -217,7 +218,7 @@ def test_a_packed_batch_has_the_loss_and_gradients_of_its_pairs_unpacked():
 
 @pytest.mark.slow
 def test_training_on_packed_batches(tmp_path):
-  config = train_config(**{'data.tfds_data_dir': str(tmp_path / 'tfds'), 'data.pack_length': 32,
+  config = train_config(**{'data.pack_length': 32,
                            'train.num_train_steps': 3, 'train.log_every_steps': 1,
                            'train.eval_every_steps': 3, 'train.num_eval_steps': 1,
                            'train.eval_bleu': False, 'train.checkpoint_every_steps': 3})

@@ -19,10 +19,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope='module')
-def config(tmp_path_factory):
-  config = tiny.get_config()
-  config.data.tfds_data_dir = str(tmp_path_factory.mktemp('tfds'))
-  return config
+def config():
+  return tiny.get_config()
 
 
 @pytest.fixture(scope='module')
@@ -139,7 +137,7 @@ def test_a_split_with_every_pair_too_long_is_an_error_naming_the_field(config, d
 def test_inspect_command_json(config):
   result = subprocess.run(
       [sys.executable, '-m', 'transformer_jax.data', '--config=configs/tiny.py', '--inspect',
-       '--json', f'--config.data.tfds_data_dir={config.data.tfds_data_dir}'],
+       '--json'],
       cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
   # The last line: TFDS announces on stdout a dataset it prepares first.
@@ -307,9 +305,8 @@ _PROCESS = textwrap.dedent("""
     import json, sys
     from transformer_jax import config_lib
     from transformer_jax.data import batching, pipeline, tokenizer
-    process, workdir, tfds_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    process, workdir = int(sys.argv[1]), sys.argv[2]
     config = config_lib.import_sibling('{repo}/configs/x', 'tiny').get_config()
-    config.data.tfds_data_dir = tfds_dir
     encoded, read = [], set()
     encode = tokenizer.encode_flat
     tokenizer.encode_flat = lambda *args, **kwargs: (encoded.append(len(args[1])),
@@ -329,6 +326,7 @@ _PROCESS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_processes_encode_once_and_each_reads_its_own_rows(config, tmp_path):
   """As `train` runs them: process 0 loads the data first (and encodes it), then process 1,
   which finds the encoded splits; in an epoch each reads the ids of its own rows only, and
@@ -336,9 +334,8 @@ def test_two_processes_encode_once_and_each_reads_its_own_rows(config, tmp_path)
   script = _PROCESS.format(repo=REPO)
   results = []
   for process in range(2):
-    result = subprocess.run([sys.executable, '-c', script, str(process), str(tmp_path / 'run'),
-                             config.data.tfds_data_dir], cwd=REPO, capture_output=True,
-                            text=True, timeout=600, check=False)
+    result = subprocess.run([sys.executable, '-c', script, str(process), str(tmp_path / 'run')],
+                            cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     results.append(json.loads(result.stdout.strip().splitlines()[-1]))
   sizes = {split: len(pairs) for split, pairs in builtin_grammar.splits(seed=0).items()}

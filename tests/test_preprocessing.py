@@ -57,7 +57,6 @@ def test_unknown_choice_names_the_field():
 @pytest.mark.slow
 def test_the_vocabulary_and_batches_are_built_from_preprocessed_text(tmp_path):
   config = tiny.get_config()
-  config.data.tfds_data_dir = str(tmp_path / 'tfds')
   config.data.preprocessing = 'lowercase_moses'
   data = pipeline.load(config, str(tmp_path / 'workdir'))
   pieces = [data.tokenizer.id_to_piece(i) for i in range(data.tokenizer.vocab_size())]

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 def _overrides(tmp_path, steps: int) -> dict:
-  return {'data.tfds_data_dir': str(tmp_path / 'tfds'), 'data.vocab_size': 256,
+  return {'data.vocab_size': 256,
           'data.max_length': 16, 'data.tokens_per_batch': 256, 'train.num_train_steps': steps,
           'train.log_every_steps': 1, 'train.eval_every_steps': 1000, 'train.num_eval_steps': 1,
           'train.eval_bleu': False, 'train.checkpoint_every_steps': 4,

@@ -40,7 +40,8 @@ def _alone(config, batches):
   return history, jax.device_get(state)
 
 
-@pytest.mark.parametrize('loss_chunk', [pytest.param(0, marks=pytest.mark.slow), 4])
+@pytest.mark.slow
+@pytest.mark.parametrize('loss_chunk', [0, 4])
 def test_each_row_is_its_run_trained_alone_on_the_same_batches(loss_chunk):
   # 20 steps on a mesh that splits rows, the embedding width and the vocabulary: 12 steps one
   # a call, then 8 as two calls of 4 (`train_steps`). Every row's metrics at every step, and

@@ -23,9 +23,11 @@ table3 = config_lib.import_sibling(__file__, '../configs/table3')
 
 
 def _sweep_file(tmp_path, rows: dict | None = None) -> str:
-  """A sweep file of rows 'small' and 'wide' (d_ff 128), or of `rows` (row -> fields)."""
+  """A sweep file of rows 'small' and 'wide' (d_ff 128), or of `rows` (row -> fields), on the
+  session's corpus (its dev split, which each row's evaluation decodes whole, of 64
+  sentences)."""
   rows = rows or {'small': {}, 'wide': {'model.d_ff': 128}}
-  fields = {**SMALL, 'data.tfds_data_dir': str(tmp_path / 'tfds'), 'train.num_train_steps': 20,
+  fields = {**SMALL, 'train.num_train_steps': 20,
             'train.log_every_steps': 10, 'train.eval_every_steps': 20, 'train.eval_bleu': False,
             'train.num_eval_steps': 1, 'train.checkpoint_every_steps': 20}
   path = tmp_path / 'sweep.py'
@@ -224,6 +226,7 @@ def test_a_failed_command_names_its_log(tmp_path):
     sweep_lib._run([sys.executable, '-c', 'raise SystemExit(3)'], str(tmp_path / 'log'))
 
 
+@pytest.mark.slow
 def test_unknown_rows_are_an_error_before_training(tmp_path):
   result = _sweep(f'--sweep={_sweep_file(tmp_path)}', f'--workdir={tmp_path / "run"}',
                   '--rows=small,F9')
@@ -242,6 +245,7 @@ def test_overrides_are_parsed_as_train_parses_them(tmp_path):
     sweep_lib.with_overrides(sweep.get_config('wide'), ['train.grad_accum_steps=0'])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('override, error', [
     ('model.nope=1', 'config.model.nope does not exist'),
     ('model.num_layers=two', "invalid literal for int"),

@@ -20,15 +20,15 @@ from transformer_jax import metrics_log, train
 from transformer_jax.data import batching
 from transformer_jax.trainer import Trainer
 
-# End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
-pytestmark = pytest.mark.slow
+# End-to-end: trains models and runs commands. The fast tier (`pytest -m "not slow"`) keeps
+# one of them, the short run, as its smoke test of the whole training command.
 
 STEPS = 12
 
 
 @pytest.fixture(scope='module')
-def overrides(tmp_path_factory) -> dict:
-  return short_run(tmp_path_factory.mktemp('tfds'), STEPS)
+def overrides() -> dict:
+  return short_run(STEPS)
 
 
 def _losses(workdir: str, split: str = 'train') -> dict[int, float]:
@@ -59,6 +59,7 @@ def test_a_short_run_learns_and_saves_everything(uninterrupted):
   assert os.listdir(os.path.join(uninterrupted, 'tensorboard'))
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupted, tmp_path):
   # The killed run is the same run made longer (eq. 3 and the batches do not depend on the
   # run's length) and keeps every checkpoint, so that the kill lands mid-run however the two
@@ -126,6 +127,7 @@ def _compiled_shapes(workdir) -> list[str]:
           if r['split'] == 'compile' and r['what'].startswith('train step')]
 
 
+@pytest.mark.slow
 def test_steps_per_call_trains_as_single_steps_and_resumes_across_k(packed, tmp_path):
   # The same 12 steps three ways: one step a call; four a call; one a call to step 6 (as a
   # preemption under K = 1 leaves a run), resumed with four a call (7 and 8 alone, 9-12 as one).
@@ -152,6 +154,7 @@ def test_steps_per_call_trains_as_single_steps_and_resumes_across_k(packed, tmp_
   assert 'train step, batches of 4 x 16 x 16 (packed)' in _compiled_shapes(called)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('k', [1, 4])
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, tmp_path,
                                                                     monkeypatch, k):
@@ -171,6 +174,7 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, t
   assert not _feed_threads()
 
 
+@pytest.mark.slow
 def test_a_non_finite_update_with_a_finite_loss_is_never_saved(overrides, tmp_path, monkeypatch):
   # Step 8, a checkpoint step, gets a NaN gradient: its loss (from the parameters before the
   # update) is finite, the parameters after it are not. Logging every 100 steps, only the save
@@ -193,6 +197,7 @@ def test_a_non_finite_update_with_a_finite_loss_is_never_saved(overrides, tmp_pa
   assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(params))
 
 
+@pytest.mark.slow
 def test_a_nan_is_caught_before_an_evaluation_between_logged_steps(overrides, tmp_path,
                                                                    monkeypatch):
   # Evaluation at step 6, logging and checkpoints every 100 steps: the NaN of step 5 must stop
@@ -228,6 +233,7 @@ def test_unwritable_workdir_is_reported_first(overrides, tmp_path):
     train.train_and_evaluate(train_config(**overrides), str(blocker / 'workdir'))
 
 
+@pytest.mark.slow
 def test_command_line_errors_name_the_field(tmp_path):
   result = subprocess.run(
       [sys.executable, '-m', 'transformer_jax.train', '--config=configs/tiny.py',
@@ -237,6 +243,7 @@ def test_command_line_errors_name_the_field(tmp_path):
   assert 'config.train.grad_accum_steps must be a positive integer' in result.stderr
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one_with_all_their_devices(overrides, tmp_path):
   """2 processes x 2 CPU devices (gloo collectives) give the losses of 1 process x 4 devices."""
   short = {**overrides, 'train.num_train_steps': 4, 'train.eval_every_steps': 100}

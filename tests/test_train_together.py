@@ -22,8 +22,8 @@ RUNS = [{'seed': 1, 'model.dropout_rate': 0.1, 'train.label_smoothing': 0.1},
 
 
 @pytest.fixture(scope='module')
-def overrides(tmp_path_factory) -> dict:
-  return short_run(tmp_path_factory.mktemp('tfds'), STEPS)
+def overrides() -> dict:
+  return short_run(STEPS)
 
 
 def _records(workdir: str, split: str) -> dict[int, dict]:

@@ -1,6 +1,8 @@
 """The sharded model and its train step: Adam on the loss per target token, the same update on
 any mesh, gradient accumulation, clear errors."""
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -34,6 +36,16 @@ def _train(config, devices, batches):
   return losses, jax.tree.map(np.asarray, state.params), state
 
 
+@functools.cache
+def _one_device(*overrides: tuple[str, float]) -> tuple:
+  """The losses and parameters of `_train` on the first device alone over the two batches of
+  seeds 0 and 1, computed once for every test that compares a mesh with it."""
+  batches = [_batch(16, 12, 64, seed) for seed in range(2)]
+  losses, params, _ = _train(train_config(**dict(overrides), **{'parallel.data': 1}),
+                             jax.devices()[:1], batches)
+  return losses, params
+
+
 def test_a_step_is_adam_on_the_loss_per_target_token():
   # Two steps on one device without dropout, against float64 Adam (§5.3) on the gradient of the
   # batch's summed loss over its number of target tokens. The batches' token counts differ, so
@@ -51,10 +63,9 @@ def test_a_step_is_adam_on_the_loss_per_target_token():
     return sums['loss'] / sums['tokens']
 
   want = jax.tree.map(lambda p: np.asarray(p, np.float64), state.params)
-  gradients = []
+  gradients, value_and_grad = [], jax.jit(jax.value_and_grad(loss_per_token))
   for step, batch in enumerate(batches, start=1):
-    value, grads = jax.value_and_grad(loss_per_token)(
-        jax.tree.map(lambda p: p.astype(np.float32), want), batch)
+    value, grads = value_and_grad(jax.tree.map(lambda p: p.astype(np.float32), want), batch)
     gradients.append(jax.tree.map(lambda g: np.asarray(g, np.float64), grads))
     rates = [32**-0.5 * min(t**-0.5, t * 10**-1.5) for t in range(1, step + 1)]  # eq. 3
     want = jax.tree.map(lambda p, *g: p + adam_updates(g, rates)[-1], want, *gradients)
@@ -67,7 +78,8 @@ def test_a_step_is_adam_on_the_loss_per_target_token():
                  jax.tree.map(np.asarray, state.params), want)
 
 
-@pytest.mark.parametrize('impl', ['rbg', pytest.param('unsafe_rbg', marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize('impl', ['rbg', 'unsafe_rbg'])
 def test_another_dropout_generator_changes_only_the_masks(impl):
   """train.dropout_prng_impl: without dropout the steps are threefry's exactly (the parameters
   are drawn with threefry either way); with it, other masks, steps apart and runs alike."""
@@ -98,8 +110,7 @@ def test_any_mesh_gives_the_single_device_update(data, fsdp, model):
   overrides = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1,
                'model.relu_dropout_rate': 0.1, 'model.drophead_rate': 0.1}
   batches = [_batch(16, 12, 64, seed) for seed in range(2)]
-  config = train_config(**overrides, **{'parallel.data': 1})
-  one_losses, one_params, _ = _train(config, jax.devices()[:1], batches)
+  one_losses, one_params = _one_device(*overrides.items())
   config = train_config(**overrides, **{'parallel.data': data, 'parallel.fsdp': fsdp,
                                         'parallel.model': model})
   losses, params, state = _train(config, jax.devices(), batches)
@@ -113,6 +124,7 @@ def test_any_mesh_gives_the_single_device_update(data, fsdp, model):
   assert mu.sharding == kernel.sharding
 
 
+@pytest.mark.slow
 def test_fsdp_splits_the_step_and_gathers_parameters():
   # Pure FSDP over 8 devices: each device computes the layers for its eighth of the rows, so a
   # step's FLOPs per device (XLA's cost analysis of the compiled step) are close to an eighth
@@ -130,14 +142,14 @@ def test_fsdp_splits_the_step_and_gathers_parameters():
   assert fsdp < 1.1 * one / 8
 
 
+@pytest.mark.slow
 def test_the_fused_loss_gives_the_unfused_update():
   # train.loss_chunk 5 over targets of 12 positions (the last chunk padded), on a mesh that
   # splits rows, the embedding width and the vocabulary, with dropout: the same masks, losses
   # and parameters as the whole logits on one device.
   overrides = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1}
   batches = [_batch(16, 12, 64, seed) for seed in range(2)]
-  want_losses, want_params, _ = _train(train_config(**overrides, **{'parallel.data': 1}),
-                                       jax.devices()[:1], batches)
+  want_losses, want_params = _one_device(*overrides.items())
   config = train_config(**overrides, **{'train.loss_chunk': 5, 'parallel.data': 2,
                                         'parallel.fsdp': 2, 'parallel.model': 2})
   losses, params, _ = _train(config, jax.devices(), batches)
@@ -146,6 +158,7 @@ def test_the_fused_loss_gives_the_unfused_update():
                want_params)
 
 
+@pytest.mark.slow
 def test_evaluation_with_the_fused_loss_gives_the_whole_logits_sums():
   # train.loss_chunk 5 over 12 target positions (the last chunk padded), rows split over two
   # devices: the sums of the whole logits, at no more FLOPs (the fused loss's gradient half,
@@ -166,7 +179,8 @@ def test_evaluation_with_the_fused_loss_gives_the_whole_logits_sums():
   assert flops[5] <= flops[0]
 
 
-@pytest.mark.parametrize('accumulate', [1, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize('accumulate', [1, 2])
 def test_k_steps_in_one_call_equal_k_single_steps(accumulate):
   # train.steps_per_call: three steps as one compiled call (batches stacked) on a mesh that
   # splits rows, the embedding width and the vocabulary, with every dropout site on: each

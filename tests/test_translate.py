@@ -1,5 +1,5 @@
 """Checkpoint averaging, the Translator, and the translate / evaluate / average commands, on a
-small model trained once for this module."""
+small model trained once for this module, by the command, on text files."""
 
 import io
 import json
@@ -16,8 +16,8 @@ import orbax.checkpoint as ocp
 import pytest
 import sacrebleu
 
-from conftest import SMALL, text_of_max_length, train_config
-from transformer_jax import bleu, checkpointing, decoding, evaluate, train, translate
+from conftest import SMALL, text_of_max_length, write_corpus
+from transformer_jax import bleu, checkpointing, decoding, evaluate, translate
 from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
 from transformer_jax.translator import Translator
 
@@ -28,18 +28,35 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENCES = ['the man sees a dog .', '', 'a small cat sleeps .', 'the dogs run .']
 
 
+CORPUS_SIZES = (10000, 64, 100)  # training, dev and test pairs of the built-in corpus
+
+
 @pytest.fixture(scope='module')
-def workdir(tmp_path_factory) -> str:
-  """150 steps on the builtin corpus, checkpoints at 50, 100 and 150. Warmup 60 rather than
+def corpus(tmp_path_factory):
+  """The corpus directory and the overrides naming its files by relative paths."""
+  directory = tmp_path_factory.mktemp('corpus')
+  return directory, write_corpus(directory, CORPUS_SIZES, relative=True)
+
+
+@pytest.fixture(scope='module')
+def workdir(corpus, tmp_path_factory) -> str:
+  """150 steps on the built-in corpus's first pairs (`CORPUS_SIZES`) as text files, trained by
+  the command from the corpus's directory with relative paths (dataset='files'); checkpoints
+  at 50, 100 and 150. Every command below runs from another directory. Warmup 60 rather than
   SMALL's 10, whose peak rate (0.056 at d_model 32) left this model translating the eight
   sentences of the two-process test alike at step 150 for two seeds of three; with 60 the
   three seeds gave 5 to 8 different translations."""
+  directory, files = corpus
   workdir = str(tmp_path_factory.mktemp('run'))
-  train.train_and_evaluate(train_config(**{
-      'data.tfds_data_dir': str(tmp_path_factory.mktemp('tfds')), 'train.warmup_steps': 60,
-      'train.num_train_steps': 150, 'train.checkpoint_every_steps': 50,
-      'train.keep_checkpoints': 3, 'train.eval_every_steps': 1000, 'train.num_eval_steps': 1,
-      'train.eval_bleu': False, 'train.log_every_steps': 50}), workdir)
+  overrides = {**SMALL, **files, 'train.warmup_steps': 60, 'train.num_train_steps': 150,
+               'train.checkpoint_every_steps': 50, 'train.keep_checkpoints': 3,
+               'train.eval_every_steps': 1000, 'train.num_eval_steps': 1,
+               'train.eval_bleu': False, 'train.log_every_steps': 50}
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer_jax.train', f'--config={REPO}/configs/base.py',
+       f'--workdir={workdir}'] + [f'--config.{name}={value}' for name, value in overrides.items()],
+      cwd=directory, capture_output=True, check=False)
+  assert result.returncode == 0, result.stderr.decode()[-2000:]
   return workdir
 
 
@@ -67,14 +84,21 @@ def test_perplexity_is_the_exp_of_the_mean_nll_per_reference_token(workdir):
   translator = Translator(workdir, average_last=1)
   pairs = datasets.load_pairs(translator.config.data, 'test')[:40]
   got = evaluate.perplexity(translator, pairs, 'test')
+  # Each pair alone, padded to max_length on both sides (padding is masked: test_model.py), so
+  # that one program scores every pair.
+  max_length = translator.config.data.max_length
+  logits_of = jax.jit(lambda params, inputs, decoder_inputs: translator.model.eval_model.apply(
+      {'params': params}, inputs, decoder_inputs))
   nll, tokens, kept = 0.0, 0, 0
   for source, target in pairs:
     source_ids, target_ids = tokenizer.encode(translator.tokenizer, [source, target])
-    if max(len(source_ids), len(target_ids)) > translator.config.data.max_length:
+    if max(len(source_ids), len(target_ids)) > max_length:
       continue
-    logits = np.asarray(translator.model.eval_model.apply(
-        {'params': translator.params}, source_ids[None],
-        np.concatenate([[0], target_ids[:-1]])[None]), np.float64)[0]
+    inputs, decoder_inputs = np.zeros((2, 1, max_length), np.int32)
+    inputs[0, :len(source_ids)] = source_ids
+    decoder_inputs[0, 1:len(target_ids)] = target_ids[:-1]
+    logits = np.asarray(logits_of(translator.params, inputs, decoder_inputs),
+                        np.float64)[0, :len(target_ids)]
     peak = logits.max(-1, keepdims=True)
     log_probs = logits - peak - np.log(np.exp(logits - peak).sum(-1, keepdims=True))
     nll -= log_probs[np.arange(len(target_ids)), target_ids].sum()
@@ -237,7 +261,9 @@ def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
   figures = json.loads(result.stdout.decode().strip().splitlines()[-1])
   config = checkpointing.load_config(workdir)
   pairs = datasets.load_pairs(config.data, 'test')
-  assert figures['sentences'] == len(pairs) == 1000
+  # The whole test split, read from the run's test files (from another directory, no data flags).
+  assert pairs == builtin_grammar.splits(seed=0)['test'][:CORPUS_SIZES[2]]
+  assert figures['sentences'] == len(pairs) == CORPUS_SIZES[2]
   assert figures['checkpoint_steps'] == [50, 100, 150] and figures['beam_size'] == 2
   with open(figures['hypotheses'], encoding='utf-8') as f:
     hypotheses = f.read().split('\n')[:-1]
@@ -377,40 +403,12 @@ def test_translations_over_two_processes_follow_the_input_order(workdir, tmp_pat
   assert [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in results] == [expected] * 2
 
 
-def test_a_run_on_text_files_evaluates_and_translates_from_another_directory(tmp_path):
-  """dataset='files' with relative paths: train from the corpus's directory; evaluate and
-  translate elsewhere with no data flags, the references from the test files."""
-  corpus = tmp_path / 'corpus'
-  corpus.mkdir()
-  splits = builtin_grammar.splits(seed=0)
-  for name, pairs in (('train', splits['train'][:3000]), ('valid', splits['validation'][:64]),
-                      ('test', splits['test'][:40])):
-    for side, lang in enumerate(('en', 'de')):
-      (corpus / f'{name}.{lang}').write_text(''.join(pair[side] + '\n' for pair in pairs),
-                                             encoding='utf-8')
-  workdir = tmp_path / 'run'
-  overrides = {**SMALL, 'data.dataset': 'files', 'data.train_files': 'train.{lang}',
-               'data.validation_files': 'valid.{lang}', 'data.test_files': 'test.{lang}',
-               'data.tfds_data_dir': str(tmp_path / 'tfds'), 'train.num_train_steps': 30,
-               'train.checkpoint_every_steps': 30, 'train.eval_every_steps': 30,
-               'train.num_eval_steps': 1, 'train.eval_bleu': False}
-  result = subprocess.run(
-      [sys.executable, '-m', 'transformer_jax.train', f'--config={REPO}/configs/base.py',
-       f'--workdir={workdir}'] + [f'--config.{name}={value}' for name, value in overrides.items()],
-      cwd=corpus, capture_output=True, check=False)
-  assert result.returncode == 0, result.stderr.decode()[-2000:]
-  assert checkpointing.load_config(str(workdir)).data.test_files == str(corpus / 'test.{lang}')
-  result = _run('transformer_jax.evaluate', f'--workdir={workdir}', '--split=test', '--json',
-                '--beam_size=1', '--average_last=1')
-  assert result.returncode == 0, result.stderr.decode()[-2000:]
-  figures = json.loads(result.stdout.decode().strip().splitlines()[-1])
-  assert figures['sentences'] == 40
-  with open(figures['hypotheses'], encoding='utf-8') as f:
-    hypotheses = f.read().split('\n')[:-1]
-  references = [target for _, target in splits['test'][:40]]
-  assert figures['bleu_detokenized'] == bleu.scores(hypotheses, references, 'de')['detokenized']
-  source = tmp_path / 'input.txt'
-  source.write_text(''.join(s + '\n' for s, _ in splits['test'][:40]), encoding='utf-8')
-  result = _run('transformer_jax.translate', f'--workdir={workdir}', f'--input={source}')
-  assert result.returncode == 0, result.stderr.decode()[-2000:]
-  assert len(result.stdout.decode().split('\n')[:-1]) == 40
+def test_a_run_on_text_files_keeps_their_absolute_paths(corpus, workdir):
+  """The module's run (trained from the corpus's directory with relative paths) saved its
+  files' absolute paths, so that evaluate and translate, above, find its splits (the references
+  of test_evaluate_command_reports_and_saves_labelled_figures) from another directory."""
+  directory, _ = corpus
+  data = checkpointing.load_config(workdir).data
+  assert (data.train_files, data.validation_files, data.test_files) == tuple(
+      str(directory / f'{split}.{{lang}}') for split in ('train', 'validation', 'test'))
+  assert os.path.realpath(REPO) != os.path.realpath(directory)  # where the commands run
