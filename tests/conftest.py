@@ -16,6 +16,7 @@ directories of their own.
 """
 
 import functools
+import json
 import os
 import shutil
 import socket
@@ -146,6 +147,13 @@ def short_run(steps: int = 12) -> dict:
       'train.log_every_steps': 1, 'train.eval_every_steps': steps, 'train.num_eval_steps': 2,
       'train.checkpoint_every_steps': 4, 'train.keep_checkpoints': 2,
   }
+
+
+def metrics_lines(workdir) -> list[dict]:
+  """Every record of a workdir's metrics.jsonl as written, a resumed run's repeats included
+  (metrics_log.read keeps the last of each step)."""
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
 
 
 def assert_trained_alike(got, want) -> None:

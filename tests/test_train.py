@@ -15,7 +15,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import REPO, short_run, train_command, train_config, two_process_commands
+from conftest import (REPO, metrics_lines, short_run, train_command, train_config,
+                      two_process_commands)
 from transformer_jax import metrics_log, train
 from transformer_jax.data import batching
 from transformer_jax.trainer import Trainer
@@ -137,7 +138,13 @@ def test_steps_per_call_trains_as_single_steps_and_resumes_across_k(packed, tmp_
   train.train_and_evaluate(train_config(**packed, **k4), called)
   assert not _feed_threads()
   train.train_and_evaluate(train_config(**{**packed, 'train.num_train_steps': 6}), mixed)
+  logged = len(metrics_lines(mixed))
   train.train_and_evaluate(train_config(**packed, **k4), mixed)
+  # Resumed from step 6's checkpoint (its data loaded at step 6, logging every 4 steps: 8 and
+  # 12), not from the start or an older checkpoint.
+  resumed = metrics_lines(mixed)[logged:]
+  assert [r['step'] for r in resumed if r['split'] == 'data'] == [6]
+  assert [r['step'] for r in resumed if r['split'] == 'train'] == [8, 12]
   want = _losses(single)
   assert sorted(want) == [4, 8, 12]
   got = _losses(called)
@@ -172,6 +179,10 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, t
     train.train_and_evaluate(train_config(**overrides, **calls), str(tmp_path))
   assert os.listdir(tmp_path / 'checkpoints') == ['4']
   assert not _feed_threads()
+  # Steps 5-8 ran as one call of four (K is 1 where shapes vary: then the test would not be
+  # about a NaN inside a call).
+  fours = [s for s in _compiled_shapes(tmp_path) if s.startswith('train step, batches of 4 x')]
+  assert bool(fours) == (k == 4)
 
 
 @pytest.mark.slow

@@ -2,14 +2,16 @@
 trained alone on the same batches, the group resumes exactly, and a NaN in one run stops the
 group naming that run."""
 
+import json
 import os
 
+from flax import traverse_util
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import assert_trained_alike, short_run, train_config
+from conftest import assert_trained_alike, metrics_lines, short_run, train_config
 from transformer_jax import checkpointing, metrics_log, train
 from transformer_jax.trainer import Trainer
 
@@ -31,6 +33,11 @@ def _records(workdir: str, split: str) -> dict[int, dict]:
           if r['split'] == split}
 
 
+def _flat(config) -> dict:
+  """Every field of `config`, as its JSON file holds it (tuples as lists)."""
+  return traverse_util.flatten_dict(json.loads(config.to_json()), sep='.')
+
+
 def _params(workdir: str, step: int):
   return ocp.StandardCheckpointer().restore(
       os.path.join(workdir, 'checkpoints', str(step), 'state'))['params']
@@ -43,12 +50,17 @@ def together(overrides, tmp_path_factory) -> list[str]:
   return dirs
 
 
-def test_each_workdir_is_its_run_trained_alone_on_the_same_batches(together, tmp_path):
+def test_each_workdir_is_its_run_trained_alone_on_the_same_batches(together, overrides,
+                                                                   tmp_path):
   # Each run again, alone, from the config its workdir holds (the first run's batch order
   # written in as data.shuffle_seed): every step's loss, the dev figures and the parameters.
   for run, workdir in zip(RUNS, together):
     saved = checkpointing.load_config(workdir)
     assert saved.seed == run['seed'] and saved.data.shuffle_seed == RUNS[0]['seed']
+    # Every other field is the run's own (its dropout rate and label smoothing among them).
+    own = train_config(**overrides, **run)
+    own.data.shuffle_seed = RUNS[0]['seed']
+    assert _flat(saved) == _flat(own)
     assert os.path.exists(os.path.join(workdir, 'spm.model'))
     assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['12', '8']
     alone = str(tmp_path / os.path.basename(workdir))
@@ -70,8 +82,13 @@ def test_runs_interrupted_together_resume_exactly(together, overrides, tmp_path)
   dirs = [str(tmp_path / f'run{i}') for i in range(2)]
   first = {**overrides, 'train.num_train_steps': 6}
   train.train_together([train_config(**first, **run) for run in RUNS], dirs)
+  logged = [len(metrics_lines(workdir)) for workdir in dirs]
   train.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
-  for workdir, uninterrupted in zip(dirs, together):
+  for workdir, uninterrupted, before in zip(dirs, together, logged):
+    # The second call went on from step 6's checkpoint, not from the start.
+    resumed = metrics_lines(workdir)[before:]
+    assert [r['step'] for r in resumed if r['split'] == 'data'] == [6]
+    assert [r['step'] for r in resumed if r['split'] == 'train'] == list(range(7, STEPS + 1))
     np.testing.assert_allclose(_records(workdir, 'train')[STEPS]['loss'],
                                _records(uninterrupted, 'train')[STEPS]['loss'], rtol=1e-5)
     jax.tree.map(assert_trained_alike, _params(workdir, STEPS), _params(uninterrupted, STEPS))
