@@ -131,13 +131,22 @@ def test_benchmark_refuses_a_batch_smaller_than_its_data_shards():
 @pytest.mark.slow
 def test_benchmark_times_packed_batches_k_steps_a_call_per_step(monkeypatch):
   # Two steps a call on packed rows: the model FLOPs are one step's (3x the forward of 8 rows
-  # of 8 + 8 tokens), and the figures are given per step. (The matmul peak is not measured.)
+  # of 8 + 8 tokens), and the figures are given per step: with every call (run for real)
+  # timed at 1.0 s, a step takes 0.5 s. (The matmul peak is not measured.)
   monkeypatch.setattr(benchmark, 'matmul_peak', lambda dtype: 1e9)
+
+  def one_second_a_call(fn, *_):
+    jax.block_until_ready(fn())
+    return 1.0
+
+  monkeypatch.setattr(benchmark, '_pipelined_seconds', one_second_a_call)
+  monkeypatch.setattr(benchmark, '_median_seconds', one_second_a_call)
   config = train_config(**{'train.steps_per_call': 2})
   result = benchmark.run(config, batch_size=8, length=8, num_steps=2, warmup=1, packed=True)
   assert result['steps_per_call'] == 2 and result['packed']
   model = config_lib.model_config(config)
-  assert result['model_flops_per_step'] == 3 * 8 * costs.forward_flops(model, 8, 8)
-  assert result['target_tokens_per_s'] == pytest.approx(64 / result['step_time_s'])
-  assert result['mfu'] == pytest.approx(
-      result['model_flops_per_step'] / result['step_time_s'] / (1e9 * jax.device_count()))
+  flops = 3 * 8 * costs.forward_flops(model, 8, 8)
+  assert result['model_flops_per_step'] == flops
+  assert result['step_time_s'] == result['step_time_waited_s'] == 0.5
+  assert result['target_tokens_per_s'] == pytest.approx(64 / 0.5)
+  assert result['mfu'] == pytest.approx(flops / 0.5 / (1e9 * jax.device_count()))
