@@ -171,8 +171,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def train_command(overrides: dict, workdir) -> list[str]:
-  """`python -m transformer_jax.train` of `train_config(**overrides)`, run from REPO."""
-  return ([sys.executable, '-m', 'transformer_jax.train', '--config=configs/base.py',
+  """`python -m transformer_jax.train` of `train_config(**overrides)`, from any directory."""
+  return ([sys.executable, '-m', 'transformer_jax.train', f'--config={REPO}/configs/base.py',
            f'--workdir={workdir}'] +
           [f'--config.{name}={value}' for name, value in {**SMALL, **overrides}.items()])
 

@@ -15,7 +15,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import REPO, train_command, train_config, two_process_commands
+from conftest import REPO, metrics_lines, train_command, train_config, two_process_commands
 from transformer_jax import train, workdirs
 from transformer_jax.data import builtin_grammar
 from transformer_jax.translator import Translator
@@ -32,17 +32,11 @@ def _overrides(tmp_path, steps: int) -> dict:
           'train.keep_checkpoints': 5}
 
 
-def _records(workdir) -> list[dict]:
-  """Every line of metrics.jsonl, repeats included."""
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    return [json.loads(line) for line in f]
-
-
 def _wait_for_step(process, workdir, step: int, timeout: float = 240) -> None:
   deadline = time.time() + timeout
   while time.time() < deadline and process.poll() is None:
     path = os.path.join(workdir, 'metrics.jsonl')
-    if os.path.exists(path) and any(r['step'] >= step for r in _records(workdir)):
+    if os.path.exists(path) and any(r['step'] >= step for r in metrics_lines(workdir)):
       return
     time.sleep(0.2)
   raise AssertionError(f'no step {step} logged; exit {process.poll()}')
@@ -100,10 +94,10 @@ def test_a_damaged_checkpoint_is_skipped_and_moved_aside(tmp_path):
   assert _steps(workdir) == ['4', '8']
 
   # Training resumes from step 4, exactly as the first run went on from there.
-  first = {r['step']: r['loss'] for r in _records(workdir) if r['split'] == 'train'}
+  first = {r['step']: r['loss'] for r in metrics_lines(workdir) if r['split'] == 'train'}
   train.train_and_evaluate(train_config(**_overrides(tmp_path, 12)), str(workdir))
   assert _steps(workdir) == ['12', '4', '8', '8.corrupt']
-  resumed = [r for r in _records(workdir) if r['split'] == 'train'][len(first):]
+  resumed = [r for r in metrics_lines(workdir) if r['split'] == 'train'][len(first):]
   assert [r['step'] for r in resumed] == list(range(5, 13))
   np.testing.assert_allclose([r['loss'] for r in resumed[:4]], [first[s] for s in range(5, 9)],
                              rtol=1e-6)
@@ -131,7 +125,7 @@ def test_sigterm_saves_at_the_next_step_and_exits_cleanly(tmp_path):
   process.send_signal(signal.SIGTERM)
   output, _ = process.communicate(timeout=120)
   assert process.returncode == 0, output[-2000:]
-  stopped = max(r['step'] for r in _records(workdir))
+  stopped = max(r['step'] for r in metrics_lines(workdir))
   assert stopped < 400
   assert f'Preempted (SIGTERM): saved step {stopped}' in output
   assert _steps(workdir) == [str(stopped)]  # the only checkpoint: the preemption's
@@ -210,7 +204,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
   outputs = [process.communicate(timeout=120)[0] for process in processes]
   for i, (process, output) in enumerate(zip(processes, outputs)):
     assert process.returncode == 0, f'process {i}:\n{output[-3000:]}'
-  stopped = max(r['step'] for r in _records(workdir))
+  stopped = max(r['step'] for r in metrics_lines(workdir))
   assert stopped < 400
   assert f'Preempted (SIGTERM): saved step {stopped}' in outputs[0]
   assert _steps(workdir) == [str(stopped)]
@@ -259,4 +253,4 @@ def test_bad_corpus_files_stop_training_first_and_a_corrected_rerun_trains(tmp_p
   assert os.listdir(workdir) == ['lock']
   (corpus / 'train.de').write_bytes(good)
   train.train_and_evaluate(config, str(workdir))
-  assert max(r['step'] for r in _records(workdir)) == 2
+  assert max(r['step'] for r in metrics_lines(workdir)) == 2

@@ -16,7 +16,7 @@ import orbax.checkpoint as ocp
 import pytest
 import sacrebleu
 
-from conftest import SMALL, text_of_max_length, write_corpus
+from conftest import text_of_max_length, train_command, write_corpus
 from transformer_jax import bleu, checkpointing, decoding, evaluate, translate
 from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
 from transformer_jax.translator import Translator
@@ -48,14 +48,12 @@ def workdir(corpus, tmp_path_factory) -> str:
   three seeds gave 5 to 8 different translations."""
   directory, files = corpus
   workdir = str(tmp_path_factory.mktemp('run'))
-  overrides = {**SMALL, **files, 'train.warmup_steps': 60, 'train.num_train_steps': 150,
+  overrides = {**files, 'train.warmup_steps': 60, 'train.num_train_steps': 150,
                'train.checkpoint_every_steps': 50, 'train.keep_checkpoints': 3,
                'train.eval_every_steps': 1000, 'train.num_eval_steps': 1,
                'train.eval_bleu': False, 'train.log_every_steps': 50}
-  result = subprocess.run(
-      [sys.executable, '-m', 'transformer_jax.train', f'--config={REPO}/configs/base.py',
-       f'--workdir={workdir}'] + [f'--config.{name}={value}' for name, value in overrides.items()],
-      cwd=directory, capture_output=True, check=False)
+  result = subprocess.run(train_command(overrides, workdir), cwd=directory, capture_output=True,
+                          check=False)
   assert result.returncode == 0, result.stderr.decode()[-2000:]
   return workdir
 
