@@ -60,6 +60,10 @@ def get_config() -> ml_collections.ConfigDict:
       # The projection and loss fused, 2 target positions at a time: the same sums and
       # gradients, the chunk size chosen by measurement on a CPU (docs/performance.md).
       'train.loss_chunk': 2,
+      # On GPUs and TPUs, where every batch is packed into one shape, 20 steps a compiled call:
+      # this small model's step is shorter than the host's launch of it. A CPU runs each step
+      # as a call (its batches have several shapes); the steps are the same either way.
+      'train.steps_per_call': 20,
       'decode.beam_size': 5,
       'decode.average_last': 10,
   })

@@ -2,18 +2,27 @@ r"""A lent accelerator window in one command: the figures that need a GPU, most 
 each written as soon as it is measured, stopped at a deadline.
 
   python experiments/device_window.py --out=OUT [--manual_dir=.devdata/multi30k] \
-      [--minutes=9.3] [--parts=NAME,...]
+      [--minutes=9.3] [--parts=NAME,...] [--workdir=/tmp/device_window]
 
 Each part is one command of the experiments here; it gets the time left before the deadline
-and is stopped when that runs out, so a part cut off loses only itself. Each finished part
+and is stopped when that runs out (SIGTERM, then SIGKILL 20 s later: a training run saves and
+stops), so a part cut off loses only itself. Each finished part
 appends one line to OUT/window.jsonl (its name, exit status, wall seconds and the JSON it
 wrote) and all output goes to OUT/window.log: two files, as a device call brings back few.
 The first line holds the machine and the versions. Parts, in order:
 
 - torch_{base,big}_bfloat16: the paper's step (§5.1, about 25000 + 25000 tokens) in bfloat16,
   transformer_jax beside PyTorch eager and `torch.compile` (`torch_baseline.py`);
-- loop_speed: `configs/multi30k.py`'s training loop against the benchmark, one step and 32 steps
-  a call (`loop_speed.py`; needs --manual_dir);
+- loop_speed: `configs/multi30k.py`'s training loop against the benchmark, 1, 8 and 32 steps a
+  call on the packed single shape (`loop_speed.py`; needs --manual_dir);
+- multi30k_e2e: `configs/multi30k.py` trained and evaluated on test2016 end to end, its wall
+  time split into preparation, compiling, steps and evaluation (`accelerator_multi30k.py`;
+  needs --manual_dir);
+- table3_regularised: the rows of `table3_multi30k_regularised.py` not yet in
+  experiments/results/table3_multi30k_regularised/, base's group of 11 first
+  (`transformer_jax.sweep --together=11 --concurrent=3`, its rows in --workdir, so that a
+  second call on the same machine resumes them); each finished row's JSON is appended to
+  OUT/table3_regularised.jsonl as soon as it is written (needs --manual_dir);
 - torch_{base,big}_float32: the same as the first in float32 (TF32 matrix products);
 - base_bfloat16_{cudnn,rbg,loss_chunk0}: the base step with each GPU option
   (`model.attention_impl`, `train.dropout_prng_impl`, `train.loss_chunk`) changed alone
@@ -32,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from absl import app, flags
@@ -40,16 +50,22 @@ _OUT = flags.DEFINE_string('out', None, 'Where window.jsonl and window.log go.',
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (loop_speed).")
 _MINUTES = flags.DEFINE_float('minutes', 9.3, 'The deadline, from the start.')
 _PARTS = flags.DEFINE_list('parts', None, 'Only these parts (default: all, in order).')
+_WORKDIR = flags.DEFINE_string('workdir', '/tmp/device_window', "The sweep's rows' workdirs.")
 _REHEARSE = flags.DEFINE_bool('rehearse', False, 'configs/tiny.py for base and big, and few '
                               'steps: every part run through on a CPU in minutes.')
 
 _THIS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REGULARISED = 'experiments/results/table3_multi30k_regularised'
+# Rehearsal: two rows of base's group, small batches, few steps.
+_REHEARSAL_SWEEP = ['--rows=base,base_seed1', '--override=data.tokens_per_batch=512',
+                    '--override=train.num_train_steps=100']
 
 
 def _parts(result: str) -> dict[str, list[str]]:
   """Each part's command; `result` is the JSON file it writes."""
   py = sys.executable
   small = _REHEARSE.value
+  manual_dir = _MANUAL_DIR.value and os.path.abspath(_MANUAL_DIR.value)
   base, big = ('configs/tiny.py',) * 2 if small else ('configs/base.py', 'configs/big.py')
   torch = lambda config, dtype: [py, 'experiments/torch_baseline.py', f'--shapes={config}',
                                  f'--dtype={dtype}', '--compile', f'--json={result}',
@@ -58,12 +74,23 @@ def _parts(result: str) -> dict[str, list[str]]:
                                   '--config.dtype=bfloat16', *overrides, '--json',
                                   *(['--steps=2'] if small else [])]
   return {
-      'torch_base_bfloat16': torch(base, 'bfloat16'),
-      'torch_big_bfloat16': torch(big, 'bfloat16'),
-      'loop_speed': [py, 'experiments/loop_speed.py', f'--manual_dir={_MANUAL_DIR.value}',
-                     '--ks=1,32', f'--steps={64 if small else 1024}',
+      'loop_speed': [py, 'experiments/loop_speed.py', f'--manual_dir={manual_dir}',
+                     '--ks=1,8,32', f'--steps={64 if small else 1024}',
                      f'--benchmark_steps={32 if small else 512}', '--rounds=1',
                      f'--json={result}'],
+      'multi30k_e2e': [py, 'experiments/accelerator_multi30k.py',
+                       f'--out={os.path.dirname(result)}', f'--manual_dir={manual_dir}',
+                       *(['--config=configs/tiny.py', '--override=train.num_train_steps=200']
+                         if small else [])],
+      'table3_regularised': [py, '-m', 'transformer_jax.sweep',
+                             '--sweep=experiments/table3_multi30k_regularised.py',
+                             f'--workdir={os.path.join(_WORKDIR.value, "table3_regularised")}',
+                             f'--results={_REGULARISED}', '--together=11',
+                             f'--concurrent={2 if small else 3}',
+                             f'--override=data.manual_dir={manual_dir}',
+                             *(_REHEARSAL_SWEEP if small else [])],
+      'torch_base_bfloat16': torch(base, 'bfloat16'),
+      'torch_big_bfloat16': torch(big, 'bfloat16'),
       'torch_base_float32': torch(base, 'float32'),
       'torch_big_float32': torch(big, 'float32'),
       'base_bfloat16_cudnn': benchmark('--config.model.attention_impl=cudnn'),
@@ -73,9 +100,46 @@ def _parts(result: str) -> dict[str, list[str]]:
                                 '--config.dtype=bfloat16', f'--json={result}',
                                 *(['--steps=1'] if small else [])],
       'together_speed': [py, 'experiments/together_speed.py',
-                         f'--manual_dir={_MANUAL_DIR.value}',
+                         f'--manual_dir={manual_dir}',
                          f'--steps={20 if small else 1000}', f'--json={result}'],
   }
+
+
+class _Collector:
+  """Appends each JSON file that appears in `directory` (a sweep's finished rows) to the JSON
+  lines file `out`, as {"row": NAME, **ROW}, every few seconds until stopped."""
+
+  def __init__(self, directory: str, out: str):
+    self.directory, self.out = directory, out
+    self.seen = set(self._names())
+    self.collected = []
+    self._stopped = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+    self._thread.start()
+
+  def _names(self) -> list[str]:
+    if not os.path.isdir(self.directory):
+      return []
+    return sorted(n for n in os.listdir(self.directory) if n.endswith('.json'))
+
+  def _collect(self):
+    for name in self._names():
+      if name not in self.seen:
+        with open(os.path.join(self.directory, name)) as f:
+          row = json.load(f)  # the sweep writes each row's file atomically
+        with open(self.out, 'a') as f:
+          f.write(json.dumps({'row': name[:-len('.json')], **row}) + '\n')
+        self.seen.add(name)
+        self.collected.append(name[:-len('.json')])
+
+  def _run(self):
+    while not self._stopped.wait(5):
+      self._collect()
+
+  def stop(self):
+    self._stopped.set()
+    self._thread.join()
+    self._collect()
 
 
 def _versions() -> dict:
@@ -104,37 +168,53 @@ def main(argv):
   record({'part': 'machine', 'date': time.strftime('%Y-%m-%d %H:%M:%S'), **_versions()})
   result = os.path.join(tempfile.mkdtemp(), 'result.json')
   parts = _parts(result)
+  # The file each part writes its figures to, where that is not `result`.
+  results = {'multi30k_e2e': os.path.join(os.path.dirname(result), 'train_evaluate.json')}
   names = _PARTS.value or list(parts)
   if unknown := set(names) - set(parts):
     raise app.UsageError(f'--parts: no such part(s) {sorted(unknown)}; known: {list(parts)}')
-  if {'loop_speed', 'together_speed'} & set(names) and not _MANUAL_DIR.value:
-    raise app.UsageError('the parts loop_speed and together_speed need --manual_dir')
+  if not _MANUAL_DIR.value and {'loop_speed', 'multi30k_e2e', 'table3_regularised',
+                                'together_speed'} & set(names):
+    raise app.UsageError('the parts loop_speed, multi30k_e2e, table3_regularised and '
+                         'together_speed need --manual_dir')
   for name in names:
     left = deadline - time.monotonic()
     if left < 30:
       record({'part': name, 'skipped': 'deadline'})
       continue
-    if os.path.exists(result):
-      os.remove(result)
+    part_result = results.get(name, result)
+    if os.path.exists(part_result):
+      os.remove(part_result)
     log.write(f'== {name} ({left:.0f} s left)\n')
     log.flush()
     start = time.monotonic()
     # A session of its own, so that the deadline stops the part's child processes too.
     process = subprocess.Popen(parts[name], cwd=_THIS, stdout=subprocess.PIPE, stderr=log,
                                text=True, start_new_session=True)
+    rows = (_Collector(os.path.join(_THIS, _REGULARISED),
+                       os.path.join(_OUT.value, 'table3_regularised.jsonl'))
+            if name == 'table3_regularised' else None)
     try:
-      stdout, _ = process.communicate(timeout=left)
+      stdout, _ = process.communicate(timeout=max(left - 25, 1))
       status = process.returncode
     except subprocess.TimeoutExpired:
-      os.killpg(process.pid, signal.SIGKILL)
-      stdout, _ = process.communicate()
+      os.killpg(process.pid, signal.SIGTERM)  # training runs save and stop
+      try:
+        stdout, _ = process.communicate(timeout=20)
+      except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, _ = process.communicate()
       status = 'deadline'
+    if rows:
+      rows.stop()
     log.write(stdout)
     log.flush()
     line = {'part': name, 'command': parts[name][1:], 'exit': status,
             'seconds': time.monotonic() - start}
-    if os.path.exists(result):
-      with open(result) as f:
+    if rows:
+      line['rows_finished'] = rows.collected
+    if os.path.exists(part_result):
+      with open(part_result) as f:
         line['result'] = json.load(f)
     elif status == 0:  # the benchmark prints its JSON as the last line
       line['result'] = json.loads(stdout.strip().splitlines()[-1])
