@@ -216,7 +216,7 @@ def main(argv):
     if os.path.exists(part_result):
       with open(part_result) as f:
         line['result'] = json.load(f)
-    elif status == 0:  # the benchmark prints its JSON as the last line
+    elif status == 0 and name.startswith('base_'):  # the benchmark prints its JSON last
       line['result'] = json.loads(stdout.strip().splitlines()[-1])
     record(line)
     print(f'{name}: exit {status}, {line["seconds"]:.0f} s', flush=True)
