@@ -6,27 +6,32 @@ each written as soon as it is measured, stopped at a deadline.
 
 Each part is one command of the experiments here; it gets the time left before the deadline
 and is stopped when that runs out (SIGTERM, then SIGKILL 20 s later: a training run saves and
-stops), so a part cut off loses only itself. Each finished part
-appends one line to OUT/window.jsonl (its name, exit status, wall seconds and the JSON it
-wrote) and all output goes to OUT/window.log: two files, as a device call brings back few.
-The first line holds the machine and the versions. Parts, in order:
+stops), so a part cut off loses only itself. Each finished part appends one line to
+OUT/window.jsonl (its name, exit status, wall seconds and the JSON it wrote), the sweep's rows
+go to OUT/table3_regularised.jsonl, and all output goes to OUT/window.log: three files, as a
+device call brings back few. The first line holds the machine and the versions.
 
-- torch_{base,big}_bfloat16: the paper's step (§5.1, about 25000 + 25000 tokens) in bfloat16,
-  transformer_jax beside PyTorch eager and `torch.compile` (`torch_baseline.py`);
-- loop_speed: `configs/multi30k.py`'s training loop against the benchmark, 1, 8 and 32 steps a
-  call on the packed single shape (`loop_speed.py`; needs --manual_dir);
+Parts, in order (the issue's wants first; what an earlier window measured comes later):
+
 - multi30k_e2e: `configs/multi30k.py` trained and evaluated on test2016 end to end, its wall
   time split into preparation, compiling, steps and evaluation (`accelerator_multi30k.py`;
   needs --manual_dir);
+- profile_multi30k: where `configs/multi30k.py`'s step goes (`profile_step.py`): its step took
+  5.3 ms on an H200 (docs/performance.md), far above what its FLOPs need;
 - table3_regularised: the rows of `table3_multi30k_regularised.py` not yet in
   experiments/results/table3_multi30k_regularised/, base's group of 11 first
   (`transformer_jax.sweep --together=11 --concurrent=3`, its rows in --workdir, so that a
   second call on the same machine resumes them); each finished row's JSON is appended to
-  OUT/table3_regularised.jsonl as soon as it is written (needs --manual_dir);
-- torch_{base,big}_float32: the same as the first in float32 (TF32 matrix products);
+  OUT/table3_regularised.jsonl as soon as it is written, and when the part stops, the dev
+  curve of each row not finished (needs --manual_dir);
+- loop_speed: `configs/multi30k.py`'s training loop against the benchmark, 1, 8 and 32 steps a
+  call on the packed single shape (`loop_speed.py`; needs --manual_dir);
+- torch_{base,big}_bfloat16: the paper's step (§5.1, about 25000 + 25000 tokens) in bfloat16,
+  transformer_jax beside PyTorch eager and `torch.compile` (`torch_baseline.py`);
+- torch_{base,big}_float32: the same in float32 (TF32 matrix products);
 - base_bfloat16_{cudnn,rbg,loss_chunk0}: the base step with each GPU option
   (`model.attention_impl`, `train.dropout_prng_impl`, `train.loss_chunk`) changed alone
-  (`transformer_jax.benchmark`), beside the default in the first part;
+  (`transformer_jax.benchmark`), beside the default in torch_base_bfloat16;
 - profile_base_bfloat16: where that step's kernel time goes (`profile_step.py`);
 - together_speed: four miniature Table 3 rows (base, D1-D3) one after another against the
   four as one program (`together_speed.py`; needs --manual_dir).
@@ -74,14 +79,13 @@ def _parts(result: str) -> dict[str, list[str]]:
                                   '--config.dtype=bfloat16', *overrides, '--json',
                                   *(['--steps=2'] if small else [])]
   return {
-      'loop_speed': [py, 'experiments/loop_speed.py', f'--manual_dir={manual_dir}',
-                     '--ks=1,8,32', f'--steps={64 if small else 1024}',
-                     f'--benchmark_steps={32 if small else 512}', '--rounds=1',
-                     f'--json={result}'],
       'multi30k_e2e': [py, 'experiments/accelerator_multi30k.py',
                        f'--out={os.path.dirname(result)}', f'--manual_dir={manual_dir}',
                        *(['--config=configs/tiny.py', '--override=train.num_train_steps=200']
                          if small else [])],
+      'profile_multi30k': [py, 'experiments/profile_step.py',
+                           f'--config={base if small else "configs/multi30k.py"}',
+                           f'--json={result}', *(['--steps=1'] if small else [])],
       'table3_regularised': [py, '-m', 'transformer_jax.sweep',
                              '--sweep=experiments/table3_multi30k_regularised.py',
                              f'--workdir={os.path.join(_WORKDIR.value, "table3_regularised")}',
@@ -89,6 +93,10 @@ def _parts(result: str) -> dict[str, list[str]]:
                              f'--concurrent={2 if small else 3}',
                              f'--override=data.manual_dir={manual_dir}',
                              *(_REHEARSAL_SWEEP if small else [])],
+      'loop_speed': [py, 'experiments/loop_speed.py', f'--manual_dir={manual_dir}',
+                     '--ks=1,8,32', f'--steps={64 if small else 1024}',
+                     f'--benchmark_steps={32 if small else 512}', '--rounds=1',
+                     f'--json={result}'],
       'torch_base_bfloat16': torch(base, 'bfloat16'),
       'torch_big_bfloat16': torch(big, 'bfloat16'),
       'torch_base_float32': torch(base, 'float32'),
@@ -140,6 +148,25 @@ class _Collector:
     self._stopped.set()
     self._thread.join()
     self._collect()
+
+  def unfinished(self, workdir: str, out: str) -> None:
+    """Appends the dev perplexities logged so far by each row in `workdir` not finished, as
+    {"row": NAME, "unfinished": true, "dev_curve": [...]}, to `out`: a window cut short
+    still brings back the curves."""
+    if not os.path.isdir(workdir):
+      return
+    for row in sorted(os.listdir(workdir)):
+      path = os.path.join(workdir, row, 'metrics.jsonl')
+      if f'{row}.json' in self.seen or not os.path.exists(path):
+        continue
+      with open(path) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+      curve = [{'step': r['step'], 'perplexity': r['perplexity']} for r in records
+               if r.get('split') == 'validation']
+      steps = [r['step'] for r in records if r.get('split') == 'train']
+      with open(out, 'a') as f:
+        f.write(json.dumps({'row': row, 'unfinished': True, 'last_step': max(steps, default=0),
+                            'dev_curve': curve}) + '\n')
 
 
 def _versions() -> dict:
@@ -207,6 +234,8 @@ def main(argv):
       status = 'deadline'
     if rows:
       rows.stop()
+      rows.unfinished(os.path.join(_WORKDIR.value, 'table3_regularised'),
+                      os.path.join(_OUT.value, 'table3_regularised.jsonl'))
     log.write(stdout)
     log.flush()
     line = {'part': name, 'command': parts[name][1:], 'exit': status,
