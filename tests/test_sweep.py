@@ -299,6 +299,42 @@ only big's checkpoint spacing, which Table 3's evaluation does not use, is not c
     assert changes == {'seed': int(seed)}, row
 
 
+def test_regularised_table3_rows_change_what_the_miniatures_rows_change():
+  """experiments/table3_multi30k_regularised.py: each row changes the fields that
+  table3_multi30k.py's row changes, around a base at P_drop 0.3; P_drop by the paper's ratio to
+  its base (D1, D2: 0 and 2) or, for big, by the paper's increase (+0.2); every other value as
+  the miniature's row, steps by its factor. Every training batch has one packed shape, and the
+  steps a call divide every interval the loop acts on."""
+  mini = config_lib.load_sweep(os.path.join(REPO, 'experiments', 'table3_multi30k.py'))
+  ours = config_lib.load_sweep(
+      os.path.join(REPO, 'experiments', 'table3_multi30k_regularised.py'))
+  assert list(ours.ROWS) == list(mini.ROWS)
+  base = ours.get_config('base')
+  assert base.model.dropout_rate == 0.3
+  paper_rate = lambda row: table3.get_config(row.split('_seed')[0]).model.dropout_rate
+  for row in ours.ROWS:
+    config = ours.get_config(row)
+    config_lib.validate(config)
+    changes = _changes(config, base)
+    expected = _changes(mini.get_config(row), mini.get_config('base'))
+    assert set(changes) == set(expected), row
+    for field, value in changes.items():
+      if field == 'model.dropout_rate' and row.startswith('big'):
+        assert value - 0.3 == pytest.approx(paper_rate(row) - 0.1), row
+      elif field == 'model.dropout_rate':
+        assert value / 0.3 == pytest.approx(paper_rate(row) / 0.1), row
+      elif field == 'train.num_train_steps':
+        assert (value / base.train.num_train_steps
+                == expected[field] / mini.get_config('base').train.num_train_steps), row
+      else:
+        assert value == expected[field], (row, field)
+    train = config.train
+    assert config.data.pack_length == config.data.max_length, row
+    for interval in (train.log_every_steps, train.eval_every_steps,
+                     train.checkpoint_every_steps, train.num_train_steps):
+      assert interval % train.steps_per_call == 0, (row, interval)
+
+
 GROUPABLE = {'small': {}, 'wide': {'model.d_ff': 128}, 'drop': {'model.dropout_rate': 0.3},
              'seed2': {'seed': 2}, 'smooth': {'train.label_smoothing': 0.0}}
 
