@@ -324,22 +324,38 @@ def _log_prob(model, source: np.ndarray, output: list[int]) -> float:
   return float(log_probs[np.arange(len(target)), target].sum())
 
 
+def _shuffled(texts: list[str]) -> list[str]:
+  """Each text with its words in a random order: inputs unlike any training sentence, on which
+  a small model's beam search and greedy decoding part."""
+  rng = np.random.default_rng(0)
+  return [' '.join(rng.permutation(text.split())) for text in texts]
+
+
 @pytest.mark.slow
 def test_beam_generate_translates_as_translate_but_for_the_length_penalty(hf_dir, run,
                                                                           multi30k_pairs):
-  """Beam search with the run's beam size: the same output on at least 98% of the sentences;
-  where they differ, each search's choice is the better one under its own length penalty, so
-  the penalty is what makes the difference."""
-  texts = [s for s, _ in multi30k_pairs[:SENTENCES]]
+  """The exported length penalty is β = α·L / (5 + L), L the training targets' mean length
+  (EOS included), computed here from the raw training text. Beam search with the run's beam
+  size, on word-shuffled sentences where it parts from greedy decoding on at least a fifth of
+  them: the same output on at least 98% of the sentences; where they differ, each search's
+  choice is the better one under its own length penalty, so the penalty is what makes the
+  difference."""
   translator = Translator(run)
-  ours = translator.translate_ids(translator.encode(texts))
-  theirs = _generate_like_translate(translator, hf_dir, texts, translator.config.decode.beam_size)
-  differ = [i for i in range(len(texts)) if ours[i] != theirs[i]]
-  assert len(differ) <= 0.02 * len(texts), differ
   model = load_exported(hf_dir)
   alpha = translator.config.decode.alpha
   beta = model.generation_config.length_penalty
+  targets = tokenizer.encode(translator.tokenizer, read_lines(MULTI30K_DIR / 'train.de.gz'))
+  mean = np.mean([len(ids) for ids in targets], dtype=np.float64)
+  assert beta == pytest.approx(alpha * mean / (5.0 + mean), rel=1e-9)
+
+  texts = _shuffled([s for s, _ in multi30k_pairs[:SENTENCES]])
   sources = translator.encode(texts)
+  ours = translator.translate_ids(sources)
+  greedy = Translator(run, beam_size=1).translate_ids(sources)
+  assert sum(o != g for o, g in zip(ours, greedy)) >= len(texts) // 5
+  theirs = _generate_like_translate(translator, hf_dir, texts, translator.config.decode.beam_size)
+  differ = [i for i in range(len(texts)) if ours[i] != theirs[i]]
+  assert len(differ) <= 0.02 * len(texts), differ
   for i in differ:
     ours_lp, theirs_lp = (_log_prob(model, sources[i], ids) for ids in (ours[i], theirs[i]))
     ours_n, theirs_n = len(ours[i]) + 1, len(theirs[i]) + 1
