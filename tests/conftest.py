@@ -161,10 +161,23 @@ def assert_trained_alike(got, want) -> None:
   divides a gradient by its own size, so where a gradient is near 0 its rounding moves the
   coordinate by up to a fraction of a step's learning rate: the same run on two meshes differs
   by 2.6e-5 after one step (the first step's rate being 5.6e-3). Hence a bound on the largest
-  difference relative to the leaf's scale, and a far tighter one on the mean."""
-  scale = max(float(np.max(np.abs(want))), 1e-6)
+  difference relative to the leaf's own scale (its largest magnitude, however small: Adam's
+  second moments are about 1e-6 or less), and a far tighter one on the mean; a leaf of zeros
+  must stay zeros."""
+  want = np.asarray(want, np.float64)
+  scale = float(np.max(np.abs(want), initial=0.0))
   error = np.abs(np.asarray(got, np.float64) - want)
-  assert error.max() <= 2e-3 * scale and error.mean() <= 2e-5 * scale, (error.max(), scale)
+  assert error.max(initial=0.0) <= 2e-3 * scale and error.mean() <= 2e-5 * scale, (
+      error.max(), scale)
+
+
+def assert_close_to_scale(got, want, rtol: float = 1e-4, atol: float = 1e-6) -> None:
+  """`np.testing.assert_allclose` with `atol` scaled down for a leaf whose largest magnitude is
+  below 1: atol · min(1, max |want|). A plain atol of 1e-6 would pass any Adam second moment
+  (about 1e-6 or less)."""
+  want = np.asarray(want)
+  scale = min(1.0, float(np.max(np.abs(want), initial=0.0)))
+  np.testing.assert_allclose(got, want, rtol=rtol, atol=atol * scale)
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
