@@ -1,11 +1,16 @@
 """The documentation points at things that exist: every test that docs/faithfulness.md names
 as a claim's check is a test function of that file, and every relative link of the Markdown
-pages reaches a file, and a heading of it where the link names one (GitHub's anchors)."""
+pages reaches a file, and a heading of it where the link names one (GitHub's anchors); and
+every figure of the README's Results headlines is computed from its source, the JSON or JSONL
+written by the script that measured it (a hand-written page is for reading, never a source)."""
 
+import functools
 import glob
+import importlib.util
 import json
 import os
 import re
+import statistics
 
 import pytest
 
@@ -87,72 +92,231 @@ def test_relative_links_reach_a_file_and_heading(page):
 
 
 # A figure of the README's Results table: a number not inside a word, a section sign or
-# backticks (stripped first), with its unit; 'min', 'ms', '%' compare scaled.
+# backticks (stripped first), with its unit if it is '%', 'ms' or 'min' (other units, '×',
+# 's', 'GiB', 'million tokens/s', follow the number apart and are the source's to compute in).
 FIGURE = re.compile(r'(?<![\w.§])(\d+(?:\.\d+)?)(%| ?ms\b| ?min\b)?(?![\w.])')
-_SCALES = {None: (1,), '%': (1, 100), 'ms': (1000,), 'min': (1 / 60,)}
+
+# Every file a figure's source read, for the test to check that its row links it.
+_READ: list[str] = []
 
 
-def _numbers(path: str) -> list[float]:
-  """Every number of a committed file: the values of JSON / JSONL, the numbers of text."""
+def _load(path: str):
+  """A machine-written result by its repo-relative path under experiments/results/: a JSON
+  file's value, or a JSONL file's records as a list. A hand-written page is no source."""
+  assert path.startswith('experiments/results/') and path.endswith(('.json', '.jsonl')), path
+  _READ.append(path)
   text = _read(path)
-  if not path.endswith(('.json', '.jsonl')):
-    return [float(x) for x in re.findall(r'\d+(?:\.\d+)?', text)]
-  found = []
-
-  def walk(value):
-    if isinstance(value, dict):
-      value = list(value.values())
-    if isinstance(value, list):
-      for item in value:
-        walk(item)
-    elif isinstance(value, str):
-      found.extend(float(x) for x in re.findall(r'\d+(?:\.\d+)?', value))
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-      found.append(float(value))
-
-  for line in (text.splitlines() if path.endswith('.jsonl') else [text]):
-    if line.strip():
-      walk(json.loads(line))
-  return found
+  if path.endswith('.jsonl'):
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+  return json.loads(text)
 
 
-def _occurs(figure: str, unit: str | None, numbers: list[float]) -> bool:
-  """Whether some number, in the figure's unit, is the figure at the figure's precision."""
-  decimals = len(figure.partition('.')[2])
-  unit = unit.strip() if unit else None
-  return any(f'{x * scale:.{decimals}f}' == figure for x in numbers for scale in _SCALES[unit])
+def _record(path: str, **fields) -> dict:
+  """The one record of a JSONL file whose `fields` have these values."""
+  found = [r for r in _load(path) if all(r.get(k) == v for k, v in fields.items())]
+  assert len(found) == 1, f'{path}: {len(found)} records with {fields}'
+  return found[0]
+
+
+@functools.cache
+def _table3_trends_module():
+  spec = importlib.util.spec_from_file_location(
+      'table3_trends', os.path.join(REPO, 'experiments', 'table3_trends.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _table3() -> tuple[dict, list]:
+  """The miniature Table 3 as experiments/table3_trends.py reads the sweep's row JSONs:
+  ({row: {'ppl': [...], 'bleu': [...]}, one entry per seed}, [(trend, True / False / None)])."""
+  directory = 'experiments/results/table3_multi30k'
+  _READ.append(directory)
+  trends = _table3_trends_module()
+  rows = trends.load(os.path.join(REPO, directory))
+  return rows, trends.trends(rows)
+
+
+_M30K_SEEDS = [f'experiments/results/multi30k_postnorm_lowercase_zero_start_12k{seed}_test.json'
+               for seed in ('', '_seed1', '_seed2', '_seed3')]  # seeds 0-3, as `evaluate` wrote
+
+
+def _m30k_bleu() -> list[float]:
+  return [_load(path)['bleu_tokenized_lowercase_unsplit'] for path in _M30K_SEEDS]
+
+
+_POSTNORM = 'experiments/results/postnorm/post_fused.json'
+_TINY_LOG = 'experiments/results/quickstart_tiny/metrics.jsonl'
+_TINY_TIMES = 'experiments/results/compile_time_tiny_cpu.json'
+_M30K_TIMES = 'experiments/results/compile_time_multi30k_cpu.json'
+_LOOP = 'experiments/results/loop_speed_cpu.json'
+_LOOP_K8 = 'experiments/results/loop_speed_k8_cpu.json'
+_LOSS_CHUNK = 'experiments/results/loss_chunk_cpu.jsonl'
+_DATA_SCALE = 'experiments/results/data_scale.json'
+_H100 = 'experiments/results/h100/window_2026-11-27.jsonl'
+_H200 = 'experiments/results/h200/fused_loss/benchmarks.jsonl'
+_HF = 'experiments/results/hf_export_cpu.json'
+
+
+def _tiny_dev() -> dict:
+  """The quick start's last dev evaluation, as training logged it."""
+  return [r for r in _load(_TINY_LOG) if r['split'] == 'validation'][-1]
+
+
+def _loss_chunk_median(chunk: int) -> float:
+  return statistics.median(r['step_time_s'] for r in _load(_LOSS_CHUNK)
+                           if r['loss_chunk'] == chunk)
+
+
+def _wmt_size() -> dict:
+  """data_scale's largest corpus (WMT14's size): its first preparation and read."""
+  return max(_load(_DATA_SCALE)['rows'], key=lambda row: row['pairs'])['first']
+
+
+def _h100(part: str, shape: str) -> dict:
+  return _record(_H100, part=part)['result']['shapes'][shape]
+
+
+def _h200(name: str) -> dict:
+  return _record(_H200, name=name)['result']
+
+
+# The source of every figure of the README's Results headlines, row by row (keyed by the start
+# of the row's first cell): the figure as printed (with its unit if FIGURE reads one), and its
+# value in the printed unit computed from the JSON / JSONL that the script that measured it
+# wrote. A page that discusses a figure may be linked for reading, but is never its source; a
+# figure this project did not measure (a published one) belongs in the row's description.
+SOURCES = {
+    'Multi30k EN→DE test2016': [
+        ('40.63', lambda: statistics.mean(_m30k_bleu())),
+        ('40.23', lambda: min(_m30k_bleu())),
+        ('41.17', lambda: max(_m30k_bleu())),
+    ],
+    'Table 3 in miniature': [
+        ('3', lambda: sum(ok is True for _, ok in _table3()[1])),
+        ('8', lambda: len(_table3()[1])),
+        ('37.99', lambda: statistics.mean(_table3()[0]['base']['bleu'])),
+    ],
+    'Post-norm (§3.1)': [
+        ('6.14', lambda: _load(_POSTNORM)['perplexity']),
+        ('4000', lambda: _load(_POSTNORM)['checkpoint_steps'][-1]),
+        ('37.11', lambda: _load(_POSTNORM)['bleu_tokenized']),
+    ],
+    'The quick start': [
+        ('1200', lambda: _tiny_dev()['step']),
+        ('99.7', lambda: _tiny_dev()['bleu']),
+        ('151', lambda: _load(_TINY_TIMES)['means']['cache, cold']['seconds_to_end']),
+        ('138', lambda: _load(_TINY_TIMES)['means']['cache, warm']['seconds_to_end']),
+    ],
+    'The persistent compilation cache': [
+        ('113', lambda: _load(_M30K_TIMES)['means']['cache, warm']['seconds_to_end']),
+        ('155', lambda: _load(_M30K_TIMES)['means']['cache, cold']['seconds_to_end']),
+    ],
+    'Four sweep rows as one program': [
+        ('1.22', lambda: (lambda r: r['together'] / r['apart'])(
+            _load('experiments/results/together_speed_cpu.json')['rows_per_hour'])),
+    ],
+    'The training loop against': [
+        ('1.03', lambda: _load(_LOOP)['loop_over_benchmark']['K=1']),
+        ('1.01', lambda: _load(_LOOP_K8)['loop_over_benchmark']['K=8']),
+    ],
+    'Training throughput against PyTorch': [
+        ('1.45', lambda: _load('experiments/results/throughput_cpu.json')['shapes']['tiny'][
+            'speedup']),
+        ('1.59', lambda: _load('experiments/results/throughput_cpu.json')['shapes']['base'][
+            'speedup']),
+    ],
+    'The projection and loss fused': [
+        ('0.623', lambda: _loss_chunk_median(2)),
+        ('0.681', lambda: _loss_chunk_median(0)),
+    ],
+    'Sequence packing': [
+        ('1.16', lambda: _load('experiments/results/packing_speed_cpu.json')['runs']['32'][
+            'ratio']),
+    ],
+    'Your own corpus at WMT14': [
+        ('5.2 min', lambda: _wmt_size()['wall_seconds'] / 60),
+        ('1.00', lambda: _wmt_size()['peak_memory_bytes'] / 2**30),  # GiB
+        ('72', lambda: _wmt_size()['pipeline_tokens_per_second'] / 1e6),  # million tokens/s
+    ],
+    'One NVIDIA H100': [
+        ('1.18', lambda: _h100('torch_base_bfloat16', 'configs/base.py')[
+            'speedup_over_torch_compiled']),
+        ('1.99', lambda: _h100('torch_base_bfloat16', 'configs/base.py')['speedup_over_torch']),
+        ('30.1%', lambda: 100 * _h100('torch_base_bfloat16', 'configs/base.py')['jax_mfu']),
+        ('1.09', lambda: _h100('torch_big_bfloat16', 'configs/big.py')[
+            'speedup_over_torch_compiled']),
+        ('1.64', lambda: _h100('torch_big_bfloat16', 'configs/big.py')['speedup_over_torch']),
+        ('50.0%', lambda: 100 * _h100('torch_big_bfloat16', 'configs/big.py')['jax_mfu']),
+    ],
+    'One NVIDIA H200': [
+        ('37.4 ms', lambda: 1000 * _h200('base_bf16_chunk16')['step_time_s']),
+        ('36%', lambda: 100 * _h200('base_bf16_chunk16')['mfu']),
+        ('86.0 ms', lambda: 1000 * _h200('big_bf16_chunk16')['step_time_s']),
+        ('51%', lambda: 100 * _h200('big_bf16_chunk16')['mfu']),
+    ],
+    'A `configs/multi30k.py` run (3000 steps) exported': [
+        ('1000', lambda: _load(_HF)['results'][0]['same_translations']),  # greedy
+        ('1.85', lambda: _load(_HF)['results'][0]['speed_ratio']),
+        ('5', lambda: _load(_HF)['results'][1]['beam_size']),
+        ('995', lambda: _load(_HF)['results'][1]['same_translations']),
+        ('1.39', lambda: _load(_HF)['results'][1]['speed_ratio']),
+    ],
+}
+
+
+def _printed(value: float, figure: str) -> str:
+  """`value` at the printed figure's precision: as many decimals as the figure has."""
+  decimals = len(FIGURE.fullmatch(figure).group(1).partition('.')[2])
+  return f'{value:.{decimals}f}'
+
+
+def _figures(headline: str) -> list[str]:
+  """The figures of a headline cell as printed, each with its unit where FIGURE reads one."""
+  return [number + unit for number, unit in FIGURE.findall(re.sub(r'`[^`]*`', '', headline))]
 
 
 def test_figure_matching():
-  assert _occurs('37.4', 'ms', [0.037362]) and not _occurs('37.4', None, [0.037362])
-  assert _occurs('30.1', '%', [0.30105]) and _occurs('51', '%', [51.2])
-  assert _occurs('5.2', 'min', [313.3]) and not _occurs('1.22', None, [1.2149, 1.2251])
-  assert [m.group(1) for m in FIGURE.finditer('§3.1 test2016 1.22× 72 M, 4.5M (N 3)')] == [
-      '1.22', '72', '3']
+  assert _figures('§3.1 test2016 1.22× 72 M, 4.5M (N 3) `beam 5`') == ['1.22', '72', '3']
+  assert _figures('37.4 ms a step, 36% MFU; 5.2 min') == ['37.4 ms', '36%', '5.2 min']
+  assert _printed(37.362, '37.4 ms') == '37.4' and _printed(0.9953, '1.00') == '1.00'
+  assert _printed(150.82, '151') == '151' and _printed(36.007, '36%') == '36'
+  assert _printed(1.2149, '1.22') != '1.22'
 
 
 def _results_rows() -> list[list[str]]:
   section = _read('README.md').split('\n## Results\n')[1].split('\n## ')[0]
-  rows = [line.strip('|').split(' | ') for line in section.splitlines()
+  rows = [[cell.strip() for cell in line.strip('|').split(' | ')] for line in section.splitlines()
           if line.startswith('| ') and not line.startswith('| result |')]
   assert len(rows) >= 10 and all(len(row) == 4 for row in rows)
   return rows
 
 
+def test_every_source_names_one_row():
+  rows = _results_rows()
+  assert {key: sum(row[0].startswith(key) for row in rows) for key in SOURCES} == {
+      key: 1 for key in SOURCES}
+
+
 @pytest.mark.parametrize('row', _results_rows(), ids=lambda row: row[0][:40])
-def test_readme_figures_occur_in_a_file_the_row_links(row):
-  """Each figure of the headline column is in a committed file under experiments/results/ that
-  its row links to (the JSON a script wrote, or the results page that derived it)."""
-  sources = [os.path.normpath(target.partition('#')[0]) for target in LINK.findall(' '.join(row))
-             if target.startswith('experiments/results/')]
-  files = [path for source in sources
-           for path in ([source] if os.path.isfile(os.path.join(REPO, source)) else
-                        sorted(os.path.relpath(p, REPO) for p in glob.glob(
-                            os.path.join(REPO, source, '*.json'))))]
-  assert files, f'{row[0]}: the row links no committed result'
-  numbers = [x for path in files for x in _numbers(path)]
-  figures = FIGURE.findall(re.sub(r'`[^`]*`', '', row[1]))
-  assert figures
-  missing = [figure + (unit or '') for figure, unit in figures
-             if not _occurs(figure, unit, numbers)]
-  assert not missing, f'{row[0]}: {missing} occur in none of {files}'
+def test_readme_figures_are_computed_from_the_json_their_row_links(row):
+  """Each figure of the headline column has its source in SOURCES: the JSON / JSONL written by
+  the script that measured it, which gives the printed figure at its printed precision, and
+  which the row links (a page it links is for reading). A new figure needs a source."""
+  keys = [key for key in SOURCES if row[0].startswith(key)]
+  assert len(keys) == 1, f'{row[0]}: no entry in SOURCES'
+  sources = SOURCES[keys[0]]
+  printed, sourced = _figures(row[1]), [figure for figure, _ in sources]
+  assert printed == sourced, f'{row[0]}: the headline prints {printed}, SOURCES has {sourced}'
+  linked = [os.path.normpath(target.partition('#')[0]) for target in LINK.findall(row[3])
+            if not re.match(r'[a-z]+:', target)]
+  wrong, unlinked = [], set()
+  for figure, source in sources:
+    _READ.clear()
+    value = source()
+    if _printed(value, figure) != FIGURE.fullmatch(figure).group(1):
+      wrong.append(f'{figure} (its source gives {value})')
+    unlinked.update(path for path in _READ
+                    if not any(path == link or path.startswith(link + '/') for link in linked))
+  assert not wrong, f'{row[0]}: figures their sources do not give: {wrong}'
+  assert not unlinked, f'{row[0]}: sources the row does not link: {sorted(unlinked)}'
