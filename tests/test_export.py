@@ -21,9 +21,9 @@ import safetensors.numpy
 import torch
 import transformers
 
-from conftest import train_config
+from conftest import train_command, train_config
 from test_datasets import MULTI30K_DIR, read_lines
-from transformer_jax import checkpointing, config_lib, decoding, export, marian, search, train
+from transformer_jax import checkpointing, config_lib, decoding, export, marian, search
 from transformer_jax.data import tokenizer
 from transformer_jax.embeddings import sinusoid
 from transformer_jax.model import Transformer
@@ -209,9 +209,10 @@ SENTENCES = 50
 
 @pytest.fixture(scope='module')
 def run(tmp_path_factory) -> str:
-  """300 steps on Multi30k en->de (raw text), checkpoints at 150 and 300."""
+  """300 steps on Multi30k en->de (raw text), checkpoints at 150 and 300: the command, in a
+  process of its own, so that no training runs where this module has imported torch."""
   workdir = str(tmp_path_factory.mktemp('run'))
-  train.train_and_evaluate(train_config(**{
+  trained = subprocess.run(train_command({
       'data.dataset': 'multi30k', 'data.manual_dir': str(MULTI30K_DIR),
       'data.vocab_size': 2000,
       'data.max_length': 64, 'data.tokens_per_batch': 2048, 'data.buckets': 'coarse',
@@ -219,7 +220,8 @@ def run(tmp_path_factory) -> str:
       'model.d_k': 16, 'model.d_v': 16, 'train.warmup_steps': 200, 'train.num_train_steps': 300,
       'train.checkpoint_every_steps': 150, 'train.keep_checkpoints': 2,
       'train.eval_every_steps': 10**6, 'train.eval_bleu': False, 'train.log_every_steps': 100,
-      'decode.average_last': 2}), workdir)
+      'decode.average_last': 2}, workdir), capture_output=True, text=True)
+  assert trained.returncode == 0, trained.stderr[-3000:]
   return workdir
 
 
