@@ -210,7 +210,8 @@ SENTENCES = 50
 @pytest.fixture(scope='module')
 def run(tmp_path_factory) -> str:
   """300 steps on Multi30k en->de (raw text), checkpoints at 150 and 300: the command, in a
-  process of its own, so that no training runs where this module has imported torch."""
+  process of its own, so that a crash in training fails this fixture with the run's stderr
+  rather than ending the pytest process (it did, twice, in this fixture's in-process run)."""
   workdir = str(tmp_path_factory.mktemp('run'))
   trained = subprocess.run(train_command({
       'data.dataset': 'multi30k', 'data.manual_dir': str(MULTI30K_DIR),
