@@ -29,11 +29,6 @@ _DURATION_EVENTS = ('/jax/core/compile/jaxpr_trace_duration',
 # Recorded once per program XLA was asked for, whether it compiled it or the cache had it.
 _BACKEND_EVENT = '/jax/core/compile/backend_compile_duration'
 _CACHE_HIT_EVENT = '/jax/compilation_cache/cache_hits'
-# JAX's cache locks its directory around each read and write (a file lock) only when it may
-# evict entries, that is when it has a maximum size. A size it never reaches gives the lock
-# without the eviction: processes that share the directory (a sweep's rows side by side, the
-# processes of one run, the test suite's workers) never read an entry another is still writing.
-_NEVER_EVICTED = 2**50  # bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,12 +101,13 @@ def cache_dir(config: ml_collections.ConfigDict) -> str | None:
 def use_cache(config: ml_collections.ConfigDict) -> None:
   """Points JAX's persistent compilation cache at `cache_dir(config)`, or turns it off.
   Every program is kept, however quickly it compiled (JAX's default keeps those over 1 s):
-  a run's many small programs add up; reads and writes are locked (`_NEVER_EVICTED`). Takes
+  a run's many small programs add up. No maximum size is set: with one, JAX locks the
+  directory around every read and write and scans every entry at each write to evict the
+  least recently used, which slowed compile-heavy tests (tests/README.md). Takes
   effect for the programs compiled after it, also when the process used another directory
   before (a notebook, tests)."""
   path = cache_dir(config)
   jax.config.update('jax_enable_compilation_cache', path is not None)
   jax.config.update('jax_compilation_cache_dir', path)
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
-  jax.config.update('jax_compilation_cache_max_size', _NEVER_EVICTED)
   compilation_cache.reset_cache()
