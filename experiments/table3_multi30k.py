@@ -136,9 +136,14 @@ PAPER_ROWS = {
 # Not in the paper: every row again with seed 1, and base with seed 2 too (initialisation,
 # dropout and batch order change). A trend counts only beyond the spread of the seeds.
 # Seed 0 of every row comes first, so a partly finished sweep is a whole table.
-ROWS = {**PAPER_ROWS, 'base_seed1': {'seed': 1}, 'base_seed2': {'seed': 2},
-        **{f'{row}_seed1': {**changes, 'seed': 1}
-           for row, changes in PAPER_ROWS.items() if row != 'base'}}
+def with_seeds(paper_rows: dict) -> dict:
+  """`paper_rows`, then each again with seed 1 and base with seed 2 too."""
+  return {**paper_rows, 'base_seed1': {'seed': 1}, 'base_seed2': {'seed': 2},
+          **{f'{row}_seed1': {**changes, 'seed': 1}
+             for row, changes in paper_rows.items() if row != 'base'}}
+
+
+ROWS = with_seeds(PAPER_ROWS)
 
 PAPER = table3.PAPER
 

@@ -78,9 +78,7 @@ PAPER_ROWS = {
 }
 
 # Not in the paper: seeds 1 (and 2 for base), as table3_multi30k.py; seed 0 of every row first.
-ROWS = {**PAPER_ROWS, 'base_seed1': {'seed': 1}, 'base_seed2': {'seed': 2},
-        **{f'{row}_seed1': {**changes, 'seed': 1}
-           for row, changes in PAPER_ROWS.items() if row != 'base'}}
+ROWS = mini.with_seeds(PAPER_ROWS)
 
 PAPER = mini.PAPER
 
