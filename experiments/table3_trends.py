@@ -7,7 +7,9 @@ the paper's headline trends (§6.2) reproduce beyond that spread.
 
 Reads the sweep's row files (`<row>.json` for seed 0, `<row>_seed<n>.json` for the other seeds;
 see experiments/table3_multi30k.py). For each Table 3 row: the number of seeds, and dev
-perplexity and dev BLEU (tokenized, the paper's) as mean, min and max over the seeds.
+perplexity and dev BLEU (tokenized, the paper's) as mean, min and max over the seeds, and how
+far dev perplexity still moved over the last 20% of the steps (`last_fifth_change`; the seed
+that moved most): the step budget's criterion is within 1%.
 
 "A is worse than B beyond the seed spread" means every seed of A is worse than every seed of
 B: A's best BLEU is below B's worst (or A's lowest perplexity above B's highest). "A ≈ B" means
@@ -66,13 +68,25 @@ def _finished_seeds(directory: str) -> Iterator[tuple[str, dict]]:
         yield match.group(1), json.load(f)
 
 
+def last_fifth_change(curve: list[tuple[int, float]]) -> float:
+  """Dev perplexity at the end over dev perplexity at the last evaluation at or before 80%
+  of the steps, minus 1: negative while it still falls, positive once the row overfits."""
+  end_step, end = curve[-1]
+  before = [perplexity for step, perplexity in curve if step <= 0.8 * end_step]
+  return end / before[-1] - 1
+
+
 def load(directory: str) -> dict[str, dict[str, list[float]]]:
-  """{row: {'ppl': [...], 'bleu': [...]}}, one entry per finished seed."""
+  """{row: {'ppl': [...], 'bleu': [...], 'change': [...]}}, one entry per finished seed
+  ('change': `last_fifth_change`, for the seeds whose file has a dev curve)."""
   rows = {}
   for row, result in _finished_seeds(directory):
-    figures = rows.setdefault(row, {'ppl': [], 'bleu': []})
+    figures = rows.setdefault(row, {'ppl': [], 'bleu': [], 'change': []})
     figures['ppl'].append(result['perplexity'])
     figures['bleu'].append(result['bleu_tokenized'])
+    if result.get('dev_curve'):
+      figures['change'].append(last_fifth_change(
+          [(r['step'], r['perplexity']) for r in result['dev_curve']]))
   return rows
 
 
@@ -101,7 +115,8 @@ def plot_curves(curves: dict) -> matplotlib.figure.Figure:
     ax.set_title(title)
     ax.set_ylim(5, 12)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize='small')
+    if ax.lines:
+      ax.legend(fontsize='small')
   for ax in axes[:, 0]:
     ax.set_ylabel('dev perplexity (per token)')
   for ax in axes[1]:
@@ -157,11 +172,16 @@ def _spread(values: list[float]) -> str:
   return f'{mean:.2f} ({min(values):.2f}–{max(values):.2f})' if len(values) > 1 else f'{mean:.2f}'
 
 
+def _change(changes: list[float]) -> str:
+  return f'{100 * max(changes, key=abs):+.1f}%' if changes else '–'
+
+
 def report(rows: dict) -> str:
-  lines = ['| row | seeds | dev PPL mean (min–max) | dev BLEU mean (min–max) |',
-           '|---|---|---|---|']
+  lines = ['| row | seeds | dev PPL mean (min–max) | dev BLEU mean (min–max) '
+           '| dev PPL change, last 20% of steps |', '|---|---|---|---|---|']
   lines += [f'| {row} | {len(rows[row]["ppl"])} | {_spread(rows[row]["ppl"])} | '
-            f'{_spread(rows[row]["bleu"])} |' for row in ROW_ORDER if row in rows]
+            f'{_spread(rows[row]["bleu"])} | {_change(rows[row]["change"])} |'
+            for row in ROW_ORDER if row in rows]
   results = trends(rows)
   lines += ['', '| trend | reproduces beyond the seed spread |', '|---|---|']
   lines += [f'| {statement} | {"pending" if ok is None else "yes" if ok else "no"} |'

@@ -155,6 +155,7 @@ _LOSS_CHUNK = 'experiments/results/loss_chunk_cpu.jsonl'
 _DATA_SCALE = 'experiments/results/data_scale.json'
 _H100 = 'experiments/results/h100/window_2026-11-27.jsonl'
 _H200 = 'experiments/results/h200/fused_loss/benchmarks.jsonl'
+_H200_WINDOW = 'experiments/results/h200/window_2026-11-28b.jsonl'
 _HF = 'experiments/results/hf_export_cpu.json'
 
 
@@ -248,6 +249,11 @@ SOURCES = {
             'speedup_over_torch_compiled']),
         ('1.64', lambda: _h100('torch_big_bfloat16', 'configs/big.py')['speedup_over_torch']),
         ('50.0%', lambda: 100 * _h100('torch_big_bfloat16', 'configs/big.py')['jax_mfu']),
+    ],
+    '`configs/multi30k.py` end to end': [
+        ('256', lambda: _record(_H200_WINDOW, part='multi30k_e2e')['seconds']),
+        ('41.13', lambda: _record(_H200_WINDOW, part='multi30k_e2e')['result']['test'][
+            'bleu_detokenized']),
     ],
     'One NVIDIA H200': [
         ('37.4 ms', lambda: 1000 * _h200('base_bf16_chunk16')['step_time_s']),

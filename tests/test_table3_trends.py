@@ -24,7 +24,8 @@ def _write_rows(directory, figures: dict, spread: float) -> None:
 def test_the_papers_table_shows_its_own_trends(tmp_path):
   _write_rows(tmp_path, table3.PAPER, spread=0.06)
   rows = trends.load(tmp_path)
-  assert rows['base'] == {'ppl': [4.92 - 0.06, 4.92 + 0.06], 'bleu': [25.8 - 0.06, 25.8 + 0.06]}
+  assert rows['base'] == {'ppl': [4.92 - 0.06, 4.92 + 0.06], 'bleu': [25.8 - 0.06, 25.8 + 0.06],
+                          'change': []}
   results = trends.trends(rows)
   assert len(results) == 8 and all(ok for _, ok in results), results
   assert '8 of the 8 decided trends reproduce' in trends.report(rows)
@@ -66,3 +67,17 @@ def test_curves_hold_each_seeds_dev_perplexities_in_its_groups_panel(tmp_path):
   assert heads.lines[0].get_color() == heads.lines[1].get_color() == 'grey'
   assert [list(line.get_xdata()) for line in last.lines][-1] == [500, 12000]
   assert [t.get_text() for t in heads.get_legend().get_texts()] == ['base', 'A1']
+
+
+def test_the_last_fifth_change_compares_the_end_with_the_evaluation_at_80_percent(tmp_path):
+  # Evaluations every 500 steps to 10000: step 8000 is the last at or before 80%.
+  falling = [(step, 20.0 - step / 1000) for step in range(500, 10001, 500)]  # 12.0 -> 10.0
+  rising = [(500, 9.0), (1000, 8.0), (1500, 8.5), (2000, 8.8)]  # 80% of 2000: step 1500
+  for name, curve in (('D1', rising), ('D1_seed1', falling)):
+    (tmp_path / f'{name}.json').write_text(json.dumps(
+        {'perplexity': curve[-1][1], 'bleu_tokenized': 30.0,
+         'dev_curve': [{'step': s, 'perplexity': p} for s, p in curve]}))
+  rows = trends.load(tmp_path)
+  assert rows['D1']['change'] == pytest.approx([8.8 / 8.5 - 1, 10.0 / 12.0 - 1])
+  # The report shows the seed that moved most: 10 / 12 - 1 = -16.7%.
+  assert '| D1 | 2 | 9.40 (8.80–10.00) | 30.00 (30.00–30.00) | -16.7% |' in trends.report(rows)
