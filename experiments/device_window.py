@@ -12,19 +12,20 @@ OUT/window.jsonl (its name, exit status, wall seconds and the JSON it wrote), th
 go to OUT/table3_regularised.jsonl, and all output goes to OUT/window.log: three files, as a
 device call brings back few. The first line holds the machine and the versions.
 
-Parts, in order (the issue's wants first; what an earlier window measured comes later):
+Parts, in order (the issue's wants first; what an earlier window measured comes later: the
+sweep, unfinished, before the parts one H200 window measured on 2026-11-28):
 
-- multi30k_e2e: `configs/multi30k.py` trained and evaluated on test2016 end to end, its wall
-  time split into preparation, compiling, steps and evaluation (`accelerator_multi30k.py`;
-  needs --manual_dir);
-- profile_multi30k: where `configs/multi30k.py`'s step goes (`profile_step.py`): its step took
-  5.3 ms on an H200 (docs/performance.md), far above what its FLOPs need;
 - table3_regularised: the rows of `table3_multi30k_regularised.py` not yet in
   experiments/results/table3_multi30k_regularised/, base's group of 11 first
   (`transformer_jax.sweep --together=11 --concurrent=3`, its rows in --workdir, so that a
   second call on the same machine resumes them); each finished row's JSON is appended to
   OUT/table3_regularised.jsonl as soon as it is written, and when the part stops, the dev
   curve of each row not finished (needs --manual_dir);
+- multi30k_e2e: `configs/multi30k.py` trained and evaluated on test2016 end to end, its wall
+  time split into preparation, compiling, steps and evaluation (`accelerator_multi30k.py`;
+  needs --manual_dir);
+- profile_multi30k: where `configs/multi30k.py`'s step goes (`profile_step.py`; 4.3 ms of
+  kernels on an H200, docs/performance.md);
 - loop_speed: `configs/multi30k.py`'s training loop against the benchmark, 1, 8 and 32 steps a
   call on the packed single shape (`loop_speed.py`; needs --manual_dir);
 - torch_{base,big}_bfloat16: the paper's step (§5.1, about 25000 + 25000 tokens) in bfloat16,
@@ -83,13 +84,6 @@ def _parts(result: str) -> dict[str, list[str]]:
                                   '--config.dtype=bfloat16', *overrides, '--json',
                                   *(['--steps=2'] if small else [])]
   return {
-      'multi30k_e2e': [py, 'experiments/accelerator_multi30k.py',
-                       f'--out={os.path.dirname(result)}', f'--manual_dir={manual_dir}',
-                       *(['--config=configs/tiny.py', '--override=train.num_train_steps=200']
-                         if small else [])],
-      'profile_multi30k': [py, 'experiments/profile_step.py',
-                           f'--config={base if small else "configs/multi30k.py"}',
-                           f'--json={result}', *(['--steps=1'] if small else [])],
       'table3_regularised': [py, '-m', 'transformer_jax.sweep',
                              '--sweep=experiments/table3_multi30k_regularised.py',
                              f'--workdir={os.path.join(_WORKDIR.value, "table3_regularised")}',
@@ -97,6 +91,13 @@ def _parts(result: str) -> dict[str, list[str]]:
                              f'--concurrent={2 if small else 3}',
                              f'--override=data.manual_dir={manual_dir}',
                              *(_REHEARSAL_SWEEP if small else [])],
+      'multi30k_e2e': [py, 'experiments/accelerator_multi30k.py',
+                       f'--out={os.path.dirname(result)}', f'--manual_dir={manual_dir}',
+                       *(['--config=configs/tiny.py', '--override=train.num_train_steps=200']
+                         if small else [])],
+      'profile_multi30k': [py, 'experiments/profile_step.py',
+                           f'--config={base if small else "configs/multi30k.py"}',
+                           f'--json={result}', *(['--steps=1'] if small else [])],
       'loop_speed': [py, 'experiments/loop_speed.py', f'--manual_dir={manual_dir}',
                      '--ks=1,8,32', f'--steps={64 if small else 1024}',
                      f'--benchmark_steps={32 if small else 512}', '--rounds=1',
