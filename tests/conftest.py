@@ -2,7 +2,8 @@
 session's caches.
 
 The suite runs with 8 CPU devices, so that the sharding tests can build real meshes; every
-other test uses the default (first) device.
+other test uses the default (first) device, and a process a test starts has one device unless
+the test gives it more (`xla_flags`).
 
 Every run of the suite starts from an empty session directory (SESSION_DIR), which this
 process and every process a test starts use as their caches: `XDG_CACHE_HOME` (JAX's
@@ -24,8 +25,11 @@ import sys
 import tempfile
 
 # Before jax and tensorflow_datasets are imported (TFDS reads its default directory then).
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                           ' --xla_force_host_platform_device_count=8').strip()
+# The tests' programs each run a few steps, so compiling them is most of their time: LLVM at
+# optimisation level 0 compiles the same HLO faster, for this process and every process a test
+# starts (they inherit XLA_FLAGS; `xla_flags` gives the ones that need several devices).
+TEST_XLA_FLAGS = '--xla_backend_optimization_level=0'
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + TEST_XLA_FLAGS).strip()
 _OWNS_SESSION_DIR = 'TRANSFORMER_JAX_TEST_SESSION_DIR' not in os.environ
 if _OWNS_SESSION_DIR:
   os.environ['TRANSFORMER_JAX_TEST_SESSION_DIR'] = tempfile.mkdtemp(prefix='transformer_jax_tests_')
@@ -46,6 +50,18 @@ from transformer_jax.model import Transformer
 from transformer_jax.model_config import TransformerConfig
 
 base = config_lib.import_sibling(__file__, '../configs/base')
+
+# 8 CPU devices in this process, for the sharding tests' meshes; the processes a test starts see
+# one unless the test asks for more (`xla_flags`). On 8 CPU devices and 2 cores, XLA sometimes
+# aborts a train step whose gradient all-reduces wait on each other's threads past its
+# rendezvous timeout (tests/README.md), so a command runs on several devices only where its
+# test is about them.
+jax.config.update('jax_num_cpu_devices', 8)
+
+
+def xla_flags(devices: int) -> str:
+  """XLA_FLAGS for a process a test starts on `devices` CPU devices."""
+  return f'{TEST_XLA_FLAGS} --xla_force_host_platform_device_count={devices}'
 
 compilation.use_cache(base.get_config())  # the session's, from XDG_CACHE_HOME
 

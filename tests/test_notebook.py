@@ -10,7 +10,7 @@ import nbclient
 import nbformat
 import pytest
 
-from conftest import SMALL
+from conftest import SMALL, xla_flags
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
 pytestmark = pytest.mark.slow
@@ -65,7 +65,7 @@ def test_parameters_cell_names_what_the_test_replaces():
 
 
 def test_notebook_trains_evaluates_and_resumes(tmp_path, monkeypatch):
-  monkeypatch.setenv('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
+  monkeypatch.setenv('XLA_FLAGS', xla_flags(8))
   monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
   workdir = tmp_path / 'tiny'
 

@@ -15,7 +15,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import REPO, metrics_lines, train_command, train_config, two_process_commands
+from conftest import (REPO, metrics_lines, train_command, train_config, two_process_commands,
+                      xla_flags)
 from transformer_jax import train, workdirs
 from transformer_jax.data import builtin_grammar
 from transformer_jax.translator import Translator
@@ -195,7 +196,7 @@ cli.run(main)
 def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
   workdir = tmp_path / 'run'
   overrides = {**_overrides(tmp_path, 400), 'train.checkpoint_every_steps': 1000}
-  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
+  env = {**os.environ, 'XLA_FLAGS': xla_flags(2)}
   processes = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
                for command in two_process_commands(overrides, workdir)]
@@ -214,7 +215,7 @@ def test_a_data_error_on_process_0_stops_the_other_process_too(tmp_path):
   """Process 0 prepares the data first; when that fails the other process is told and stops
   with an error, instead of waiting for process 0 in a collective that never comes."""
   overrides = {**_overrides(tmp_path, 4), 'data.tokens_per_batch': 48}  # < 4 rows of 16
-  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
+  env = {**os.environ, 'XLA_FLAGS': xla_flags(2)}
   processes = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
                for command in two_process_commands(overrides, tmp_path / 'run')]

@@ -16,7 +16,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import (REPO, metrics_lines, short_run, train_command, train_config,
-                      two_process_commands)
+                      two_process_commands, xla_flags)
 from transformer_jax import metrics_log, train
 from transformer_jax.data import batching
 from transformer_jax.trainer import Trainer
@@ -258,10 +258,10 @@ def test_command_line_errors_name_the_field(tmp_path):
 def test_two_processes_train_like_one_with_all_their_devices(overrides, tmp_path):
   """2 processes x 2 CPU devices (gloo collectives) give the losses of 1 process x 4 devices."""
   short = {**overrides, 'train.num_train_steps': 4, 'train.eval_every_steps': 100}
-  env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=4'}
+  env = {**os.environ, 'XLA_FLAGS': xla_flags(4)}
   subprocess.run(train_command(short, tmp_path / 'one'), cwd=REPO, env=env, check=True,
                  capture_output=True)
-  env['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
+  env['XLA_FLAGS'] = xla_flags(2)
   processes = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
                for command in two_process_commands(short, tmp_path / 'two')]
