@@ -68,8 +68,10 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupt
   # save had reached stays), and the run resumes from step 4 or 8 to the uninterrupted 12.
   workdir = str(tmp_path)
   longer = {**overrides, 'train.num_train_steps': 400, 'train.keep_checkpoints': 100}
+  # On the 8 devices of the uninterrupted run and the resumed one (this process's), so that the
+  # three runs' reductions add up in the same order.
   process = subprocess.Popen(train_command(longer, workdir), cwd=REPO, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
+                             stderr=subprocess.PIPE, env={**os.environ, 'XLA_FLAGS': xla_flags(8)})
   metrics = os.path.join(workdir, 'metrics.jsonl')
   checkpoints = os.path.join(workdir, 'checkpoints')
   deadline = time.time() + 240
