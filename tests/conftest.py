@@ -25,12 +25,12 @@ import sys
 import tempfile
 
 # Before jax and tensorflow_datasets are imported (TFDS reads its default directory then).
-# This process's tests compile many programs and run each for a few steps, so compiling is
-# most of their time: LLVM at optimisation level 0 compiles the same HLO faster (and runs it
-# slower). XLA reads XLA_FLAGS once, when its backend starts (below); the commands that tests
-# start run hundreds of steps and inherit the flags as they were before.
-_XLA_FLAGS = os.environ.get('XLA_FLAGS')
-os.environ['XLA_FLAGS'] = f'{_XLA_FLAGS or ""} --xla_backend_optimization_level=0'.strip()
+# The tests' programs each run a few steps, so compiling them is most of their time: LLVM at
+# optimisation level 0 compiles the same HLO faster. The processes tests start inherit it (and
+# `xla_flags` keeps it), so that a run resumed in this process from a command's checkpoint
+# computes as that command did.
+TEST_XLA_FLAGS = '--xla_backend_optimization_level=0'
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + TEST_XLA_FLAGS).strip()
 _OWNS_SESSION_DIR = 'TRANSFORMER_JAX_TEST_SESSION_DIR' not in os.environ
 if _OWNS_SESSION_DIR:
   os.environ['TRANSFORMER_JAX_TEST_SESSION_DIR'] = tempfile.mkdtemp(prefix='transformer_jax_tests_')
@@ -58,16 +58,12 @@ base = config_lib.import_sibling(__file__, '../configs/base')
 # rendezvous timeout (tests/README.md), so a command runs on several devices only where its
 # test is about them.
 jax.config.update('jax_num_cpu_devices', 8)
-jax.devices()  # the backend starts, reading XLA_FLAGS
-if _XLA_FLAGS is None:
-  del os.environ['XLA_FLAGS']
-else:
-  os.environ['XLA_FLAGS'] = _XLA_FLAGS
 
 
 def xla_flags(devices: int) -> str:
   """XLA_FLAGS for a process a test starts on `devices` CPU devices."""
-  return f'{_XLA_FLAGS or ""} --xla_force_host_platform_device_count={devices}'.strip()
+  return f'{TEST_XLA_FLAGS} --xla_force_host_platform_device_count={devices}'
+
 
 compilation.use_cache(base.get_config())  # the session's, from XDG_CACHE_HOME
 
