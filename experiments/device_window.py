@@ -67,7 +67,7 @@ _REGULARISED = 'experiments/results/table3_multi30k_regularised'
 _REHEARSAL_SWEEP = ['--rows=base,base_seed1', '--override=data.tokens_per_batch=512',
                     '--override=train.num_train_steps=100']
 # The most seconds a part may take, where the parts after it need the window too: the end to end
-# run's target is 5 minutes (issue 62), the profile is a few steps.
+# run's target is 5 minutes, the profile is a few steps.
 _CAPS = {'multi30k_e2e': 330, 'profile_multi30k': 150}
 
 

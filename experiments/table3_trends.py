@@ -68,25 +68,27 @@ def _finished_seeds(directory: str) -> Iterator[tuple[str, dict]]:
         yield match.group(1), json.load(f)
 
 
-def last_fifth_change(curve: list[tuple[int, float]]) -> float:
+def last_fifth_change(curve: list[tuple[int, float]]) -> float | None:
   """Dev perplexity at the end over dev perplexity at the last evaluation at or before 80%
-  of the steps, minus 1: negative while it still falls, positive once the row overfits."""
+  of the steps, minus 1: negative while it still falls, positive once the row overfits; None
+  when no evaluation came that early (a curve of the last step alone)."""
   end_step, end = curve[-1]
   before = [perplexity for step, perplexity in curve if step <= 0.8 * end_step]
-  return end / before[-1] - 1
+  return end / before[-1] - 1 if before else None
 
 
 def load(directory: str) -> dict[str, dict[str, list[float]]]:
   """{row: {'ppl': [...], 'bleu': [...], 'change': [...]}}, one entry per finished seed
-  ('change': `last_fifth_change`, for the seeds whose file has a dev curve)."""
+  ('change': `last_fifth_change`, for the seeds whose dev curve gives one)."""
   rows = {}
   for row, result in _finished_seeds(directory):
     figures = rows.setdefault(row, {'ppl': [], 'bleu': [], 'change': []})
     figures['ppl'].append(result['perplexity'])
     figures['bleu'].append(result['bleu_tokenized'])
     if result.get('dev_curve'):
-      figures['change'].append(last_fifth_change(
-          [(r['step'], r['perplexity']) for r in result['dev_curve']]))
+      change = last_fifth_change([(r['step'], r['perplexity']) for r in result['dev_curve']])
+      if change is not None:
+        figures['change'].append(change)
   return rows
 
 

@@ -77,7 +77,10 @@ def test_the_last_fifth_change_compares_the_end_with_the_evaluation_at_80_percen
     (tmp_path / f'{name}.json').write_text(json.dumps(
         {'perplexity': curve[-1][1], 'bleu_tokenized': 30.0,
          'dev_curve': [{'step': s, 'perplexity': p} for s, p in curve]}))
+  (tmp_path / 'D2.json').write_text(json.dumps(  # evaluated at its last step only
+      {'perplexity': 7.0, 'bleu_tokenized': 30.0, 'dev_curve': [{'step': 20, 'perplexity': 7.0}]}))
   rows = trends.load(tmp_path)
   assert rows['D1']['change'] == pytest.approx([8.8 / 8.5 - 1, 10.0 / 12.0 - 1])
+  assert rows['D2']['change'] == [] and '| D2 | 1 | 7.00 | 30.00 | – |' in trends.report(rows)
   # The report shows the seed that moved most: 10 / 12 - 1 = -16.7%.
   assert '| D1 | 2 | 9.40 (8.80–10.00) | 30.00 (30.00–30.00) | -16.7% |' in trends.report(rows)
