@@ -98,6 +98,17 @@ def random_tokens(rng: np.random.Generator, shape, vocab_size: int, lengths=None
   return tokens.astype(np.int32)
 
 
+def pytest_collection_modifyitems(items):
+  """Modules with an end-to-end (`slow`) test first, each module's tests together and in their
+  order. On two workers (`-n 2`, `--dist loadgroup` without reordering, pyproject.toml) the long
+  runs then start first and the unit tests fill in at the end, so that the workers finish
+  together; a module marked `xdist_group` (one whose module-scoped fixture trains a run,
+  prepares a dataset or installs the wheel) goes to one worker whole, so that the fixture is
+  made once."""
+  slow = {item.module.__name__ for item in items if item.get_closest_marker('slow')}
+  items.sort(key=lambda item: item.module.__name__ not in slow)
+
+
 def pytest_unconfigure(config):
   if _OWNS_SESSION_DIR:
     shutil.rmtree(SESSION_DIR, ignore_errors=True)

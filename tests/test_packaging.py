@@ -14,7 +14,8 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.slow
+# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('packaging')]
 
 
 def _run(command: list, cwd: pathlib.Path, env: dict) -> subprocess.CompletedProcess:

@@ -21,6 +21,9 @@ from transformer_jax import metrics_log, train
 from transformer_jax.data import batching
 from transformer_jax.trainer import Trainer
 
+# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
+pytestmark = pytest.mark.xdist_group('train')
+
 # End-to-end: trains models and runs commands. The fast tier (`pytest -m "not slow"`) keeps
 # one of them, the short run, as its smoke test of the whole training command.
 

@@ -15,7 +15,8 @@ from conftest import assert_trained_alike, metrics_lines, short_run, train_confi
 from transformer_jax import checkpointing, metrics_log, train
 from transformer_jax.trainer import Trainer
 
-pytestmark = pytest.mark.slow
+# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('train_together')]
 
 STEPS = 12
 # Two runs differing in the seed, the dropout rate and label smoothing.

@@ -22,7 +22,8 @@ from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
 from transformer_jax.translator import Translator
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
-pytestmark = pytest.mark.slow
+# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('translate')]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENCES = ['the man sees a dog .', '', 'a small cat sleeps .', 'the dogs run .']

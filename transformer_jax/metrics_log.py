@@ -9,10 +9,26 @@ by a crash (a full disk) is cut off before the resumed run appends.
 import contextlib
 import json
 import os
+import sys
 from typing import Iterator
 
 import jax
-import tensorboardX
+
+
+def _tensorboardx():
+  """tensorboardX, imported without PyTorch where this process has not imported it already:
+  tensorboardX imports PyTorch when it is installed (the `hf` extra installs it) only to accept
+  torch tensors, which this package never logs, and that import would slow every training
+  command's start by seconds."""
+  if 'torch' in sys.modules:
+    import tensorboardX
+    return tensorboardX
+  sys.modules['torch'] = None  # `import torch` raises ImportError while tensorboardX loads
+  try:
+    import tensorboardX
+  finally:
+    del sys.modules['torch']
+  return tensorboardX
 
 
 class MetricsLog:
@@ -23,7 +39,7 @@ class MetricsLog:
       path = os.path.join(workdir, 'metrics.jsonl')
       _cut_partial_line(path)
       self._jsonl = open(path, 'a')
-      self._tensorboard = tensorboardX.SummaryWriter(os.path.join(workdir, 'tensorboard'))
+      self._tensorboard = _tensorboardx().SummaryWriter(os.path.join(workdir, 'tensorboard'))
 
   def write(self, step: int, split: str, metrics: dict[str, float | str]) -> None:
     """Records `metrics` of `split` ('train', 'validation', 'compile', 'data') at `step`;

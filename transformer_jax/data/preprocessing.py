@@ -9,8 +9,6 @@
   lowercase, so only lowercased BLEU compares them with raw references.
 """
 
-import sacremoses
-
 CHOICES = ('none', 'lowercase_moses')
 
 
@@ -21,9 +19,11 @@ class Preprocessing:
     if kind not in CHOICES:
       raise ValueError(f'config.data.preprocessing must be one of {CHOICES}, got {kind!r}')
     self.kind = kind
-    self._tokenizers = {lang: sacremoses.MosesTokenizer(lang=lang)
-                        for lang in (source_lang, target_lang)}
-    self._detokenizer = sacremoses.MosesDetokenizer(lang=target_lang)
+    if kind == 'lowercase_moses':
+      import sacremoses  # here, not at the top: its import is slow and only this option needs it
+      self._tokenizers = {lang: sacremoses.MosesTokenizer(lang=lang)
+                          for lang in (source_lang, target_lang)}
+      self._detokenizer = sacremoses.MosesDetokenizer(lang=target_lang)
     self._source_lang, self._target_lang = source_lang, target_lang
 
   @property
