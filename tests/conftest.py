@@ -98,15 +98,36 @@ def random_tokens(rng: np.random.Generator, shape, vocab_size: int, lengths=None
   return tokens.astype(np.int32)
 
 
+# The modules whose module-scoped fixtures (or cached runs) train, prepare a dataset or install
+# the wheel: on two workers (`-n 2`) each goes to one worker whole, so that they are made once.
+WHOLE_MODULES = frozenset(f'tests/test_{name}.py' for name in (
+    'datasets', 'export', 'packaging', 'pipeline', 'rows', 'train', 'train_together',
+    'translate', 'visualize'))
+
+
 def pytest_collection_modifyitems(items):
   """Modules with an end-to-end (`slow`) test first, each module's tests together and in their
-  order. On two workers (`-n 2`, `--dist loadgroup` without reordering, pyproject.toml) the long
-  runs then start first and the unit tests fill in at the end, so that the workers finish
-  together; a module marked `xdist_group` (one whose module-scoped fixture trains a run,
-  prepares a dataset or installs the wheel) goes to one worker whole, so that the fixture is
-  made once."""
+  order: on two workers the long runs start first and the unit tests fill in at the end, so
+  that the workers finish together."""
   slow = {item.module.__name__ for item in items if item.get_closest_marker('slow')}
   items.sort(key=lambda item: item.module.__name__ not in slow)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+  """pytest-xdist's scheduler by scope, in the order collected (`--no-loadscope-reorder`,
+  pyproject.toml): a module of WHOLE_MODULES is one scope, every other test a scope of its own.
+  (xdist's own `xdist_group` marks do not group under pytest 9.2, whose node ids they cannot
+  rename.)"""
+  from xdist.scheduler import LoadScopeScheduling
+
+  class Scheduling(LoadScopeScheduling):
+
+    def _split_scope(self, nodeid: str) -> str:
+      module = nodeid.split('::')[0]
+      return module if module in WHOLE_MODULES else nodeid
+
+  return Scheduling(config, log)
 
 
 def pytest_unconfigure(config):

@@ -17,9 +17,6 @@ import tensorflow_datasets as tfds
 from transformer_jax import config_lib
 from transformer_jax.data import builtin_grammar, datasets
 
-# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
-pytestmark = pytest.mark.xdist_group('datasets')
-
 base = config_lib.import_sibling(__file__, '../configs/base')
 
 # The raw Multi30k task 1 files, next to the repository (shared/data/multi30k/).

@@ -30,9 +30,6 @@ from transformer_jax.model import Transformer
 from transformer_jax.model_config import PAD_ID, TransformerConfig
 from transformer_jax.translator import Translator
 
-# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
-pytestmark = pytest.mark.xdist_group('export')
-
 
 def small_config(**changes) -> TransformerConfig:
   return TransformerConfig(**{**dict(vocab_size=40, num_layers=2, d_model=16, d_ff=24,

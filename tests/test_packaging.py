@@ -14,8 +14,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
-# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('packaging')]
+pytestmark = pytest.mark.slow
 
 
 def _run(command: list, cwd: pathlib.Path, env: dict) -> subprocess.CompletedProcess:

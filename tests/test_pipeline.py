@@ -13,9 +13,6 @@ import pytest
 from transformer_jax import config_lib
 from transformer_jax.data import batching, builtin_grammar, pipeline, token_store, tokenizer
 
-# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
-pytestmark = pytest.mark.xdist_group('pipeline')
-
 tiny = config_lib.import_sibling(__file__, '../configs/tiny')
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

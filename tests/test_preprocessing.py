@@ -5,9 +5,10 @@ import gzip
 
 import pytest
 
+from conftest import CORPUS
 from test_datasets import MULTI30K_DIR
 from transformer_jax import config_lib
-from transformer_jax.data import builtin_grammar, pipeline, preprocessing, tokenizer
+from transformer_jax.data import pipeline, preprocessing, tokenizer
 
 tiny = config_lib.import_sibling(__file__, '../configs/tiny')
 
@@ -56,14 +57,20 @@ def test_unknown_choice_names_the_field():
 
 @pytest.mark.slow
 def test_the_vocabulary_and_batches_are_built_from_preprocessed_text(tmp_path):
+  # On the session's corpus (conftest.py): its text files, cased and punctuated.
   config = tiny.get_config()
-  config.data.preprocessing = 'lowercase_moses'
+  config.update_from_flattened_dict({**CORPUS, 'data.vocab_size': 256,
+                                     'data.preprocessing': 'lowercase_moses'})
   data = pipeline.load(config, str(tmp_path / 'workdir'))
   pieces = [data.tokenizer.id_to_piece(i) for i in range(data.tokenizer.vocab_size())]
   assert not any(piece != piece.lower() for piece in pieces)
   moses = preprocessing.from_config(config.data)
-  expected = {moses.pair(source, target)
-              for source, target in builtin_grammar.splits(seed=0)['validation']}
+  sides = []
+  for lang in ('en', 'de'):
+    with open(config.data.validation_files.format(lang=lang), encoding='utf-8') as f:
+      sides.append(f.read().splitlines())
+  assert any(line != line.lower() for line in sides[0])
+  expected = {moses.pair(source, target) for source, target in zip(*sides)}
   decoded = {(tokenizer.decode(data.tokenizer, source), tokenizer.decode(data.tokenizer, target))
              for batch in data.eval_batches('validation')
              for source, target in zip(batch['inputs'], batch['targets']) if source.any()}

@@ -1,6 +1,8 @@
 """Runs trained together as one program (transformer_jax/rows.py): each row is its run trained
 alone on the same batches; runs that cannot share a program are refused by name."""
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -29,12 +31,18 @@ def _batch(seed: int) -> dict:
           'decoder_inputs': np.pad(targets[:, :-1], ((0, 0), (1, 0)))}
 
 
-def _alone(config, batches):
-  """Each step's metrics and the final state of `config` trained by itself."""
+BATCHES = [_batch(seed) for seed in range(20)]
+
+
+@functools.cache
+def _alone(row: int):
+  """Each step's metrics and the final state of RUNS[row] trained by itself on BATCHES, with
+  the logits whole (train.loss_chunk 0): the reference of every group below."""
+  config = train_config(**MESH, **RUNS[row], **{'train.loss_chunk': 0})
   model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()))
   trainer = Trainer(model)
   state, history = trainer.init_state(), []
-  for batch in batches:
+  for batch in BATCHES:
     state, metrics = trainer.train_step(state, model.put_batch(batch))
     history.append(jax.device_get(metrics))
   return history, jax.device_get(state)
@@ -45,25 +53,26 @@ def _alone(config, batches):
 def test_each_row_is_its_run_trained_alone_on_the_same_batches(loss_chunk):
   # 20 steps on a mesh that splits rows, the embedding width and the vocabulary: 12 steps one
   # a call, then 8 as two calls of 4 (`train_steps`). Every row's metrics at every step, and
-  # its parameters, optimizer state, step and dropout key after them, are its run's alone.
+  # its parameters, optimizer state, step and dropout key after them, are its run's alone
+  # with the logits whole, whether the group's loss takes them whole or in chunks of 4 target
+  # positions (the fused loss).
   configs = [train_config(**MESH, **run, **{'train.loss_chunk': loss_chunk}) for run in RUNS]
-  batches = [_batch(seed) for seed in range(20)]
   model = ShardedModel(configs[0], partitioning.make_mesh(configs[0], jax.devices()))
   trainer = rows.RowsTrainer(model, configs)
   assert set(trainer.hyper) == {'model.dropout_rate', 'model.attention_dropout_rate',
                                 'train.label_smoothing', 'train.lr_scale', 'train.warmup_steps'}
   state, together = trainer.init_state(), []
-  for batch in batches[:12]:
+  for batch in BATCHES[:12]:
     state, metrics = trainer.train_step(state, model.put_batch(batch))
     together.append(jax.device_get(metrics))
-  for call in (batches[12:16], batches[16:]):
+  for call in (BATCHES[12:16], BATCHES[16:]):
     state, metrics = trainer.train_steps(state, model.put_batches(call))
     metrics = jax.device_get(metrics)
     together += [{name: values[i] for name, values in metrics.items()} for i in range(4)]
   state = jax.device_get(state)
   losses = set()
-  for row, config in enumerate(configs):
-    history, alone = _alone(config, batches)
+  for row in range(len(RUNS)):
+    history, alone = _alone(row)
     for step, (want, got) in enumerate(zip(history, together)):
       for name, value in want.items():
         np.testing.assert_allclose(got[name][row], value, rtol=1e-4,

@@ -21,9 +21,6 @@ from transformer_jax import metrics_log, train
 from transformer_jax.data import batching
 from transformer_jax.trainer import Trainer
 
-# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
-pytestmark = pytest.mark.xdist_group('train')
-
 # End-to-end: trains models and runs commands. The fast tier (`pytest -m "not slow"`) keeps
 # one of them, the short run, as its smoke test of the whole training command.
 
@@ -119,8 +116,10 @@ def _feed_threads() -> list[str]:
 @pytest.fixture(scope='module')
 def packed(overrides) -> dict:
   """`overrides` with every training batch of one shape (packed rows of max_length), so that
-  steps can be stacked into one call, logged every 4 steps."""
-  return {**overrides, 'data.pack_length': 16, 'train.log_every_steps': 4}
+  steps can be stacked into one call, logged every 4 steps; the dev evaluation without BLEU
+  (its loss is compared)."""
+  return {**overrides, 'data.pack_length': 16, 'train.log_every_steps': 4,
+          'train.eval_bleu': False}
 
 
 def _params(workdir, step: int):
@@ -262,7 +261,8 @@ def test_command_line_errors_name_the_field(tmp_path):
 @pytest.mark.slow
 def test_two_processes_train_like_one_with_all_their_devices(overrides, tmp_path):
   """2 processes x 2 CPU devices (gloo collectives) give the losses of 1 process x 4 devices."""
-  short = {**overrides, 'train.num_train_steps': 4, 'train.eval_every_steps': 100}
+  short = {**overrides, 'train.num_train_steps': 4, 'train.eval_every_steps': 100,
+           'train.eval_bleu': False}  # losses compared; decoding on 2 processes: test_translate
   env = {**os.environ, 'XLA_FLAGS': xla_flags(4)}
   subprocess.run(train_command(short, tmp_path / 'one'), cwd=REPO, env=env, check=True,
                  capture_output=True)

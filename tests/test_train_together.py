@@ -15,8 +15,7 @@ from conftest import assert_trained_alike, metrics_lines, short_run, train_confi
 from transformer_jax import checkpointing, metrics_log, train
 from transformer_jax.trainer import Trainer
 
-# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('train_together')]
+pytestmark = pytest.mark.slow
 
 STEPS = 12
 # Two runs differing in the seed, the dropout rate and label smoothing.

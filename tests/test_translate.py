@@ -16,14 +16,13 @@ import orbax.checkpoint as ocp
 import pytest
 import sacrebleu
 
-from conftest import text_of_max_length, train_command, write_corpus
+from conftest import text_of_max_length, train_command, write_corpus, xla_flags
 from transformer_jax import bleu, checkpointing, decoding, evaluate, translate
 from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
 from transformer_jax.translator import Translator
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
-# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('translate')]
+pytestmark = pytest.mark.slow
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENCES = ['the man sees a dog .', '', 'a small cat sleeps .', 'the dogs run .']
@@ -360,8 +359,7 @@ def test_input_lines_end_at_newlines_only(data, expected):
 
 
 _TWO_PROCESS_TRANSLATION = '''
-import json, os, sys
-os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=2'
+import json, sys
 import jax, numpy as np
 process, port, workdir, sentences = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 jax.config.update('jax_cpu_collectives_implementation', 'gloo')
@@ -395,7 +393,9 @@ def test_translations_over_two_processes_follow_the_input_order(workdir, tmp_pat
     port = probe.getsockname()[1]
   processes = [subprocess.Popen([sys.executable, str(script), str(i), str(port), workdir,
                                  *sentences], cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for i in range(2)]
+                                stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, 'XLA_FLAGS': xla_flags(2)})
+               for i in range(2)]
   results = [process.communicate(timeout=600) for process in processes]
   for process, (_, stderr) in zip(processes, results):
     assert process.returncode == 0, stderr[-3000:]

@@ -17,9 +17,6 @@ from transformer_jax import train, visualize
 from transformer_jax.model import Transformer
 from transformer_jax.translator import Translator
 
-# One worker runs the whole module (conftest.py): its module-scoped fixtures are made once.
-pytestmark = pytest.mark.xdist_group('visualize')
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

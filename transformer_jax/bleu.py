@@ -21,7 +21,6 @@ import re
 from typing import Sequence
 
 import sacrebleu
-import sacremoses
 
 _COMPOUND = re.compile(r'(\S)-(\S)')
 
@@ -34,6 +33,7 @@ def compound_split(text: str) -> str:
 
 def _variants(texts: Sequence[str], lang: str) -> dict:
   """Moses tokens of `texts` (once), in the three forms the tokenized figures score."""
+  import sacremoses  # here, not at the top: its import is slow and only a score needs it
   tokenizer = sacremoses.MosesTokenizer(lang=lang)
   unsplit = [tokenizer.tokenize(text, return_str=True) for text in texts]
   split = [compound_split(text) for text in unsplit]
