@@ -223,7 +223,8 @@ def run(tmp_path_factory) -> str:
       'model.num_layers': 2, 'model.d_model': 64, 'model.d_ff': 128, 'model.num_heads': 4,
       'model.d_k': 16, 'model.d_v': 16, 'train.warmup_steps': 200, 'train.num_train_steps': 300,
       'train.checkpoint_every_steps': 150, 'train.keep_checkpoints': 2,
-      'train.eval_every_steps': 10**6, 'train.eval_bleu': False, 'train.log_every_steps': 100,
+      'train.eval_every_steps': 10**6, 'train.num_eval_steps': 1, 'train.eval_bleu': False,
+      'train.log_every_steps': 100,
       'decode.average_last': 2}, workdir), capture_output=True, text=True,
       env={**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1'})
   assert trained.returncode == 0, trained.stderr[-3000:]

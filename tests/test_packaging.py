@@ -12,6 +12,8 @@ import zipfile
 
 import pytest
 
+from conftest import CORPUS
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow
@@ -81,9 +83,11 @@ def test_installed_commands_run_from_any_directory(installed, tmp_path):
                          tmp_path, env).stdout)
   assert 0 < c2['params_non_embedding'] < base['params_non_embedding']  # C2: N = 4, not 6
 
-  # A few training steps, the config given by a path relative to the working directory.
+  # A few training steps, the config given by a path relative to the working directory, on
+  # the session's corpus (conftest.py).
   tiny = os.path.relpath(REPO / 'configs' / 'tiny.py', tmp_path)
   _run([python, '-m', 'transformer_jax.train', f'--config={tiny}', '--workdir=run',
+        *(f'--config.{name}={value}' for name, value in CORPUS.items()),
         '--config.data.vocab_size=200',
         '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
         '--config.model.d_k=8', '--config.model.d_v=8', '--config.train.num_train_steps=3',
