@@ -32,6 +32,7 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from transformer_jax import provenance
 from transformer_jax.data import builtin_grammar, datasets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,14 +169,8 @@ def main(argv):
     rows.append(_measure(size, _SCRATCH.value, base))
     rows.sort(key=lambda row: row['pairs'])
     with open(_RESULTS.value, 'w') as f:
-      json.dump({'cpu': _cpu(), 'cores': os.cpu_count(), 'rows': rows}, f, indent=1)
+      json.dump({'provenance': provenance.record(), 'rows': rows}, f, indent=1)
   plot(rows, os.path.splitext(_RESULTS.value)[0] + '.png')
-
-
-def _cpu() -> str:
-  with open('/proc/cpuinfo') as f:
-    return next((line.split(':', 1)[1].strip() for line in f if line.startswith('model name')),
-                'unknown')
 
 
 if __name__ == '__main__':

@@ -21,13 +21,14 @@ vocabulary in a new workdir; the compilation cache is the user's.
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 
 from absl import app, flags
+
+from transformer_jax import provenance
 
 from transformer_jax import config_lib
 
@@ -109,14 +110,6 @@ def _measure(variant: str, scratch: str) -> float:
 _DEVICE = []  # the device kind, as the benchmark reports it
 
 
-def _cpu_model() -> str:
-  try:
-    with open('/proc/cpuinfo') as f:
-      return next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
-  except (OSError, StopIteration):
-    return platform.processor() or platform.machine()
-
-
 def main(argv):
   del argv
   for k in [_LOG_EVERY, *map(int, _KS.value)]:
@@ -144,7 +137,7 @@ def main(argv):
     ratios['before'] = median['loop before'] / median['benchmark K=1']
   rows, length = _shape()
   result = {
-      'machine': {'processor': _cpu_model(), 'cpus': os.cpu_count(), 'device': _DEVICE[0]},
+      'provenance': provenance.record(_DEVICE[0]),
       'config': _CONFIG.value, 'batch': f'{rows} x {length} (packed)', 'steps': _STEPS.value,
       'steps_per_second_rounds': rounds,
       'steps_per_second_median': median,

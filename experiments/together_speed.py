@@ -15,7 +15,6 @@ time of the commands (data, vocabulary, compiling and steps included) and the st
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import time
 from absl import app, flags
 
 import multi30k_raw  # experiments/, the script's own directory
+from transformer_jax import provenance
 
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
                                   'once, multi30k_raw.py).')
@@ -85,11 +85,8 @@ def main(argv):
       figures[name] = variant(scratch)
     print(name, json.dumps(figures[name]), flush=True)
   rows = len(_ROWS.value)
-  with open('/proc/cpuinfo') as f:
-    processor = next((line.split(':', 1)[1].strip() for line in f
-                      if line.startswith('model name')), platform.processor())
   result = {
-      'machine': {'processor': processor, 'cpus': os.cpu_count()},
+      'provenance': provenance.record(),
       'sweep': _SWEEP.value, 'rows': _ROWS.value, 'steps': _STEPS.value, **figures,
       'rows_per_hour': {name: rows * 3600 / f['wall_seconds'] for name, f in figures.items()},
       'together_over_apart': {

@@ -15,7 +15,7 @@ from flax import traverse_util
 import jax
 import pytest
 
-from transformer_jax import config_lib
+from transformer_jax import config_lib, provenance
 from transformer_jax import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,8 +72,9 @@ def test_rows_run_are_tabulated_and_skipped_when_done(tmp_path):
   assert wide['model']['dropout_rate'] == 0.2 and wide['overrides'] == ['model.dropout_rate=0.2']
   assert wide['split'] == 'validation' and wide['checkpoint_steps'] == [20]
   assert wide['perplexity'] > 1 and 0 <= wide['bleu_tokenized'] <= 100
-  assert wide['versions']['device'] == jax.devices()[0].device_kind
-  assert wide['versions']['processor']
+  assert wide['provenance']['machine']['device'] == jax.devices()[0].device_kind
+  assert wide['provenance']['machine']['processor']
+  assert wide['provenance']['commit'] == provenance.commit()
   with open(workdir / 'wide' / 'metrics.jsonl') as f:
     logged = [json.loads(line) for line in f]
   assert wide['dev_curve'] == [{'step': r['step'], 'perplexity': r['perplexity']}

@@ -40,8 +40,9 @@ slots: on a CPU each slot is pinned to its own K-th of the cores (K at most the 
 cores); on a GPU or TPU the K processes share the device, each allowed 0.9 / K of its memory
 (XLA_PYTHON_CLIENT_MEM_FRACTION) instead of JAX's default 0.75 (which a second process would not
 find). The sweep itself never starts a backend: a child process reports the platform. A row's
-JSON records the concurrency it ran under (`train_seconds` compare only at equal K). If a row
-fails, the rows running finish and no new one starts.
+JSON records the concurrency it ran under (`train_seconds` compare only at equal K) and its
+provenance (`provenance.record`: the commit, package versions and machine). If a row fails,
+the rows running finish and no new one starts.
 """
 
 from concurrent import futures
@@ -49,10 +50,8 @@ import contextlib
 import csv
 import dataclasses
 import io
-from importlib import metadata
 import json
 import os
-import platform
 import queue
 import signal
 import subprocess
@@ -65,22 +64,13 @@ from typing import Any, Iterator
 from absl import flags
 from ml_collections import config_flags
 
-from transformer_jax import atomic, checkpointing, cli, config_lib, metrics_log
+from transformer_jax import atomic, checkpointing, cli, config_lib, metrics_log, provenance
 from transformer_jax.rows import check_together
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
 EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_last=1')
 # How often a training run's time so far is saved (see `_run`).
 SAVE_SECONDS_EVERY = 30.0
-
-
-def _processor() -> str:
-  """The CPU's model name (Linux), else what `platform` knows."""
-  try:
-    with open('/proc/cpuinfo') as f:
-      return next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
-  except (OSError, StopIteration):
-    return platform.processor()
 
 
 _PROBE = ('import json, jax; '
@@ -94,13 +84,6 @@ def _platform() -> tuple[str, str]:
                           text=True, env=dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE='false'))
   backend, kind = json.loads(output.stdout.strip().splitlines()[-1])
   return backend, kind
-
-
-def _versions(device_kind: str) -> dict:
-  """Package versions and the machine a row ran on: training times compare only on one."""
-  return {'python': platform.python_version(), 'device': device_kind,
-          'processor': _processor(),
-          **{name: metadata.version(name) for name in ('jax', 'flax', 'optax', 'sacrebleu')}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,7 +267,7 @@ def _evaluated(row: str, workdir: str, train_seconds: float, log_path: str,
           'concurrent': {'rows': concurrent, 'cores': slot.cores},
           # Rows trained as one program see the first one's batches (data.shuffle_seed).
           'together': {'rows': together, 'shuffle_seed': config['data'].get('shuffle_seed')},
-          'versions': _versions(device_kind)}
+          'provenance': provenance.record(device_kind)}
 
 
 def groups(sweep: Any, rows: list[str], overrides: list[str], together: int) -> list[list[str]]:
