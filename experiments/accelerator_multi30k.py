@@ -35,6 +35,8 @@ import time
 
 from absl import app, flags
 
+from transformer_jax import provenance
+
 _OUT = flags.DEFINE_string('out', None, 'Where the figures go.', required=True)
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file to train.')
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, 'config.data.manual_dir.')
@@ -120,13 +122,14 @@ def main(argv):
   del argv
   os.makedirs(_OUT.value, exist_ok=True)
   deadline = time.perf_counter() + 60 * _DEADLINE.value
-  figures = _train_and_evaluate(tempfile.mkdtemp())
+  origin = provenance.record()
+  figures = {**_train_and_evaluate(tempfile.mkdtemp()), 'provenance': origin}
   with open(os.path.join(_OUT.value, 'train_evaluate.json'), 'w') as f:
     json.dump(figures, f, indent=2)
   print(json.dumps(figures['train_seconds']), flush=True)
   if _SWEEP.value:
     os.makedirs(_RESULTS.value, exist_ok=True)
-    swept = _sweep(deadline)
+    swept = {**_sweep(deadline), 'provenance': origin}
     with open(os.path.join(_OUT.value, 'sweep.json'), 'w') as f:
       json.dump(swept, f, indent=2)
     print(json.dumps(swept), flush=True)

@@ -21,7 +21,6 @@ seconds of each round, their medians, the speed-up (before / this) and the machi
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -29,6 +28,7 @@ import time
 from absl import app, flags
 import numpy as np
 
+from transformer_jax import provenance
 from transformer_jax.data import batching
 
 _PAIRS = flags.DEFINE_integer('pairs', 4_500_000, 'Training pairs.')
@@ -108,7 +108,7 @@ def main(argv):
       'median_source_length': _MEDIAN.value, 'batches': len(plan),
       'rows': sum(len(indices) for _, indices in plan), 'seconds': seconds,
       'median_seconds': medians,
-      'machine': {'processor': platform.processor(), 'cpu_count': os.cpu_count()}}
+      'provenance': provenance.record()}
   if 'before' in medians:
     result['speedup'] = medians['before'] / medians['this']
   print(f'{_PAIRS.value} pairs, {len(plan)} packed batches of {length}-token rows: '

@@ -26,6 +26,8 @@ import time
 from absl import app, flags
 import numpy as np
 
+from transformer_jax import provenance
+
 _CONFIG = flags.DEFINE_string('config', 'configs/tiny.py', 'The config file to train.')
 _BEFORE = flags.DEFINE_string('before', None, 'A checkout of the code to compare with.')
 _UNTIL = flags.DEFINE_integer('until', 200, 'The step to time the run to.')
@@ -103,7 +105,8 @@ def main(argv):
   if _JSON.value:
     with open(_JSON.value, 'w') as f:
       json.dump({'config': _CONFIG.value, 'overrides': _OVERRIDE.value, 'until': _UNTIL.value,
-                 'cpu_count': os.cpu_count(), 'runs': runs, 'means': summary}, f, indent=2)
+                 'provenance': provenance.record(), 'runs': runs, 'means': summary}, f,
+                indent=2)
 
 
 if __name__ == '__main__':

@@ -13,8 +13,6 @@ decoder's output ids (JSON), to compare two versions of the code.
 """
 
 import json
-import os
-import platform
 import sys
 import time
 
@@ -22,6 +20,7 @@ from absl import app, flags, logging
 import jax
 import numpy as np
 
+from transformer_jax import provenance
 from transformer_jax.data import datasets
 from transformer_jax.translator import Translator
 
@@ -49,9 +48,8 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   figures = {'split': _SPLIT.value, 'beam_size': _BEAM_SIZE.value, 'alpha': _ALPHA.value,
-             'batch_size': _BATCH_SIZE.value, 'device': str(jax.devices()[0].device_kind),
-             'jax': jax.__version__, 'machine': platform.processor() or platform.machine(),
-             'cpu_count': os.cpu_count()}
+             'batch_size': _BATCH_SIZE.value,
+             'provenance': provenance.record(jax.devices()[0].device_kind)}
   results = {}
   for cached in (True, False) if _UNCACHED.value else (True,):
     translator = Translator(_WORKDIR.value, beam_size=_BEAM_SIZE.value,

@@ -43,7 +43,6 @@ Rehearse on a CPU first (`--parts` picks parts; the figures there mean nothing).
 
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -52,6 +51,8 @@ import threading
 import time
 
 from absl import app, flags
+
+from transformer_jax import provenance
 
 _OUT = flags.DEFINE_string('out', None, 'Where window.jsonl and window.log go.', required=True)
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (loop_speed).")
@@ -174,18 +175,6 @@ class _Collector:
                             'dev_curve': curve}) + '\n')
 
 
-def _versions() -> dict:
-  import jax
-  versions = {'python': platform.python_version(), 'jax': jax.__version__,
-              'devices': [d.device_kind for d in jax.devices()]}
-  for name in ('jaxlib', 'flax', 'optax', 'torch'):
-    try:
-      versions[name] = __import__(name).__version__
-    except ImportError:
-      versions[name] = None
-  return versions
-
-
 def main(argv):
   del argv
   deadline = time.monotonic() + 60 * _MINUTES.value
@@ -197,7 +186,8 @@ def main(argv):
     window.write(json.dumps(line) + '\n')
     window.flush()
 
-  record({'part': 'machine', 'date': time.strftime('%Y-%m-%d %H:%M:%S'), **_versions()})
+  record({'part': 'machine', 'date': time.strftime('%Y-%m-%d %H:%M:%S'),
+          'provenance': provenance.record()})
   result = os.path.join(tempfile.mkdtemp(), 'result.json')
   parts = _parts(result)
   # The file each part writes its figures to, where that is not `result`.

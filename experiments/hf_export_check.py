@@ -25,7 +25,6 @@ difference can be read off. For beam search, transformers also decodes the split
 
 import json
 import os
-import platform
 import tempfile
 import time
 
@@ -35,7 +34,7 @@ import numpy as np
 import torch
 import transformers
 
-from transformer_jax import decoding, export, search
+from transformer_jax import decoding, export, provenance, search
 from transformer_jax.data import datasets
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.model_config import PAD_ID
@@ -186,10 +185,9 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   torch.set_num_threads(os.cpu_count())
   figures = {'workdir': _WORKDIR.value, 'split': _SPLIT.value, 'batch_size': _BATCH_SIZE.value,
-             'device': str(jax.devices()[0].device_kind),
-             'machine': platform.processor() or platform.machine(),
-             'cpu_count': os.cpu_count(), 'jax': jax.__version__, 'torch': torch.__version__,
-             'transformers': transformers.__version__, 'results': []}
+             'provenance': provenance.record(jax.devices()[0].device_kind),
+             'torch': torch.__version__, 'transformers': transformers.__version__,
+             'results': []}
   with tempfile.TemporaryDirectory() as directory:
     out = os.path.join(directory, 'hf')
     figures['checkpoint_steps'] = export.export(_WORKDIR.value, out)

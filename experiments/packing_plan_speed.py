@@ -12,13 +12,12 @@ best of --repeats).
 """
 
 import json
-import os
-import platform
 import time
 
 from absl import app, flags
 import numpy as np
 
+from transformer_jax import provenance
 from transformer_jax.data import batching
 
 _PAIRS = flags.DEFINE_integer('pairs', 4_500_000, 'Training pairs.')
@@ -44,8 +43,7 @@ def main(argv):
         f'{padding:.4f}; planned in {best:.1f} s')
   if _JSON.value:
     with open(_JSON.value, 'w') as f:
-      json.dump({'machine': {'processor': platform.processor() or platform.machine(),
-                             'cpus': os.cpu_count()},
+      json.dump({'provenance': provenance.record(),
                  'pairs': _PAIRS.value, 'pack_length': length, 'rows': len(rows),
                  'target_padding': float(padding), 'repeats': _REPEATS.value,
                  'seconds': best}, f, indent=2)

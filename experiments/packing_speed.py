@@ -21,6 +21,7 @@ from absl import app, flags
 import numpy as np
 
 import multi30k_raw  # experiments/, the script's own directory
+from transformer_jax import provenance
 
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file to train.')
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
@@ -59,8 +60,8 @@ def main(argv):
         print(f'pack_length {p:3d}, round {repeat}: {runs[p][-1]:.0f} target tokens/s',
               flush=True)
   first = float(np.mean(runs[pack_lengths[0]]))
-  figures = {'config': _CONFIG.value, 'steps': _STEPS.value, 'cpu_count': os.cpu_count(),
-             'runs': {}}
+  figures = {'config': _CONFIG.value, 'steps': _STEPS.value,
+             'provenance': provenance.record(), 'runs': {}}
   for p in pack_lengths:
     mean = float(np.mean(runs[p]))
     figures['runs'][p] = {'target_tokens_per_second': runs[p], 'mean': mean,

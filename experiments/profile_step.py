@@ -23,7 +23,7 @@ from absl import flags
 import jax
 from ml_collections import config_flags
 
-from transformer_jax import benchmark, cli
+from transformer_jax import benchmark, cli, provenance
 
 # Kernel name -> kind, first match wins. cuBLAS / cuDNN / CUTLASS / Triton product kernels,
 # then XLA's fusion kinds by the prefixes its emitters give them.
@@ -100,7 +100,8 @@ def main():
     raise SystemExit('the trace has no GPU kernels: run this on a GPU')
   # A call runs train.steps_per_call steps: the figures are per step.
   summary = summarise(kernels, _STEPS.value * config.train.steps_per_call, _TOP.value)
-  summary.update(device=jax.devices()[0].device_kind, dtype=config.dtype, batch_size=rows,
+  summary.update(provenance=provenance.record(jax.devices()[0].device_kind),
+                 device=jax.devices()[0].device_kind, dtype=config.dtype, batch_size=rows,
                  length=_LENGTH.value, steps_per_call=config.train.steps_per_call,
                  trace=trace_path if _TRACE_DIR.value else None)
   text = json.dumps(summary, indent=1)

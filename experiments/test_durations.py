@@ -15,6 +15,8 @@ import json
 import re
 import sys
 
+from transformer_jax import provenance
+
 _DURATION = re.compile(r'^\s*(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S.*?)\s*$')
 _SUMMARY = re.compile(r'^=*\s*(\d+ passed.*? in [\d.]+s.*?)\s*=*$')
 
@@ -51,7 +53,8 @@ def main(argv=None) -> None:
   if not tests:
     sys.exit(f'{args.log}: no --durations=0 lines found')
   files = per_file(tests)
-  result = {'label': args.label, 'pytest_summary': summary, 'wall_seconds': args.wall_seconds,
+  result = {'label': args.label, 'provenance': provenance.record(),
+            'pytest_summary': summary, 'wall_seconds': args.wall_seconds,
             'tests_timed': len(tests), 'sum_of_test_seconds': round(sum(tests.values()), 2),
             'files': {name: round(seconds, 2) for name, seconds in files.items()},
             'tests': {name: round(seconds, 2)

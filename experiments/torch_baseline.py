@@ -33,6 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from experiments.benchmark_shapes import LENGTH, SHAPES, VOCAB_SIZE  # noqa: E402
+from transformer_jax import provenance  # noqa: E402
 
 
 def sizes_of(shape: str) -> dict:
@@ -181,7 +182,7 @@ def main():
                                       args.steps)))
     return
   import torch
-  results = {'torch_version': torch.__version__, 'torch_threads': torch.get_num_threads(),
+  results = {'provenance': provenance.record(), 'torch_threads': torch.get_num_threads(),
              'shapes': {}}
   for shape in args.shapes.split(','):
     results['shapes'][shape] = r = compare(shape, args.dtype, args.compile, args.steps)

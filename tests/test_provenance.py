@@ -1,8 +1,11 @@
 """`provenance.record`: the commit, package versions and machine that a result JSON records."""
 
+import glob
 from importlib import metadata
+import json
 import os
 import subprocess
+import sys
 
 import jax
 
@@ -29,22 +32,62 @@ def test_a_record_names_this_checkouts_commit_the_versions_and_the_machine():
   assert provenance.record('H200')['machine']['device'] == 'H200'  # as the sweep passes it
 
 
+def test_the_platform_is_asked_of_a_child_process():
+  assert provenance.platform() == (jax.default_backend(), jax.devices()[0].device_kind)
+
+
+def _checkout(root) -> str:
+  """A git repository at `root` that holds transformer_jax/provenance.py, committed; its
+  HEAD."""
+  (root / 'transformer_jax').mkdir(parents=True)
+  (root / 'transformer_jax' / 'provenance.py').write_text('one')
+  _git('init', '-q', cwd=str(root))
+  _git('add', '.', cwd=str(root))
+  _git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'one', cwd=str(root))
+  return _git('rev-parse', 'HEAD', cwd=str(root))
+
+
 def test_a_change_to_a_tracked_file_marks_the_commit_dirty(tmp_path):
-  root = str(tmp_path)
-  _git('init', '-q', cwd=root)
-  (tmp_path / 'a.txt').write_text('one')
-  _git('add', 'a.txt', cwd=root)
-  _git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'one', cwd=root)
-  head = _git('rev-parse', 'HEAD', cwd=root)
+  head = _checkout(tmp_path)
   (tmp_path / 'untracked.txt').write_text('not part of the commit')
-  assert provenance.commit(root) == head
-  (tmp_path / 'a.txt').write_text('two')
-  assert provenance.commit(root) == head + '-dirty'
+  assert provenance.commit(str(tmp_path / 'transformer_jax')) == head
+  (tmp_path / 'transformer_jax' / 'provenance.py').write_text('two')
+  assert provenance.commit(str(tmp_path)) == head + '-dirty'
 
 
-def test_no_commit_outside_a_checkout_or_below_another_ones_top(tmp_path):
+def test_no_commit_outside_a_checkout_of_this_project(tmp_path, monkeypatch):
   assert provenance.commit(str(tmp_path)) is None  # no repository at all
-  _git('init', '-q', cwd=str(tmp_path))
-  inside = tmp_path / 'venv' / 'site-packages'  # an installed copy inside some repository
-  inside.mkdir(parents=True)
-  assert provenance.commit(str(inside)) is None
+  other = tmp_path / 'other'
+  other.mkdir()
+  _git('init', '-q', cwd=str(other))
+  assert provenance.commit(str(other)) is None  # some other project's repository
+  # An installed copy (in a site-packages directory inside that repository) run from a
+  # checkout of this project: the checkout's commit.
+  site = other / 'venv' / 'site-packages'
+  site.mkdir(parents=True)
+  monkeypatch.setattr(provenance, '_ROOT', str(site))
+  head = _checkout(tmp_path / 'clone')
+  monkeypatch.chdir(tmp_path / 'clone')
+  assert provenance.commit() == head
+  monkeypatch.chdir(other)
+  assert provenance.commit() is None
+
+
+def test_every_experiment_that_writes_json_records_its_provenance():
+  """A source check: each script of experiments/ that writes JSON calls `provenance.record`
+  (the sweep's rows: test_sweep.py)."""
+  scripts = sorted(glob.glob(os.path.join(REPO, 'experiments', '*.py')))
+  writers = [path for path in scripts if 'json.dump' in open(path).read()]
+  assert len(writers) >= 10
+  assert [os.path.basename(path) for path in writers
+          if 'provenance.record(' not in open(path).read()] == []
+
+
+def test_a_durations_file_records_the_commit_that_measured_it(tmp_path):
+  log = tmp_path / 'log'
+  log.write_text('1.50s call     tests/test_a.py::test_one\n1 passed in 1.60s\n')
+  subprocess.run([sys.executable, os.path.join(REPO, 'experiments', 'test_durations.py'),
+                  str(log), f'--json={tmp_path / "d.json"}'], check=True, capture_output=True)
+  written = json.loads((tmp_path / 'd.json').read_text())
+  assert written['tests'] == {'tests/test_a.py::test_one': 1.5}
+  assert written['provenance']['commit'] == provenance.commit()

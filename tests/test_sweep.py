@@ -180,7 +180,7 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
   """sweep.run with run_row replaced by a row that takes 0.3 s (or fails, for `fail`); returns
   the (row, start, end, slot) of each row that ran."""
   ran, lock = [], threading.Lock()
-  monkeypatch.setattr(sweep_lib, '_platform', lambda: ('cpu', 'cpu'))
+  monkeypatch.setattr(provenance, 'platform', lambda: ('cpu', 'cpu'))
   monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1})
   monkeypatch.setattr(sweep_lib, 'write_table', lambda *args: None)
 

@@ -7,14 +7,16 @@ one CPU model to another).
 """
 
 from importlib import metadata
+import json
 import os
-import platform
+import platform as platform_lib
 import subprocess
+import sys
 
-import jax
-
-PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy', 'sacrebleu')
-# The checkout this module was imported from, if it was (not an installed copy).
+# None where one is not installed (torch and transformers: the hf extra's).
+PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy', 'sacrebleu', 'torch',
+            'transformers')
+# The checkout this module was imported from, if it was one (not an installed copy).
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -24,26 +26,30 @@ def processor() -> str:
     with open('/proc/cpuinfo') as f:
       return next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
   except (OSError, StopIteration):
-    return platform.processor() or platform.machine()
+    return platform_lib.processor() or platform_lib.machine()
 
 
-def commit(root: str = _ROOT) -> str | None:
-  """The git commit checked out at `root`, '-dirty' appended when tracked files differ from
-  it; None where `root` is not the top of a git checkout (an installed copy, or a directory
-  inside some other repository)."""
+def _git(directory: str, *args: str) -> str:
+  return subprocess.run(['git', *args], cwd=directory, capture_output=True, text=True,
+                        check=True).stdout.strip()
 
-  def git(*args: str) -> str:
-    return subprocess.run(['git', *args], cwd=root, capture_output=True, text=True,
-                          check=True).stdout.strip()
 
-  try:
-    if os.path.realpath(git('rev-parse', '--show-toplevel')) != os.path.realpath(root):
-      return None
-    head = git('rev-parse', 'HEAD')
-    changed = git('status', '--porcelain', '--untracked-files=no')
-  except (OSError, subprocess.CalledProcessError):
-    return None
-  return head + ('-dirty' if changed else '')
+def commit(directory: str | None = None) -> str | None:
+  """The git commit of the checkout of this project that holds `directory`, '-dirty' appended
+  when tracked files differ from it. By default the checkout this package was imported from,
+  or, for an installed copy, the one the command runs in (the working directory). None where
+  there is none: a git repository counts only if it holds transformer_jax/provenance.py (an
+  installed copy may sit inside some other project's repository)."""
+  for candidate in [directory] if directory else [_ROOT, os.getcwd()]:
+    try:
+      top = _git(candidate, 'rev-parse', '--show-toplevel')
+      if not os.path.isfile(os.path.join(top, 'transformer_jax', 'provenance.py')):
+        continue
+      changed = _git(top, 'status', '--porcelain', '--untracked-files=no')
+      return _git(top, 'rev-parse', 'HEAD') + ('-dirty' if changed else '')
+    except (OSError, subprocess.CalledProcessError):
+      continue
+  return None
 
 
 def _version(package: str) -> str | None:
@@ -53,12 +59,26 @@ def _version(package: str) -> str | None:
     return None
 
 
+_PROBE = ('import json, jax; '
+          'print(json.dumps([jax.default_backend(), jax.devices()[0].device_kind]))')
+
+
+def platform() -> tuple[str, str]:
+  """JAX's platform ('cpu', 'gpu', 'tpu') and its first device's kind, asked of a child
+  process, so that the caller (a sweep or an experiment driving other processes) holds no
+  accelerator memory."""
+  output = subprocess.run([sys.executable, '-c', _PROBE], check=True, capture_output=True,
+                          text=True, env=dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE='false'))
+  backend, kind = json.loads(output.stdout.strip().splitlines()[-1])
+  return backend, kind
+
+
 def record(device_kind: str | None = None) -> dict:
   """{'commit', 'python', 'packages' (name -> version), 'machine': {'processor', 'cpus',
-  'device'}}. `device_kind` defaults to that of JAX's first device; a caller that must not
-  start a backend (the sweep) passes it."""
+  'device'}}. `device_kind` defaults to that of JAX's first device, asked of a child process
+  (`platform`)."""
   if device_kind is None:
-    device_kind = jax.devices()[0].device_kind
-  return {'commit': commit(), 'python': platform.python_version(),
+    device_kind = platform()[1]
+  return {'commit': commit(), 'python': platform_lib.python_version(),
           'packages': {name: _version(name) for name in PACKAGES},
           'machine': {'processor': processor(), 'cpus': os.cpu_count(), 'device': device_kind}}

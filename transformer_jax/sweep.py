@@ -73,19 +73,6 @@ EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_l
 SAVE_SECONDS_EVERY = 30.0
 
 
-_PROBE = ('import json, jax; '
-          'print(json.dumps([jax.default_backend(), jax.devices()[0].device_kind]))')
-
-
-def _platform() -> tuple[str, str]:
-  """JAX's platform ('cpu', 'gpu', 'tpu') and device kind, asked of a child process, so that
-  the sweep itself holds no accelerator memory."""
-  output = subprocess.run([sys.executable, '-c', _PROBE], check=True, capture_output=True,
-                          text=True, env=dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE='false'))
-  backend, kind = json.loads(output.stdout.strip().splitlines()[-1])
-  return backend, kind
-
-
 @dataclasses.dataclass(frozen=True)
 class Slot:
   """Where a row runs when several run at once: the CPU cores its processes are pinned to
@@ -381,7 +368,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
       print(f'{row}: done already ({os.path.join(results_dir, row + ".json")})', flush=True)
   to_run = [row for row in rows if row not in results]
   if to_run:
-    backend, device_kind = _platform()
+    backend, device_kind = provenance.platform()
     free = queue.Queue()
     for slot in slots(concurrent, backend):
       free.put(slot)
