@@ -2,6 +2,7 @@
 
 import json
 
+import ml_collections
 import pytest
 
 from transformer_jax import checkpointing, config_lib, costs, model_config
@@ -285,7 +286,7 @@ def test_a_run_saved_before_every_added_field_resumes(tmp_path):
   for field in checkpointing._ADDED_FIELDS:  # pylint: disable=protected-access
     section, name = field.split('.')
     del saved[section][name]
-  assert len(checkpointing._flatten(saved)) == 56  # pylint: disable=protected-access
+  assert len(config_lib.flatten(ml_collections.ConfigDict(saved))) == 56
   checkpointing.write_config(config, str(tmp_path))
   (tmp_path / 'config.json').write_text(json.dumps(saved))
   (tmp_path / 'checkpoints' / '4').mkdir(parents=True)

@@ -10,12 +10,12 @@ import sys
 import threading
 import time
 
-from conftest import SMALL
+from conftest import SMALL, train_config
 from flax import traverse_util
 import jax
 import pytest
 
-from transformer_jax import config_lib, provenance
+from transformer_jax import checkpointing, config_lib, provenance
 from transformer_jax import sweep as sweep_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,7 +102,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
 
   def fake_run(command, log_path, timing_path=None, slot=None):
     assert command[2] == 'transformer_jax.train', f'ran {command[2]} after an unfinished run'
-    (workdir / 'config.json').write_text(json.dumps({'train': {'num_train_steps': 20}}))
+    checkpointing.write_config(train_config(**{'train.num_train_steps': 20}), str(workdir))
     for step in ('10', '12', '20.orbax-checkpoint-tmp-1'):  # step 20 never finished writing
       os.makedirs(workdir / 'checkpoints' / step)
     return 1.0, ''

@@ -299,19 +299,9 @@ def _changed_fields(saved: ml_collections.ConfigDict, config: ml_collections.Con
                     ) -> dict[str, tuple[Any, Any]]:
   """{field: (saved value, new value)} for every leaf field that differs, in name order
   (compared as written to JSON)."""
-  before, after = (_flatten(json.loads(c.to_json_best_effort())) for c in (saved, config))
+  before, after = (config_lib.flatten(c) for c in (saved, config))
   return {name: (before.get(name), after.get(name))
           for name in sorted(before.keys() | after.keys()) if before.get(name) != after.get(name)}
-
-
-def _flatten(tree: dict, prefix: str = '') -> dict:
-  flat = {}
-  for name, value in tree.items():
-    if isinstance(value, dict):
-      flat.update(_flatten(value, f'{prefix}{name}.'))
-    else:
-      flat[prefix + name] = value
-  return flat
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:

@@ -21,7 +21,7 @@ from typing import Callable
 from absl import app, flags, logging
 import ml_collections
 
-from transformer_jax import config_lib, translator
+from transformer_jax import config_lib
 
 
 def unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str | None:
@@ -80,18 +80,3 @@ def run(main: Callable[[], None]) -> None:
       os._exit(1)  # pylint: disable=protected-access
 
   app.run(wrapped, flags_parser=_parse_flags)
-
-
-def define_translator_flags() -> Callable[[], translator.Translator]:
-  """Defines the flags of a command that loads a trained workdir to decode with (`translate`,
-  `evaluate`); returns the function that builds its `Translator` from them."""
-  workdir = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
-  beam_size = flags.DEFINE_integer('beam_size', None, 'Beam size; 1 = greedy '
-                                   '(default: config.decode.beam_size).')
-  alpha = flags.DEFINE_float('alpha', None, 'Length penalty α (default: config.decode.alpha).')
-  average_last = flags.DEFINE_integer('average_last', None, 'Average the parameters of the '
-                                      'last K checkpoints (default: config.decode.average_last).')
-  batch_size = flags.DEFINE_integer('batch_size', 64, 'Sentences decoded at once.')
-  return lambda: translator.Translator(workdir.value, beam_size=beam_size.value,
-                                       alpha=alpha.value, average_last=average_last.value,
-                                       batch_size=batch_size.value)

@@ -16,6 +16,7 @@ has made it passes `validated=True`. Every other function that takes a config (`
 """
 
 import importlib.util
+import json
 import os
 import types
 
@@ -214,6 +215,22 @@ def load_sweep(path: str) -> types.ModuleType:
     if not hasattr(module, name):
       raise ValueError(f'{path} defines no {name} (it is not a sweep file)')
   return module
+
+
+def flatten(config: ml_collections.ConfigDict) -> dict:
+  """Every leaf field of `config` by its dotted name ('model.d_ff'), valued as written to JSON
+  (tuples as lists): how runs and saved configs are compared field by field."""
+  flat = {}
+
+  def walk(node: dict, prefix: str) -> None:
+    for name, value in node.items():
+      if isinstance(value, dict):
+        walk(value, f'{prefix}{name}.')
+      else:
+        flat[prefix + name] = value
+
+  walk(json.loads(config.to_json_best_effort()), '')
+  return flat
 
 
 def shuffle_seed(config: ml_collections.ConfigDict) -> int:

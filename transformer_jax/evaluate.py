@@ -47,7 +47,7 @@ from transformer_jax import workdirs
 from transformer_jax.data import batching, datasets, pipeline, preprocessing, tokenizer
 from transformer_jax.model_config import PAD_ID
 from transformer_jax.sharded_model import ShardedModel
-from transformer_jax.translator import Translator
+from transformer_jax.translator import Translator, define_translator_flags
 
 
 def _add_sums(totals: dict, sums: dict) -> dict:
@@ -204,7 +204,7 @@ def report(result: dict) -> str:
 
 
 if __name__ == '__main__':
-  _TRANSLATOR = cli.define_translator_flags()
+  _TRANSLATOR = define_translator_flags()
   _SPLIT = flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Which split.')
   _JSON = flags.DEFINE_boolean('json', False, 'Print the figures as one JSON object.')
 

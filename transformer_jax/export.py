@@ -37,7 +37,7 @@ import shutil
 from absl import flags, logging
 import numpy as np
 
-from transformer_jax import atomic, checkpointing, cli, config_lib, marian, workdirs
+from transformer_jax import atomic, checkpointing, cli, config_lib, marian, metrics_log, workdirs
 from transformer_jax.data import token_store, tokenizer
 from transformer_jax.model_config import PAD_ID
 from transformer_jax.sharded_model import ShardedModel
@@ -169,9 +169,7 @@ def _evaluations(workdir: str) -> list[str]:
                 f'`{signature}`) | {result["perplexity"]:.3f} |')
   metrics = os.path.join(workdir, 'metrics.jsonl')
   if os.path.isfile(metrics):
-    with open(metrics) as f:
-      records = [json.loads(line) for line in f if line.strip()]
-    dev = [r for r in records if r.get('split') == 'validation' and 'bleu' in r]
+    dev = [r for r in metrics_log.read(metrics) if r['split'] == 'validation' and 'bleu' in r]
     if dev:
       last = dev[-1]
       rows.append(f'| validation (during training, step {last["step"]}, one checkpoint) | '

@@ -34,26 +34,12 @@ VARYING = ('seed', 'model.dropout_rate', 'model.attention_dropout_rate',
            'train.lr_scale', 'train.warmup_steps')
 
 
-def _flat(config: ml_collections.ConfigDict) -> dict:
-  flat = {}
-
-  def walk(node, prefix):
-    for name, value in node.items():
-      if isinstance(value, (ml_collections.ConfigDict, dict)):
-        walk(value, f'{prefix}{name}.')
-      else:
-        flat[f'{prefix}{name}'] = value
-
-  walk(config.to_dict(), '')
-  return flat
-
-
 def check_together(configs: list[ml_collections.ConfigDict], names: list[str]) -> None:
   """Raises ValueError naming the first field outside `VARYING` in which two of the runs
   (named by `names`) differ."""
-  first = _flat(configs[0])
+  first = config_lib.flatten(configs[0])
   for config, name in zip(configs[1:], names[1:]):
-    other = _flat(config)
+    other = config_lib.flatten(config)
     for field in sorted(set(first) | set(other)):
       if field not in VARYING and first.get(field) != other.get(field):
         raise ValueError(
@@ -65,7 +51,7 @@ def check_together(configs: list[ml_collections.ConfigDict], names: list[str]) -
 def hyperparameters(configs: list[ml_collections.ConfigDict]) -> dict[str, jax.Array]:
   """The `VARYING` fields (the seed apart) whose values differ among `configs`: field ->
   (rows,) float32 values."""
-  flats = [_flat(config) for config in configs]
+  flats = [config_lib.flatten(config) for config in configs]
   return {field: jnp.asarray([flat[field] for flat in flats], jnp.float32)
           for field in VARYING[1:] if len({flat[field] for flat in flats}) > 1}
 

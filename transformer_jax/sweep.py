@@ -232,14 +232,12 @@ def _evaluated(row: str, workdir: str, train_seconds: float, log_path: str,
                overrides: list[str], slot: Slot, concurrent: int, device_kind: str,
                together: list[str]) -> dict:
   """The figures of a trained row: the evaluation of Table 3, with the dev curve logged."""
-  with open(os.path.join(workdir, 'config.json')) as f:
-    config = json.load(f)
+  config = checkpointing.read_config(workdir)
   # A training run stopped by SIGTERM (preemption) saves and exits normally, unfinished.
   trained = max(checkpointing.saved_steps(workdir), default=0)
-  if trained < config['train']['num_train_steps']:
-    raise RuntimeError(f'{row} stopped at step {trained} of '
-                       f'{config["train"]["num_train_steps"]} (preempted); run the sweep again '
-                       'to resume it')
+  if trained < config.train.num_train_steps:
+    raise RuntimeError(f'{row} stopped at step {trained} of {config.train.num_train_steps} '
+                       '(preempted); run the sweep again to resume it')
   eval_seconds, output = _run([sys.executable, '-m', 'transformer_jax.evaluate',
                                f'--workdir={workdir}', *EVAL_FLAGS, '--json'], log_path,
                               slot=slot)
@@ -248,12 +246,12 @@ def _evaluated(row: str, workdir: str, train_seconds: float, log_path: str,
                for r in metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
                if r['split'] == 'validation']
   return {'row': row, 'train_seconds': train_seconds, 'eval_seconds': eval_seconds,
-          'steps': config['train']['num_train_steps'], 'model': config['model'],
-          'label_smoothing': config['train']['label_smoothing'], **figures,
+          'steps': config.train.num_train_steps, 'model': config.model.to_dict(),
+          'label_smoothing': config.train.label_smoothing, **figures,
           'dev_curve': dev_curve, 'overrides': list(overrides),
           'concurrent': {'rows': concurrent, 'cores': slot.cores},
           # Rows trained as one program see the first one's batches (data.shuffle_seed).
-          'together': {'rows': together, 'shuffle_seed': config['data'].get('shuffle_seed')},
+          'together': {'rows': together, 'shuffle_seed': config.data.shuffle_seed},
           'provenance': provenance.record(device_kind)}
 
 

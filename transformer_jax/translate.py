@@ -19,6 +19,7 @@ from typing import BinaryIO
 from absl import flags
 
 from transformer_jax import atomic, cli, workdirs
+from transformer_jax.translator import define_translator_flags
 
 
 def read_lines(stream: BinaryIO, name: str) -> list[str]:
@@ -63,7 +64,7 @@ def main():
 
 
 if __name__ == '__main__':
-  _TRANSLATOR = cli.define_translator_flags()
+  _TRANSLATOR = define_translator_flags()
   _INPUT = flags.DEFINE_string('input', None, 'Source sentences, one per line (default: stdin).')
   _OUTPUT = flags.DEFINE_string('output', None, 'Where to write translations (default: stdout).')
   cli.run(main)

@@ -12,9 +12,9 @@ of the same shapes compiled. Output order is input order.
 
 import contextlib
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
-from absl import logging
+from absl import flags, logging
 import numpy as np
 import tqdm
 
@@ -117,3 +117,17 @@ class Translator:
   def text(self, ids: Sequence[int]) -> str:
     """Output ids (without EOS) as running text; '' for none."""
     return self.preprocessing.restore(self.tokenizer.decode(list(ids))) if len(ids) else ''
+
+
+def define_translator_flags() -> Callable[[], Translator]:
+  """Defines the flags of a command that loads a trained workdir to decode with (`translate`,
+  `evaluate`); returns the function that builds its `Translator` from them."""
+  workdir = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
+  beam_size = flags.DEFINE_integer('beam_size', None, 'Beam size; 1 = greedy '
+                                   '(default: config.decode.beam_size).')
+  alpha = flags.DEFINE_float('alpha', None, 'Length penalty α (default: config.decode.alpha).')
+  average_last = flags.DEFINE_integer('average_last', None, 'Average the parameters of the '
+                                      'last K checkpoints (default: config.decode.average_last).')
+  batch_size = flags.DEFINE_integer('batch_size', 64, 'Sentences decoded at once.')
+  return lambda: Translator(workdir.value, beam_size=beam_size.value, alpha=alpha.value,
+                            average_last=average_last.value, batch_size=batch_size.value)
