@@ -32,6 +32,7 @@ def cosine(a: jax.Array, b: jax.Array) -> float:
 def statistics(norm_position: str, qkv_init: str, seed: int) -> dict:
   config = multi30k.get_config()
   config.model.norm_position, config.model.qkv_init, config.seed = norm_position, qkv_init, seed
+  config_lib.validate(config)  # the choices set here enter the config
   model = Transformer(config_lib.model_config(config).replace(deterministic=True))
   rng = np.random.default_rng(seed)
   inputs = jnp.asarray(rng.integers(3, config.data.vocab_size, (64, 20)), jnp.int32)

@@ -80,7 +80,7 @@ def prepared_step(config, batch_size: int | None, length: int, warmup: int,
   (step, model, rows), where step() runs one more call (of `train.steps_per_call` steps, on
   that batch each) and returns its metrics. `config` is a validated one (`cli.run` validates
   the command's)."""
-  model = ShardedModel(config, validated=True)
+  model = ShardedModel(config)
   trainer = Trainer(model)
   rows = batch_size or config.data.tokens_per_batch // length
   rows -= rows % trainer.rows_multiple

@@ -264,9 +264,9 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
                        'delete it to learn a new one, use a new --workdir, or the same data '
                        'config')
     return
-  # The saved config comes from a file: validated here, where the check first needs it.
+  config_lib.validate(saved)  # it comes from a file: validated where the check first needs it
   if (_parameter_shapes(config_lib.model_config(saved))
-      != _parameter_shapes(config_lib.model_config(config, validated=True))):
+      != _parameter_shapes(config_lib.model_config(config))):
     shaping = [n for n in changed if n.startswith('model.') or n == 'data.vocab_size']
     raise ValueError(f'{path} describes a model with other parameter shapes ({listed(shaping)}); '
                      'use a new --workdir, or the same model config to resume')
@@ -358,7 +358,7 @@ def save_average(workdir: str, last: int | None, output: str) -> list[int]:
     raise FileExistsError(f'{output} already holds checkpoints; choose a new --output')
   with contextlib.closing(Checkpoints(workdir)) as source:
     params, averaged = source.average_last(last,
-                                           ShardedModel(config, validated=True).abstract_params)
+                                           ShardedModel(config).abstract_params)
     # The optimizer state of the newest averaged checkpoint is kept as it was saved.
     state, data_state = source.restore(averaged[-1])
   state['params'] = params

@@ -6,13 +6,13 @@ the config files it builds on with `import_sibling`, by path, so that it works f
 working directory and from an installed package. `validate` runs before any long work starts
 and names the offending field in its error.
 
-A config is validated once, where it enters: a command's `--config` and its overrides
+A config is validated where it enters: a command's `--config` and its overrides
 (`cli.run`), a sweep row with its overrides (`sweep.with_overrides`, `summary.sweep_rows`), a
 workdir's saved config (`checkpointing.load_config`; `Translator`, after its own overrides),
-and the entry points a user calls with a ConfigDict (`model_config`, `ShardedModel`,
-`train.train_and_evaluate` and `train.train_together`), which skip the check when a caller that
-has made it passes `validated=True`. Every other function that takes a config (`Trainer`,
-`pipeline.load`, `benchmark.run`, `summary.summarize`, ...) assumes a validated one.
+and training called from Python (`train.train_and_evaluate`, `train.train_together`: the
+training command reaches them too, and the check, cheap, runs again there). Every other
+function that takes a config (`model_config`, `ShardedModel`, `Trainer`, `pipeline.load`,
+`benchmark.run`, `summary.summarize`, ...) takes a valid one.
 """
 
 import importlib.util
@@ -181,12 +181,9 @@ def _check_axis_rules(rules) -> None:
     seen.add(rule[0])
 
 
-def model_config(config: ml_collections.ConfigDict, *,
-                 validated: bool = False) -> TransformerConfig:
-  """The model's frozen config: `config.model`, the vocabulary size and the compute dtype.
-  `config` is validated first unless the caller has done so (`validated=True`)."""
-  if not validated:
-    validate(config)
+def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
+  """The model's frozen config of a valid `config`: `config.model`, the vocabulary size and the
+  compute dtype."""
   return TransformerConfig(
       vocab_size=config.data.vocab_size, dtype=jnp.dtype(config.dtype), **config.model.to_dict())
 

@@ -90,7 +90,7 @@ def export(workdir: str, out: str, average_last: int | None = None,
            overwrite: bool = False) -> list[int]:
   """Writes `workdir`'s model to `out` (module docstring); returns the averaged steps."""
   config = checkpointing.load_config(workdir)
-  cfg = config_lib.model_config(config, validated=True)
+  cfg = config_lib.model_config(config)
   marian.check_exportable(cfg)
   average_last = config.decode.average_last if average_last is None else average_last
   if average_last <= 0:
@@ -104,7 +104,7 @@ def export(workdir: str, out: str, average_last: int | None = None,
   vocabulary = tokenizer.load(spm_model)
   with contextlib.closing(checkpointing.Checkpoints(workdir)) as checkpoints:
     params, steps = checkpoints.average_last(average_last,
-                                             ShardedModel(config, validated=True).abstract_params)
+                                             ShardedModel(config).abstract_params)
   if len(steps) < average_last:
     logging.warning('averaging the %d checkpoints %s: fewer than the %d asked for', len(steps),
                     steps, average_last)

@@ -22,8 +22,8 @@ from transformer_jax.model import Transformer
 
 
 class ShardedModel:
-  """`config`'s Transformer on `mesh` (default: every device, shaped by `config.parallel`).
-  `config` is validated first unless the caller has done so (`validated=True`).
+  """A valid `config`'s Transformer on `mesh` (default: every device, shaped by
+  `config.parallel`).
 
   Attributes:
     model: the Transformer as trained (dropout on).
@@ -39,14 +39,11 @@ class ShardedModel:
       rules, and the model's config.
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None, *,
-               validated: bool = False):
-    if not validated:
-      config_lib.validate(config)
+  def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None):
     self.config = config
     self.mesh = partitioning.make_mesh(config) if mesh is None else mesh
     self.rules = partitioning.axis_rules(config)
-    self.model_config = config_lib.model_config(config, validated=True).replace(
+    self.model_config = config_lib.model_config(config).replace(
         axis_rules=self.rules)
     self.model = Transformer(self.model_config)
     self.eval_model = Transformer(self.model_config.replace(deterministic=True))

@@ -33,7 +33,7 @@ _PAPER_COUNT_NOTE = (
 
 def summarize(config, length: int) -> dict:
   """Parameter counts and forward FLOPs per target token of a validated `config`."""
-  cfg = config_lib.model_config(config, validated=True)
+  cfg = config_lib.model_config(config)
   counts = costs.param_counts(cfg)
   return {
       'params_total': counts['total'],

@@ -431,7 +431,7 @@ if __name__ == '__main__':
       sweep = config_lib.load_sweep(_SWEEP.value)
       train.train_together(
           [with_overrides(sweep.get_config(row), _OVERRIDE.value) for row in _TRAIN_TOGETHER.value],
-          [os.path.join(_WORKDIR.value, row) for row in _TRAIN_TOGETHER.value], validated=True)
+          [os.path.join(_WORKDIR.value, row) for row in _TRAIN_TOGETHER.value])
       return
     run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,
         _OVERRIDE.value, _CONCURRENT.value, _TOGETHER.value)

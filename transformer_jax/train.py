@@ -129,28 +129,23 @@ class _TrainMetrics:
     return summary
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                       validated: bool = False) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains for `config.train.num_train_steps` steps (resuming from `workdir`) and returns
   the last dev-split metrics ({} if the run had no step left). Holds the workdir's lock
   throughout (`workdirs.lock`); on SIGTERM saves a checkpoint at the next step boundary and
-  returns (`preemption`). `config` is validated first unless the caller has done so
-  (`validated=True`)."""
-  return train_together([config], [workdir], validated=validated)[0]
+  returns (`preemption`). `config` is validated first (config_lib: where a config enters)."""
+  return train_together([config], [workdir])[0]
 
 
-def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str], *,
-                   validated: bool = False) -> list[dict]:
+def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[dict]:
   """`train_and_evaluate` of several runs as one program (`rows`), run i in `dirs[i]`: each
   workdir gets its run's config, vocabulary, checkpoints, metrics.jsonl and evaluations as if
   the run had trained alone, on the batches of the first run's `data.shuffle_seed` (or seed),
   which is written into every run's config. They resume together, from one step; a NaN in any
   run stops them all, naming it, with every run's last good checkpoint kept. The configs are
-  validated first unless the caller has done so (`validated=True`); nothing after assumes
-  otherwise."""
-  if not validated:
-    for config in configs:
-      config_lib.validate(config)
+  validated first; nothing after checks them again."""
+  for config in configs:
+    config_lib.validate(config)
   if len(set(map(os.path.abspath, dirs))) != len(dirs):
     raise ValueError(f'runs trained together need a workdir each, got {dirs}')
   configs = rows.sharing_batches([datasets.with_absolute_files(c) for c in configs], dirs)
@@ -207,7 +202,7 @@ def _restore(checkpoints: list[checkpointing.Checkpoints], trainer):
 def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[dict]:
   startup = compilation.so_far()
   config = configs[0]
-  model = ShardedModel(config, validated=True)
+  model = ShardedModel(config)
   together = len(configs) > 1
   trainer = rows.RowsTrainer(model, configs, dirs) if together else Trainer(model)
   row = rows.row_state if together else lambda state, _: state
@@ -323,7 +318,7 @@ def _evaluators(configs: list[ml_collections.ConfigDict], model: ShardedModel,
     if smoothing not in shared:
       shared[smoothing] = evaluate.Evaluator(
           model if smoothing == model.config.train.label_smoothing
-          else ShardedModel(config, model.mesh, validated=True), data)
+          else ShardedModel(config, model.mesh), data)
   return [shared[config.train.label_smoothing] for config in configs]
 
 
@@ -355,4 +350,4 @@ if __name__ == '__main__':
   _WORKDIR = flags.DEFINE_string('workdir', None,
                                  'Directory for checkpoints, logs, vocabulary.', required=True)
   flags.mark_flag_as_required('config')
-  cli.run(lambda: train_and_evaluate(_CONFIG.value, _WORKDIR.value, validated=True))
+  cli.run(lambda: train_and_evaluate(_CONFIG.value, _WORKDIR.value))

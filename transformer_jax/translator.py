@@ -43,7 +43,7 @@ class Translator:
     compilation.use_cache(config)
     self.config = config
     self.workdir = workdir
-    self.model = ShardedModel(config, validated=True)
+    self.model = ShardedModel(config)
     self.tokenizer = tokenizer.load(os.path.join(workdir, tokenizer.MODEL_FILENAME))
     self.preprocessing = preprocessing.from_config(config.data)
     with contextlib.closing(checkpointing.Checkpoints(workdir)) as checkpoints:
