@@ -162,14 +162,14 @@ def main(argv):
   if os.path.exists(_RESULTS.value):
     with open(_RESULTS.value) as f:
       rows = json.load(f)['rows']
-  base = _base_pairs()
+  base, origin = _base_pairs(), provenance.record()
   for size in map(int, _SIZES.value):
     if any(row['pairs'] == size for row in rows):
       continue
     rows.append(_measure(size, _SCRATCH.value, base))
     rows.sort(key=lambda row: row['pairs'])
     with open(_RESULTS.value, 'w') as f:
-      json.dump({'provenance': provenance.record(), 'rows': rows}, f, indent=1)
+      json.dump({'provenance': origin, 'rows': rows}, f, indent=1)
   plot(rows, os.path.splitext(_RESULTS.value)[0] + '.png')
 
 

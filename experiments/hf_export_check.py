@@ -185,9 +185,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   torch.set_num_threads(os.cpu_count())
   figures = {'workdir': _WORKDIR.value, 'split': _SPLIT.value, 'batch_size': _BATCH_SIZE.value,
-             'provenance': provenance.record(jax.devices()[0].device_kind),
-             'torch': torch.__version__, 'transformers': transformers.__version__,
-             'results': []}
+             'provenance': provenance.record(jax.devices()[0].device_kind), 'results': []}
   with tempfile.TemporaryDirectory() as directory:
     out = os.path.join(directory, 'hf')
     figures['checkpoint_steps'] = export.export(_WORKDIR.value, out)

@@ -101,7 +101,7 @@ def main():
   # A call runs train.steps_per_call steps: the figures are per step.
   summary = summarise(kernels, _STEPS.value * config.train.steps_per_call, _TOP.value)
   summary.update(provenance=provenance.record(jax.devices()[0].device_kind),
-                 device=jax.devices()[0].device_kind, dtype=config.dtype, batch_size=rows,
+                 dtype=config.dtype, batch_size=rows,
                  length=_LENGTH.value, steps_per_call=config.train.steps_per_call,
                  trace=trace_path if _TRACE_DIR.value else None)
   text = json.dumps(summary, indent=1)
