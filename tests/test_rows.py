@@ -78,7 +78,7 @@ def test_each_row_is_its_run_trained_alone_on_the_same_batches(loss_chunk):
         np.testing.assert_allclose(got[name][row], value, rtol=1e-4,
                                    err_msg=f'row {row}, step {step + 1}, {name}')
     losses.add(float(history[-1]['loss']))
-    mine = rows.row_state(state, row)
+    mine = trainer.split(state)[row]
     assert int(mine.step) == int(alone.step) == 20
     np.testing.assert_array_equal(mine.dropout_key, alone.dropout_key)
     jax.tree.map(assert_trained_alike, (mine.params, mine.opt_state),

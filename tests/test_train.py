@@ -170,14 +170,14 @@ def test_steps_per_call_trains_as_single_steps_and_resumes_across_k(packed, tmp_
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, tmp_path,
                                                                     monkeypatch, k):
   # K = 4: the NaN step is inside the call of steps 5-8, whose metrics come stacked.
-  original = Trainer._update
+  original = Trainer.step
 
   def poisoned(self, state, batch):  # the loss becomes NaN from the 6th step on
     new_state, metrics = original(self, state, batch)
     metrics['loss'] = jax.numpy.where(state.step >= 5, jax.numpy.nan, metrics['loss'])
     return new_state, metrics
 
-  monkeypatch.setattr(Trainer, '_update', poisoned)
+  monkeypatch.setattr(Trainer, 'step', poisoned)
   calls = {'train.steps_per_call': k, 'data.pack_length': 16} if k > 1 else {}
   with pytest.raises(FloatingPointError, match='at step 6'):
     train.train_and_evaluate(train_config(**overrides, **calls), str(tmp_path))

@@ -1,6 +1,6 @@
 """train._TrainMetrics, the summary of the steps between two logs: loss per target token over
-the steps, tokens/s and step time without the time spent evaluating, the metrics of several
-steps a call, a NaN named by its step."""
+the steps (from the steps' sums, `Trainer.step`'s metrics), tokens/s and step time without the
+time spent evaluating, the metrics of several steps a call, a NaN named by its step."""
 
 import numpy as np
 import pytest
@@ -8,12 +8,23 @@ import pytest
 from transformer_jax import train
 
 
+def _sums(loss, nll, accuracy, tokens, **others) -> dict:
+  """A step's metrics as `Trainer.step` gives them, from per-token figures."""
+  return {'loss': loss * tokens, 'nll': nll * tokens, 'correct': accuracy * tokens,
+          'tokens': tokens, **others}
+
+
+def _summary(pending) -> dict:
+  (summary,) = pending.summaries(['run'])
+  return summary
+
+
 def test_time_spent_evaluating_is_not_counted_in_the_step_time(monkeypatch):
   now = [100.0]
   monkeypatch.setattr(train.time, 'perf_counter', lambda: now[0])
   pending = train._TrainMetrics()  # pylint: disable=protected-access
-  metrics = {'loss': 2.0, 'nll': 2.0, 'accuracy': 0.5, 'grad_norm': 1.0, 'learning_rate': 1e-3,
-             'tokens': 300.0}
+  metrics = _sums(loss=2.0, nll=2.0, accuracy=0.5, grad_norm=1.0, learning_rate=1e-3,
+                  tokens=300.0)
   for step in (1, 2):
     now[0] += 1.5  # a training step
     pending.add(range(step, step + 1), metrics)
@@ -21,7 +32,7 @@ def test_time_spent_evaluating_is_not_counted_in_the_step_time(monkeypatch):
     now[0] += 60.0
   now[0] += 1.5
   pending.add(range(3, 4), metrics)
-  summary = pending.summary()
+  summary = _summary(pending)
   assert summary['step_time'] == pytest.approx(1.5)
   assert summary['target_tokens_per_second'] == pytest.approx(200.0)
 
@@ -29,9 +40,10 @@ def test_time_spent_evaluating_is_not_counted_in_the_step_time(monkeypatch):
 def test_the_logged_loss_is_per_target_token_over_the_steps():
   pending = train._TrainMetrics()  # pylint: disable=protected-access
   for step, (value, tokens, norm) in enumerate([(1.0, 100.0, 2.0), (4.0, 300.0, 4.0)], 1):
-    pending.add(range(step, step + 1), {'loss': value, 'nll': value / 2, 'accuracy': value / 8, 'grad_norm': norm,
-                       'learning_rate': 1e-3 * step, 'tokens': tokens})
-  summary = pending.summary()
+    pending.add(range(step, step + 1), _sums(loss=value, nll=value / 2, accuracy=value / 8,
+                                             grad_norm=norm, learning_rate=1e-3 * step,
+                                             tokens=tokens))
+  summary = _summary(pending)
   assert summary['loss'] == pytest.approx((1.0 * 100 + 4.0 * 300) / 400)
   assert summary['accuracy'] == pytest.approx((1.0 * 100 + 4.0 * 300) / 400 / 8)
   assert summary['perplexity'] == pytest.approx(np.exp((0.5 * 100 + 2.0 * 300) / 400))
@@ -44,18 +56,18 @@ def _stacked(rows: list[dict]) -> dict:
 
 
 def test_a_call_of_several_steps_counts_each_step():
-  steps = [{'loss': 1.0, 'nll': 0.5, 'accuracy': 0.25, 'grad_norm': 2.0, 'learning_rate': 1e-3,
-            'tokens': 100.0},
-           {'loss': 4.0, 'nll': 2.0, 'accuracy': 0.5, 'grad_norm': 4.0, 'learning_rate': 2e-3,
-            'tokens': 300.0},
-           {'loss': 2.0, 'nll': 1.0, 'accuracy': 0.75, 'grad_norm': 6.0, 'learning_rate': 3e-3,
-            'tokens': 200.0}]
+  steps = [_sums(loss=1.0, nll=0.5, accuracy=0.25, grad_norm=2.0, learning_rate=1e-3,
+                 tokens=100.0),
+           _sums(loss=4.0, nll=2.0, accuracy=0.5, grad_norm=4.0, learning_rate=2e-3,
+                 tokens=300.0),
+           _sums(loss=2.0, nll=1.0, accuracy=0.75, grad_norm=6.0, learning_rate=3e-3,
+                 tokens=200.0)]
   one_by_one, called = train._TrainMetrics(), train._TrainMetrics()  # pylint: disable=protected-access
   for step, metrics in enumerate(steps, 1):
     one_by_one.add(range(step, step + 1), metrics)
   called.add(range(1, 3), _stacked(steps[:2]))
   called.add(range(3, 4), steps[2])
-  want, got = one_by_one.summary(), called.summary()
+  want, got = _summary(one_by_one), _summary(called)
   for name in ('loss', 'nll', 'accuracy', 'grad_norm', 'perplexity', 'learning_rate'):
     assert got[name] == pytest.approx(want[name]), name
   assert got['loss'] == pytest.approx((100 + 4 * 300 + 2 * 200) / 600)
@@ -64,8 +76,7 @@ def test_a_call_of_several_steps_counts_each_step():
 
 def test_a_nan_inside_a_call_is_named_by_its_step():
   pending = train._TrainMetrics()  # pylint: disable=protected-access
-  good = {'loss': 1.0, 'nll': 1.0, 'accuracy': 0.5, 'grad_norm': 1.0, 'learning_rate': 1e-3,
-          'tokens': 10.0}
+  good = _sums(loss=1.0, nll=1.0, accuracy=0.5, grad_norm=1.0, learning_rate=1e-3, tokens=10.0)
   pending.add(range(9, 13), _stacked([good, good, {**good, 'grad_norm': np.inf}, good]))
   with pytest.raises(FloatingPointError, match='gradient norm inf at step 11'):
-    pending.summary()
+    _summary(pending)

@@ -99,7 +99,7 @@ def test_runs_interrupted_together_resume_exactly(together, overrides, tmp_path)
 
 
 def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeypatch):
-  original = Trainer._update
+  original = Trainer.step
 
   def poisoned(self, state, batch, hyper=None):  # the second run's loss NaN from step 6 on
     new_state, metrics = original(self, state, batch, hyper)
@@ -107,7 +107,7 @@ def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeyp
     metrics['loss'] = jax.numpy.where(bad, jax.numpy.nan, metrics['loss'])
     return new_state, metrics
 
-  monkeypatch.setattr(Trainer, '_update', poisoned)
+  monkeypatch.setattr(Trainer, 'step', poisoned)
   dirs = [str(tmp_path / f'run{i}') for i in range(2)]
   with pytest.raises(FloatingPointError, match=f'at step 6 of {dirs[1]}'):
     train.train_together([train_config(**overrides, **run) for run in RUNS], dirs)

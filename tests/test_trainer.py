@@ -32,7 +32,7 @@ def _train(config, devices, batches):
   losses = []
   for batch in batches:
     state, metrics = trainer.train_step(state, model.put_batch(batch))
-    losses.append(float(metrics['loss']))
+    losses.append(float(loss.per_token(metrics)['loss']))
   return losses, jax.tree.map(np.asarray, state.params), state
 
 
@@ -70,7 +70,7 @@ def test_a_step_is_adam_on_the_loss_per_target_token():
     rates = [32**-0.5 * min(t**-0.5, t * 10**-1.5) for t in range(1, step + 1)]  # eq. 3
     want = jax.tree.map(lambda p, *g: p + adam_updates(g, rates)[-1], want, *gradients)
     state, metrics = trainer.train_step(state, model.put_batch(batch))
-    np.testing.assert_allclose(float(metrics['loss']), float(value), rtol=1e-5)
+    np.testing.assert_allclose(float(loss.per_token(metrics)['loss']), float(value), rtol=1e-5)
     norm = np.sqrt(sum(np.sum(g**2) for g in jax.tree.leaves(gradients[-1])))
     np.testing.assert_allclose(float(metrics['grad_norm']), norm, rtol=1e-4)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6,

@@ -4,6 +4,10 @@ TensorBoard event files in `workdir/tensorboard/` (tensorboardX, no TensorFlow n
 Only process 0 writes. A resumed run appends, so steps between the last checkpoint and a crash
 appear twice; readers keep the last record of each (step, split). A line left partly written
 by a crash (a full disk) is cut off before the resumed run appends.
+
+Written here rather than with clu's metric writers: clu 0.0.12's TensorBoard writer
+(`metric_writers.SummaryWriter`) imports TensorFlow and its other one PyTorch, and none of its
+writers keeps a JSON record that a resumed run appends to and readers (`read`) deduplicate.
 """
 
 import contextlib

@@ -23,7 +23,7 @@ def learning_rate_schedule(d_model: int, warmup_steps: int, lr_scale: float = 1.
 
 def schedule(config: ml_collections.ConfigDict, warmup_steps=None, lr_scale=None):
   """Eq. 3 with d_model, warmup_steps and lr_scale from `config`, the last two unless given
-  (one row's, traced, of runs trained together: `Trainer._row`)."""
+  (traced, as `Trainer.step` takes them for runs trained together)."""
   train = config.train
   return learning_rate_schedule(
       config.model.d_model, train.warmup_steps if warmup_steps is None else warmup_steps,

@@ -5,33 +5,32 @@ step over a leading row axis of the training states (parameters, optimizer state
   state = trainer.init_state()            # every leaf (rows, ...), created in its shards
   state, metrics = trainer.train_step(state, batch)     # metrics (rows,)
   state, metrics = trainer.train_steps(state, batches)  # metrics (steps, rows)
-  rows.row_state(state, i)                # row i's state, as `Trainer` has it
+  trainer.split(state)[i]                 # row i's state, as `Trainer` has it
 
 The runs (a sweep's rows, or the seeds of one) may differ only in `VARYING`: the seed (the
 initial parameters and the dropout key), the dropout rates, label smoothing and the learning
 rate's scale and warmup, none of which changes a shape or the program's structure. Their values
-enter the program as traced scalars, one a row (`Trainer._row`); fields equal in every run stay
+enter the program as traced scalars, one a row (`Trainer.step`'s `hyper`); fields equal in every run stay
 constants, so that a group whose runs differ only in the seed compiles the single run's program
-under `vmap`. Every run sees the same batches; each row's step is the step its run would take
+under `vmap`. `RowsTrainer` only vmaps `Trainer`'s `initial_state` and `step`, and offers the
+loop `Trainer`'s interface (`split` and `join` between a group's state and its runs'), so that
+`train.py` trains one run and a group alike. Every run sees the same batches; each row's step is the step its run would take
 alone on those batches (`tests/test_rows.py`). A small model leaves most of an accelerator idle
 and its host dispatching; R rows a step give the device R times the work per dispatch.
 """
 
 import copy
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 
 from transformer_jax import config_lib
 from transformer_jax.sharded_model import ShardedModel
-from transformer_jax.trainer import Trainer, TrainState
+from transformer_jax.trainer import TRACEABLE, Trainer, TrainState
 
 # The config fields that may differ among runs trained together.
-VARYING = ('seed', 'model.dropout_rate', 'model.attention_dropout_rate',
-           'model.relu_dropout_rate', 'model.drophead_rate', 'train.label_smoothing',
-           'train.lr_scale', 'train.warmup_steps')
+VARYING = ('seed', *TRACEABLE)
 
 
 def check_together(configs: list[ml_collections.ConfigDict], names: list[str]) -> None:
@@ -77,11 +76,6 @@ def _with_rows(sharding: jax.sharding.NamedSharding) -> jax.sharding.NamedShardi
                                     jax.sharding.PartitionSpec(None, *sharding.spec))
 
 
-def row_state(state: TrainState, row: int) -> TrainState:
-  """Row `row` of a `RowsTrainer` state."""
-  return jax.tree.map(lambda leaf: leaf[row], state)
-
-
 class RowsTrainer:
   """The train step of `configs` (runs of `model.config`'s shapes, `check_together`) as one
   program on `model`'s mesh, the row axis of every state leaf unsplit (each device holds
@@ -94,20 +88,18 @@ class RowsTrainer:
       if not 0 <= config.seed < 2**32:
         raise ValueError(f'{name}: config.seed={config.seed}; runs trained together need seeds '
                          'in [0, 2^32) (one uint32 each)')
-    self.trainer = Trainer(model)
+    trainer = Trainer(model)
     self.model = model
     self.seeds = jnp.asarray([config.seed for config in configs], jnp.uint32)
     self.hyper = hyperparameters(configs)
-    self.state_sharding = jax.tree.map(_with_rows, self.trainer.state_sharding)
-    self.row_abstract_state = self.trainer.abstract_state
+    self.state_sharding = jax.tree.map(_with_rows, trainer.state_sharding)
+    self.run_abstract_state = trainer.abstract_state
     self._stack = jax.jit(lambda states: jax.tree.map(lambda *leaves: jnp.stack(leaves), *states),
                           out_shardings=self.state_sharding)
-    self.rows_multiple = self.trainer.rows_multiple
+    self.rows_multiple = trainer.rows_multiple
     replicated = jax.sharding.NamedSharding(model.mesh, jax.sharding.PartitionSpec())
-    self._init = jax.jit(
-        jax.vmap(lambda seed: nn.meta.unbox(self.trainer._boxed_state(seed))),
-        out_shardings=self.state_sharding)
-    update = jax.vmap(self.trainer._update, in_axes=(0, None, 0))
+    self._init = jax.jit(jax.vmap(trainer.initial_state), out_shardings=self.state_sharding)
+    update = jax.vmap(trainer.step, in_axes=(0, None, 0))
 
     def step(state, batch, hyper):
       with model.on_mesh():
@@ -128,7 +120,12 @@ class RowsTrainer:
     """Every row's state at step 0, from its own seed."""
     return self._init(self.seeds)
 
-  def stack(self, states: list[TrainState]) -> TrainState:
+  def split(self, state: TrainState) -> list[TrainState]:
+    """Each row's state, as `Trainer` has it."""
+    return [jax.tree.map(lambda leaf, row=row: leaf[row], state)
+            for row in range(len(self.seeds))]
+
+  def join(self, states: list[TrainState]) -> TrainState:
     """The states of single runs (restored checkpoints) as one state with a row axis."""
     return self._stack(states)
 

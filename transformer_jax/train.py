@@ -35,7 +35,7 @@ import numpy as np
 import tqdm
 
 from transformer_jax import atomic, checkpointing, cli, compilation, config_lib, evaluate, feed
-from transformer_jax import metrics_log, preemption, rows, workdirs
+from transformer_jax import loss, metrics_log, preemption, rows, workdirs
 from transformer_jax.data import datasets, pipeline, tokenizer
 from transformer_jax.sharded_model import ShardedModel
 from transformer_jax.trainer import Trainer
@@ -55,7 +55,11 @@ class _TrainMetrics:
   the host never waits for a step in between. Fetching checks the loss and the gradient norm:
   a NaN or an infinity in either raises FloatingPointError naming the first bad step. (A
   finite loss comes from the parameters before the step, so only the gradient norm shows that
-  a step's update is not finite.)"""
+  a step's update is not finite.)
+
+  Kept by hand rather than taken from clu: `periodic_actions.ReportProgress` counts the time
+  of its timed sections (evaluation, saving) in its steps/s, where this leaves evaluation,
+  saving and compiling out; and each step must be checked for NaN before a save."""
 
   def __init__(self):
     self._pending = []
@@ -64,7 +68,9 @@ class _TrainMetrics:
     self._compiling = 0.0  # of which compiling train steps
 
   def add(self, steps: range, metrics: dict) -> None:
-    """The metrics of the call that ran `steps`: scalars for one step, stacked for several."""
+    """The metrics of the call that ran `steps` (`Trainer.step`'s: sums over a step's target
+    tokens): scalars for one step, stacked for several; a trailing row axis for runs trained
+    together (`rows`)."""
     self._pending.append((steps, metrics))
 
   @contextlib.contextmanager
@@ -82,27 +88,22 @@ class _TrainMetrics:
     self._paused += seconds
     self._compiling += seconds
 
-  def summary(self) -> dict | None:
-    """Over the steps since the last call: loss, nll and accuracy per target token, the mean
-    gradient norm, tokens/s, step time and the seconds spent compiling train steps (left out
-    of the other two); None if empty."""
-    summaries = self.summaries(None)
-    return summaries and summaries[0]
-
-  def summaries(self, names: list[str] | None) -> list[dict] | None:
-    """`summary` of each row of runs trained together (`rows`: metrics with a trailing row
-    axis), `names` naming them; names None: one run's metrics. The NaN check names the row."""
+  def summaries(self, names: list[str]) -> list[dict] | None:
+    """Over the steps since the last call, for each run (`names`, one for each row of the
+    metrics): loss, nll and accuracy per target token (`loss.per_token` of the steps' sums),
+    the mean gradient norm, tokens/s, step time and the seconds spent compiling train steps
+    (left out of the other two); None if empty. The NaN check names the step and, of several
+    runs, the run."""
     if not self._pending:
       return None
     pending = jax.device_get(self._pending)
     elapsed = time.perf_counter() - self._start - self._paused
     summaries = []
-    for row, name in enumerate(names or [None]):
-      fetched = [(step, {metric: np.reshape(value if name is None else value[..., row],
-                                            len(steps))[i]
+    for row, name in enumerate(names):
+      fetched = [(step, {metric: np.reshape(value, (len(steps), -1))[i, row]
                          for metric, value in metrics.items()})
                  for steps, metrics in pending for i, step in enumerate(steps)]
-      summaries.append(self._summarize(fetched, elapsed, name))
+      summaries.append(self._summarize(fetched, elapsed, name if len(names) > 1 else None))
     self._pending = []
     self._start, self._paused, self._compiling = time.perf_counter(), 0.0, 0.0
     return summaries
@@ -116,15 +117,12 @@ class _TrainMetrics:
             '; stopping, the last checkpoint before it is kept. Resumed as it is, the run '
             'repeats the same batches and dropout: resume with a changed train.lr_scale or '
             'train.warmup_steps, or start a new --workdir')
-    steps_done = len(fetched)
-    tokens = np.array([m['tokens'] for _, m in fetched], np.float64)
-    summary = {name: float(np.dot([m[name] for _, m in fetched], tokens) / max(tokens.sum(), 1.0))
-               for name in ('loss', 'nll', 'accuracy')}
+    sums = {name: sum(float(m[name]) for _, m in fetched) for name in loss.SUM_NAMES}
+    summary = {name: float(value) for name, value in loss.per_token(sums).items()}
     summary['grad_norm'] = float(np.mean([m['grad_norm'] for _, m in fetched]))
-    summary['perplexity'] = float(np.exp(summary['nll']))
     summary['learning_rate'] = float(fetched[-1][1]['learning_rate'])
-    summary['target_tokens_per_second'] = float(tokens.sum()) / elapsed
-    summary['step_time'] = elapsed / steps_done
+    summary['target_tokens_per_second'] = sums['tokens'] / elapsed
+    summary['step_time'] = elapsed / len(fetched)
     summary['compile_seconds'] = self._compiling
     return summary
 
@@ -188,31 +186,27 @@ def _check_one_step(dirs: list[str]) -> None:
                      + ': train them apart, or the missing ones in new workdirs')
 
 
-def _restore(checkpoints: list[checkpointing.Checkpoints], trainer):
-  """(step, state, data position) of the runs' latest checkpoints, stacked into one state for
-  runs trained together (`_check_one_step`); None when there are none."""
-  if len(checkpoints) == 1:
-    return checkpoints[0].restore_latest(trainer.abstract_state)
-  restored = [c.restore_latest(trainer.row_abstract_state) for c in checkpoints]
+def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: Trainer | rows.RowsTrainer):
+  """(step, state, data position) of the runs' latest checkpoints (of one step,
+  `_check_one_step`), joined into the trainer's state; None when there are none."""
+  restored = [c.restore_latest(trainer.run_abstract_state) for c in checkpoints]
   if restored[0] is None:
     return None
-  return restored[0][0], trainer.stack([r[1] for r in restored]), restored[0][2]
+  return restored[0][0], trainer.join([r[1] for r in restored]), restored[0][2]
 
 
 def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[dict]:
   startup = compilation.so_far()
   config = configs[0]
   model = ShardedModel(config)
-  together = len(configs) > 1
-  trainer = rows.RowsTrainer(model, configs, dirs) if together else Trainer(model)
-  row = rows.row_state if together else lambda state, _: state
+  # One run, or several as one program (`rows`): the loop below is the same for both.
+  trainer = Trainer(model) if len(configs) == 1 else rows.RowsTrainer(model, configs, dirs)
   for run_config, workdir in zip(configs, dirs):
     checkpointing.check_compatible(run_config, workdir)
-  if together:
-    _check_one_step(dirs)
+  _check_one_step(dirs)
   data = _load_data(configs, dirs, trainer.rows_multiple)
   lead = jax.process_index() == 0
-  say = (lambda i, text: f'{dirs[i]}: {text}') if together else lambda i, text: text
+  labels = [f'{workdir}: ' if len(dirs) > 1 else '' for workdir in dirs]
 
   train = config.train
   # Closed in reverse order however the run ends: the progress bar, the metrics logs, then the
@@ -273,7 +267,7 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[di
         logged = step // train.log_every_steps > (call.steps[0] - 1) // train.log_every_steps
         # Fetching the metrics checks the steps for NaN, so no bad state is saved or evaluated.
         if logged or save or evaluate_now:
-          summaries = pending.summaries(dirs if together else None)
+          summaries = pending.summaries(dirs)
           for log, summary in zip(logs, summaries):
             log.write(step, 'train', summary)
           progress.set_postfix(loss=f'{summaries[0]["loss"]:.3f}',
@@ -282,20 +276,21 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[di
         # Saved before evaluating, so that a failed evaluation loses no training.
         if save:
           with pending.paused():
-            for i, run_checkpoints in enumerate(checkpoints):
-              run_checkpoints.save(step, row(state, i), calls.get_state())
+            for run_checkpoints, run_state in zip(checkpoints, trainer.split(state)):
+              run_checkpoints.save(step, run_state, calls.get_state())
         if evaluate_now:
-          for i, (evaluator, log) in enumerate(zip(evaluators, logs)):
+          for i, (evaluator, log, run_state) in enumerate(zip(evaluators, logs,
+                                                              trainer.split(state))):
             with pending.paused():
               before, start_time = compilation.so_far(), time.perf_counter()
-              eval_metrics[i] = evaluator(row(state, i).params, 'validation',
+              eval_metrics[i] = evaluator(run_state.params, 'validation',
                                           train.num_eval_steps, train.eval_bleu)
               eval_metrics[i].update(seconds=time.perf_counter() - start_time,
                                      compile_seconds=(compilation.so_far() - before).seconds)
             log.write(step, 'validation', eval_metrics[i])
             if lead:
-              progress.write(say(i, f'step {step} validation ' + ' '.join(
-                  f'{name}={value:.4g}' for name, value in eval_metrics[i].items())))
+              progress.write(labels[i] + f'step {step} validation ' + ' '.join(
+                  f'{name}={value:.4g}' for name, value in eval_metrics[i].items()))
         if preempted:
           for run_checkpoints in checkpoints:
             run_checkpoints.wait()

@@ -6,6 +6,12 @@ on a `ShardedModel`.
   state, metrics = trainer.train_step(state, batch)
   state, metrics = trainer.train_steps(state, batches)   # K steps, batches stacked: (K, rows, ..)
 
+`step` is the optimizer step itself, a pure function of the state and a batch; the jitted
+`train_step` and `train_steps` run it on the mesh (and `rows.RowsTrainer` vmaps it over several
+runs). Its metrics are sums over the batch's target tokens (`loss.SUM_NAMES`), as evaluation's
+are, with the gradient norm and the learning rate; per-token figures are derived on the host
+(`loss.per_token`), over however many steps are logged together.
+
 One optimizer step sees `config.data.tokens_per_batch` tokens per side, split into
 `config.train.grad_accum_steps` micro-batches whose gradients are summed before the update;
 the loss is normalised by the number of non-padding target tokens of the whole batch, so the
@@ -21,6 +27,12 @@ import optax
 from transformer_jax import loss, optimizer, partitioning
 from transformer_jax.model import Transformer
 from transformer_jax.sharded_model import ShardedModel
+
+# The config fields a step may take as traced values (`Trainer.step`'s `hyper`) rather than from
+# the config: none changes a shape or the program's structure.
+TRACEABLE = ('model.dropout_rate', 'model.attention_dropout_rate', 'model.relu_dropout_rate',
+             'model.drophead_rate', 'train.label_smoothing', 'train.lr_scale',
+             'train.warmup_steps')
 
 
 class TrainState(train_state.TrainState):
@@ -50,8 +62,7 @@ class Trainer:
     abstract_state = jax.eval_shape(self._boxed_state)
     self.state_sharding = partitioning.state_shardings(abstract_state, model.mesh, model.rules)
     self.abstract_state = partitioning.placed_shapes(abstract_state, self.state_sharding)
-    self._init = jax.jit(lambda: nn.meta.unbox(self._boxed_state()),
-                         out_shardings=self.state_sharding)
+    self._init = jax.jit(self.initial_state, out_shardings=self.state_sharding)
     self.train_step = jax.jit(
         self._train_step, in_shardings=(self.state_sharding, model.batch_sharding),
         out_shardings=(self.state_sharding, None), donate_argnums=0)
@@ -65,8 +76,7 @@ class Trainer:
     return self.model.batch_shards * self.config.train.grad_accum_steps
 
   def _boxed_state(self, seed: int | jax.Array | None = None) -> TrainState:
-    """The state at step 0 of `seed` (default: the config's; traced for rows trained
-    together, `rows.RowsTrainer`), its parameters boxed with their logical axis names."""
+    """`initial_state`, its parameters boxed with their logical axis names."""
     seed = self.config.seed if seed is None else seed
     params_key, dropout_key = jax.random.split(jax.random.key(seed))
     dropout_data = jax.random.key_data(dropout_key)
@@ -77,18 +87,36 @@ class Trainer:
                              params=self.model.boxed_params(params_key), tx=self.tx,
                              dropout_key=dropout_data)
 
+  def initial_state(self, seed: int | jax.Array | None = None) -> TrainState:
+    """The state at step 0 of `seed` (default: the config's; may be traced)."""
+    return nn.meta.unbox(self._boxed_state(seed))
+
   def init_state(self) -> TrainState:
     """The state at step 0, created directly in its shards."""
     return self._init()
+
+  @property
+  def run_abstract_state(self) -> TrainState:
+    """The shapes and shardings of one run's state (what its checkpoint holds): the state's."""
+    return self.abstract_state
+
+  def split(self, state: TrainState) -> list[TrainState]:
+    """The state of each run the state holds: this one (`rows.RowsTrainer` holds several)."""
+    return [state]
+
+  def join(self, states: list[TrainState]) -> TrainState:
+    """`split`'s inverse: the state of `states`' one run."""
+    (state,) = states
+    return state
 
   def _loss_sums(self, params, batch: dict, dropout_key, module, label_smoothing
                  ) -> tuple[jax.Array, dict]:
     sums = self.model.sums(module, params, batch, label_smoothing, rngs={'dropout': dropout_key})
     return sums['loss'], sums
 
-  def _row(self, hyper: dict | None):
-    """The model, ε_ls, optimizer and schedule of one row: the config's, with the values of
-    `hyper` (traced, one row's of `rows.RowsTrainer`; fields named as in `rows.VARYING`)."""
+  def _hyperparameters(self, hyper: dict | None):
+    """The model, ε_ls, optimizer and schedule of a step: the config's, with the traced values
+    of `hyper` (fields of `TRACEABLE`)."""
     if not hyper:
       return self.model.model, self.config.train.label_smoothing, self.tx, self.schedule
     fields = {name.split('.')[1]: value for name, value in hyper.items()
@@ -101,19 +129,21 @@ class Trainer:
 
   def _train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     with self.model.on_mesh():
-      return self._update(state, batch)
+      return self.step(state, batch)
 
   def _train_steps(self, state: TrainState, batches: dict) -> tuple[TrainState, dict]:
     """As many steps as `batches` stacks (leading axis), in one program: the host dispatches
     once for all of them (`train.steps_per_call`). Each step is `_train_step`'s, its dropout
     drawn from its own step number; the metrics come stacked, one entry per step."""
     with self.model.on_mesh():
-      return jax.lax.scan(self._update, state, batches)
+      return jax.lax.scan(self.step, state, batches)
 
-  def _update(self, state: TrainState, batch: dict, hyper: dict | None = None
-              ) -> tuple[TrainState, dict]:
-    """One optimizer step; `hyper`: one row's traced values (`_row`)."""
-    module, label_smoothing, tx, schedule = self._row(hyper)
+  def step(self, state: TrainState, batch: dict, hyper: dict | None = None
+           ) -> tuple[TrainState, dict]:
+    """One optimizer step (§5.3), with `hyper`'s traced values of `TRACEABLE` fields in place
+    of the config's. Metrics: the batch's `loss.SUM_NAMES` sums, 'grad_norm' and
+    'learning_rate'. Called under `model.on_mesh()` (the jitted `train_step` is)."""
+    module, label_smoothing, tx, schedule = self._hyperparameters(hyper)
     # Dropout is different at every step and micro-batch, and reproducible from the step alone.
     step_key = jax.random.fold_in(
         jax.random.wrap_key_data(state.dropout_key, impl=self.dropout_prng_impl), state.step)
@@ -135,12 +165,8 @@ class Trainer:
     zero_sums = {name: jnp.zeros((), jnp.float32) for name in loss.SUM_NAMES}
     (grads, sums), _ = jax.lax.scan(accumulate, (zeros, zero_sums), (jnp.arange(k), micro))
     grads = jax.tree.map(lambda g: g / jnp.maximum(sums['tokens'], 1.0), grads)
-    metrics = {
-        **loss.per_token(sums),
-        'tokens': sums['tokens'],
-        'grad_norm': optax.tree.norm(grads),
-        'learning_rate': schedule(state.step),
-    }
+    metrics = {**sums, 'grad_norm': optax.tree.norm(grads),
+               'learning_rate': schedule(state.step)}
     # `tx`, not the state's own: a row's schedule (the optimizer state is the same structure).
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
