@@ -10,7 +10,7 @@ r"""The two shapes at which training throughput is compared with PyTorch (see
 
 import ml_collections
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 base = config_lib.import_sibling(__file__, '../configs/base')
 

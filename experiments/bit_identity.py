@@ -27,7 +27,8 @@ from absl import app, flags
 import numpy as np
 import orbax.checkpoint as ocp
 
-from transformer_jax import config_lib, provenance, train
+from transformer_jax import provenance, train
+from transformer_jax.training import config_lib
 
 _JSON = flags.DEFINE_string('json', None, 'Write the digests to this file.')
 _COMPARE = flags.DEFINE_bool('compare', False, 'Compare the two JSON files given as arguments.')

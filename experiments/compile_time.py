@@ -11,7 +11,7 @@ one new compilation cache directory, so that the first of these compiles into it
 loads from it. A run's
 figures: seconds from starting the command until metrics.jsonl holds the 'train' record of step
 `--until`, seconds until the command ends (its last step saved and evaluated), and for this
-checkout's runs the compile records' seconds and counts (`transformer_jax.compilation`).
+checkout's runs the compile records' seconds and counts (`transformer_jax.training.compilation`).
 The dataset's preparation is done before the first round, so no run includes it; each run
 learns its vocabulary.
 """

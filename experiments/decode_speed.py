@@ -22,7 +22,7 @@ import numpy as np
 
 from transformer_jax import provenance
 from transformer_jax.data import datasets
-from transformer_jax.translator import Translator
+from transformer_jax.decoding.translator import Translator
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A trained workdir.', required=True)
 _SPLIT = flags.DEFINE_string('split', 'test', 'Which split to translate.')

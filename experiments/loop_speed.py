@@ -30,7 +30,7 @@ from absl import app, flags
 
 from transformer_jax import provenance
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 import multi30k_raw  # experiments/, the script's own directory
 

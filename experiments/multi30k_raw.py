@@ -9,8 +9,8 @@ directory of the same files for working offline.
 import os
 import urllib.request
 
-from transformer_jax import atomic
 from transformer_jax.data import datasets
+from transformer_jax.storage import atomic
 
 CACHE = os.path.join(os.path.expanduser('~'), '.cache', 'transformer_jax', 'multi30k_raw')
 NAMES = [f'{prefix}.{language}.gz' for prefix in datasets.MULTI30K_FILES.values()

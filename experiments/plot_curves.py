@@ -13,7 +13,7 @@ import os
 from absl import app, flags
 import matplotlib
 
-from transformer_jax import metrics_log
+from transformer_jax.training import metrics_log
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -19,7 +19,8 @@ from absl import app, flags
 import matplotlib
 import numpy as np
 
-from transformer_jax import config_lib, embeddings, optimizer
+from transformer_jax.model import embeddings
+from transformer_jax.training import config_lib, optimizer
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position

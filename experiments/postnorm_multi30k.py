@@ -33,7 +33,7 @@ import os
 
 import ml_collections
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 multi30k = config_lib.import_sibling(__file__, '../configs/multi30k')
 

@@ -21,7 +21,7 @@ about 1.0 and 7.2 hours for 100K and 300K steps.
 
 import ml_collections
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 table3 = config_lib.import_sibling(__file__, '../configs/table3')
 

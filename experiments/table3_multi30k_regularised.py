@@ -48,7 +48,7 @@ no checkpoint averaging, per-token perplexity; cased text (Table 3's BLEU is cas
 
 import ml_collections
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 mini = config_lib.import_sibling(__file__, 'table3_multi30k')
 

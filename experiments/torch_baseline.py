@@ -40,7 +40,7 @@ def sizes_of(shape: str) -> dict:
   """The model and batch sizes of a shape name or a config file."""
   if shape in SHAPES:
     return {**SHAPES[shape], 'vocab_size': VOCAB_SIZE, 'dropout_rate': 0.1}
-  from transformer_jax import config_lib
+  from transformer_jax.training import config_lib
   config = config_lib.from_file(shape)
   m = config.model
   if m.d_k * m.num_heads != m.d_model or m.d_v != m.d_k:

@@ -45,10 +45,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from transformer_jax import atomic, compilation, config_lib
 from transformer_jax.data import builtin_grammar
-from transformer_jax.model import Transformer
-from transformer_jax.model_config import TransformerConfig
+from transformer_jax.model.model_config import TransformerConfig
+from transformer_jax.model.transformer import Transformer
+from transformer_jax.storage import atomic
+from transformer_jax.training import compilation, config_lib
 
 base = config_lib.import_sibling(__file__, '../configs/base')
 

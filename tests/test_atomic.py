@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_jax import atomic
+from transformer_jax.storage import atomic
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import tiny_config
 from reference import as_numpy, multi_head_attention, softmax
-from transformer_jax.attention import (MultiHeadAttention, attention_over_blocks, causal_mask,
+from transformer_jax.model.attention import (MultiHeadAttention, attention_over_blocks, causal_mask,
                                        padding_mask)
 
 

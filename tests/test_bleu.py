@@ -7,7 +7,7 @@ import pytest
 import sacrebleu
 import sacremoses
 
-from transformer_jax import bleu
+from transformer_jax.decoding import bleu
 
 HYPOTHESES = ['Der Arbeits-Markt ist gut.', 'Ein Hund läuft im Park.', 'Das ist ein Test!',
               'Die Kinder spielen draußen mit dem Ball.']

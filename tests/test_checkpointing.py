@@ -14,7 +14,8 @@ import jax
 import numpy as np
 import pytest
 
-from transformer_jax import atomic, checkpointing
+from transformer_jax.storage import atomic
+from transformer_jax.training import checkpointing
 
 
 def _state(step: int) -> dict:
@@ -96,7 +97,7 @@ import jax, numpy as np
 process, port, workdir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 jax.config.update('jax_cpu_collectives_implementation', 'gloo')
 jax.distributed.initialize(f'127.0.0.1:{port}', num_processes=2, process_id=process)
-from transformer_jax import checkpointing
+from transformer_jax.training import checkpointing
 replicated = jax.sharding.NamedSharding(jax.sharding.Mesh(jax.devices(), ('data',)),
                                         jax.sharding.PartitionSpec())
 abstract = {'params': {'w': jax.ShapeDtypeStruct((3, 2), np.float32, sharding=replicated)},

@@ -1,4 +1,4 @@
-"""The persistent compilation cache and the compile counts (transformer_jax/compilation.py)."""
+"""The persistent compilation cache and the compile counts (transformer_jax/training/compilation.py)."""
 
 import json
 import subprocess
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, train_command, train_config
-from transformer_jax import compilation, metrics_log
+from transformer_jax.training import compilation, metrics_log
 
 
 @pytest.fixture

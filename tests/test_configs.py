@@ -5,8 +5,9 @@ import json
 import ml_collections
 import pytest
 
-from transformer_jax import checkpointing, config_lib, costs, model_config
 from transformer_jax.data import batching, pipeline
+from transformer_jax.model import costs, model_config
+from transformer_jax.training import checkpointing, config_lib
 
 base = config_lib.import_sibling(__file__, '../configs/base')
 big = config_lib.import_sibling(__file__, '../configs/big')
@@ -67,7 +68,7 @@ def test_row_matches_the_paper_and_its_parameter_count(row):
   assert got == PAPER_TABLE3[row]
   assert m.position_encoding == ('learned' if row == 'E' else 'sinusoid')
   assert config.decode.average_last == 1  # §6.2: no checkpoint averaging
-  counts = costs.param_counts(config_lib.model_config(config))
+  counts = costs.param_counts(model_config.from_config(config))
   n, d_model, d_ff, h, d_k, d_v = PAPER_TABLE3[row][:6]
   want = expected_params(n, d_model, d_ff, h, d_k, d_v, vocab=37000,
                          learned_positions_len=m.max_len if row == 'E' else 0)

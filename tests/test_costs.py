@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from conftest import init_params, tiny_config, train_config
-from transformer_jax import benchmark, config_lib, costs
-from transformer_jax.model import Transformer
+from transformer_jax import benchmark
+from transformer_jax.model import costs, model_config
+from transformer_jax.model.transformer import Transformer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,7 +145,7 @@ def test_benchmark_times_packed_batches_k_steps_a_call_per_step(monkeypatch):
   config = train_config(**{'train.steps_per_call': 2})
   result = benchmark.run(config, batch_size=8, length=8, num_steps=2, warmup=1, packed=True)
   assert result['steps_per_call'] == 2 and result['packed']
-  model = config_lib.model_config(config)
+  model = model_config.from_config(config)
   flops = 3 * 8 * costs.forward_flops(model, 8, 8)
   assert result['model_flops_per_step'] == flops
   assert result['step_time_s'] == result['step_time_waited_s'] == 0.5

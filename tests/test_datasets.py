@@ -14,8 +14,8 @@ import pytest
 import requests
 import tensorflow_datasets as tfds
 
-from transformer_jax import config_lib
 from transformer_jax.data import builtin_grammar, datasets
+from transformer_jax.training import config_lib
 
 base = config_lib.import_sibling(__file__, '../configs/base')
 

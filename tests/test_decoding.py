@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import init_params, random_tokens, tiny_config
-from transformer_jax import decoding, search
-from transformer_jax.attention import CACHE_BLOCK
-from transformer_jax.data.tokenizer import EOS_ID
-from transformer_jax.model import Transformer
-from transformer_jax.model_config import PAD_ID
+from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
+from transformer_jax.decoding import decoding, search
+from transformer_jax.model.attention import CACHE_BLOCK
+from transformer_jax.model.transformer import Transformer
 
 MODEL_OPTIONS = [
     {},

@@ -1,4 +1,4 @@
-"""Dropout's masks from 16-bit draws (transformer_jax/dropout.py), against a numpy formula of
+"""Dropout's masks from 16-bit draws (transformer_jax/model/dropout.py), against a numpy formula of
 the same draws and against the properties any dropout must have."""
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_jax.dropout import Dropout
+from transformer_jax.model.dropout import Dropout
 
 
 def _apply(rate, x, key, **fields):
@@ -115,7 +115,7 @@ def test_deterministic_is_the_identity():
 
 
 def test_a_traced_rate_gives_the_masks_and_scale_of_the_same_python_rate():
-  """Rows trained together pass each row's rate traced (`transformer_jax.rows`): against the
+  """Rows trained together pass each row's rate traced (`transformer_jax.training.rows`): against the
   numpy reference of the Python rate, for rates of up to three decimals (the float32 rounding
   of the threshold then agrees with the Python one: the kept elements' value, 2^16 / t, tells
   t), 0 and 1 included."""

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import init_params, random_tokens, tiny_config
-from transformer_jax.embeddings import Embeddings, project, sinusoid
-from transformer_jax.model import Transformer
+from transformer_jax.model.embeddings import Embeddings, project, sinusoid
+from transformer_jax.model.transformer import Transformer
 
 
 @pytest.mark.parametrize('d_model', [512, 7])

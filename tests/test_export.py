@@ -23,12 +23,16 @@ import transformers
 
 from conftest import train_command, train_config
 from test_datasets import MULTI30K_DIR, read_lines
-from transformer_jax import checkpointing, config_lib, decoding, export, marian, search
+from transformer_jax import export, marian
 from transformer_jax.data import tokenizer
-from transformer_jax.embeddings import sinusoid
-from transformer_jax.model import Transformer
-from transformer_jax.model_config import PAD_ID, TransformerConfig
-from transformer_jax.translator import Translator
+from transformer_jax.data.tokenizer import PAD_ID
+from transformer_jax.decoding import decoding, search
+from transformer_jax.decoding.translator import Translator
+from transformer_jax.model import model_config
+from transformer_jax.model.embeddings import sinusoid
+from transformer_jax.model.model_config import TransformerConfig
+from transformer_jax.model.transformer import Transformer
+from transformer_jax.training import checkpointing
 
 
 def small_config(**changes) -> TransformerConfig:
@@ -265,7 +269,7 @@ def test_the_exported_model_is_the_averaged_checkpoints(hf_dir, run):
                                                            'state'))['params']
            for step in (150, 300)]
   mean = jax.tree.map(lambda a, b: (np.float64(a) + b) / 2, *saved)
-  cfg = config_lib.model_config(checkpointing.load_config(run))
+  cfg = model_config.from_config(checkpointing.load_config(run))
   want = marian.marian_weights(cfg, mean)
   got = safetensors.numpy.load_file(os.path.join(hf_dir, 'model.safetensors'))
   assert got.keys() == want.keys()

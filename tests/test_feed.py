@@ -1,4 +1,4 @@
-"""The training feed (`transformer_jax.feed`): calls of K steps aligned to multiples of K, the
+"""The training feed (`transformer_jax.training.feed`): calls of K steps aligned to multiples of K, the
 iterator's batches stacked and placed on the devices in a background thread, the position of
 the batches taken (not of those made ahead), errors raised in the training loop, no thread
 left behind."""
@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from conftest import train_config
-from transformer_jax import feed, partitioning
 from transformer_jax.data import batching
-from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.model import partitioning
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.training import feed
 
 
 def _batcher() -> batching.Batcher:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from transformer_jax import metrics_log
+from transformer_jax.training import metrics_log
 
 
 def test_a_half_written_last_line_is_cut_before_a_resumed_run_appends(tmp_path):

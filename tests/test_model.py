@@ -8,8 +8,8 @@ import pytest
 
 from conftest import init_params, perturbed, random_tokens, tiny_config
 from reference import Reference, sinusoid
-from transformer_jax import partitioning
-from transformer_jax.model import Transformer
+from transformer_jax.model import partitioning
+from transformer_jax.model.transformer import Transformer
 
 
 def _logits(cfg, params, inputs, decoder_inputs, seed=0):

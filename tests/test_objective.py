@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from reference import adam_updates
-from transformer_jax import config_lib, loss, optimizer
+from transformer_jax.model import loss
+from transformer_jax.training import config_lib, optimizer
 
 base = config_lib.import_sibling(__file__, '../configs/base')
 

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from conftest import init_params, tiny_config, train_config
-from transformer_jax import loss, metrics_log, train
-from transformer_jax.attention import segment_positions
+from transformer_jax import train
+from transformer_jax.model import loss
+from transformer_jax.model.attention import segment_positions
+from transformer_jax.training import metrics_log
 from transformer_jax.data.batching import (Batcher, PlanCancelled, Sequences, TokenizedSplit,
                                            _first_fit_decreasing, padding_fraction,
                                            process_rows)
-from transformer_jax.model import Transformer
+from transformer_jax.model.transformer import Transformer
 
 
 def _pairs(rng, vocab, lengths):

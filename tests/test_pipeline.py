@@ -10,8 +10,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from transformer_jax import config_lib
 from transformer_jax.data import batching, builtin_grammar, pipeline, token_store, tokenizer
+from transformer_jax.training import config_lib
 
 tiny = config_lib.import_sibling(__file__, '../configs/tiny')
 
@@ -303,8 +303,8 @@ def test_the_vocabulary_sample_is_seeded_whole_pairs_up_to_the_character_budget(
 
 _PROCESS = textwrap.dedent("""
     import json, sys
-    from transformer_jax import config_lib
     from transformer_jax.data import batching, pipeline, tokenizer
+    from transformer_jax.training import config_lib
     process, workdir = int(sys.argv[1]), sys.argv[2]
     config = config_lib.import_sibling('{repo}/configs/x', 'tiny').get_config()
     encoded, read = [], set()

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from transformer_jax import config_lib, metrics_log
+from transformer_jax.training import config_lib, metrics_log
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'experiments', 'plot_curves.py')

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'experiments', 'plot_paper.py')

@@ -7,8 +7,8 @@ import pytest
 
 from conftest import CORPUS
 from test_datasets import MULTI30K_DIR
-from transformer_jax import config_lib
 from transformer_jax.data import pipeline, preprocessing, tokenizer
+from transformer_jax.training import config_lib
 
 tiny = config_lib.import_sibling(__file__, '../configs/tiny')
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 # Its flags are defined only when it runs as a script, so loading it defines none.
 profile_step = config_lib.import_sibling(__file__, '../experiments/profile_step')

@@ -17,9 +17,10 @@ import pytest
 
 from conftest import (REPO, metrics_lines, train_command, train_config, two_process_commands,
                       xla_flags)
-from transformer_jax import train, workdirs
+from transformer_jax import train
 from transformer_jax.data import builtin_grammar
-from transformer_jax.translator import Translator
+from transformer_jax.decoding.translator import Translator
+from transformer_jax.storage import workdirs
 
 pytestmark = pytest.mark.slow
 

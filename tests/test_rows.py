@@ -1,4 +1,4 @@
-"""Runs trained together as one program (transformer_jax/rows.py): each row is its run trained
+"""Runs trained together as one program (transformer_jax/training/rows.py): each row is its run trained
 alone on the same batches; runs that cannot share a program are refused by name."""
 
 import functools
@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from conftest import assert_trained_alike, random_tokens, train_config
-from transformer_jax import partitioning, rows
-from transformer_jax.sharded_model import ShardedModel
-from transformer_jax.trainer import Trainer
+from transformer_jax.model import partitioning
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.training import rows
+from transformer_jax.training.trainer import Trainer
 
 MESH = {'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.model': 2}
 # Three runs differing in every traced field: the seed, the residual and attention dropout,

@@ -15,8 +15,8 @@ from flax import traverse_util
 import jax
 import pytest
 
-from transformer_jax import checkpointing, config_lib, provenance
-from transformer_jax import sweep as sweep_lib
+from transformer_jax import provenance, sweep as sweep_lib
+from transformer_jax.training import checkpointing, config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 table3 = config_lib.import_sibling(__file__, '../configs/table3')
@@ -32,7 +32,7 @@ def _sweep_file(tmp_path, rows: dict | None = None) -> str:
             'train.num_eval_steps': 1, 'train.checkpoint_every_steps': 20}
   path = tmp_path / 'sweep.py'
   path.write_text(f'''
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 base = config_lib.load_module({os.path.join(REPO, 'configs', 'base.py')!r})
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 trends = config_lib.load_module(os.path.join(REPO, 'experiments', 'table3_trends.py'))

@@ -17,9 +17,10 @@ import pytest
 
 from conftest import (REPO, metrics_lines, short_run, train_command, train_config,
                       two_process_commands, xla_flags)
-from transformer_jax import metrics_log, train
+from transformer_jax import train
 from transformer_jax.data import batching
-from transformer_jax.trainer import Trainer
+from transformer_jax.training import metrics_log
+from transformer_jax.training.trainer import Trainer
 
 # End-to-end: trains models and runs commands. The fast tier (`pytest -m "not slow"`) keeps
 # one of them, the short run, as its smoke test of the whole training command.

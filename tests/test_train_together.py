@@ -13,8 +13,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import assert_trained_alike, metrics_lines, short_run, train_config
-from transformer_jax import checkpointing, metrics_log, train
-from transformer_jax.trainer import Trainer
+from transformer_jax import train
+from transformer_jax.training import checkpointing, metrics_log
+from transformer_jax.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 

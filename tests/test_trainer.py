@@ -9,9 +9,9 @@ import pytest
 
 from conftest import assert_close_to_scale, random_tokens, train_config
 from reference import adam_updates
-from transformer_jax import loss, partitioning
-from transformer_jax.sharded_model import ShardedModel
-from transformer_jax.trainer import Trainer
+from transformer_jax.model import loss, partitioning
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.training.trainer import Trainer
 
 
 def _batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict:

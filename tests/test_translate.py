@@ -17,9 +17,11 @@ import pytest
 import sacrebleu
 
 from conftest import text_of_max_length, train_command, write_corpus, xla_flags
-from transformer_jax import bleu, checkpointing, decoding, evaluate, translate
+from transformer_jax import evaluate, translate
 from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
-from transformer_jax.translator import Translator
+from transformer_jax.decoding import bleu, decoding
+from transformer_jax.decoding.translator import Translator
+from transformer_jax.training import checkpointing
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
 pytestmark = pytest.mark.slow
@@ -364,8 +366,8 @@ import jax, numpy as np
 process, port, workdir, sentences = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 jax.config.update('jax_cpu_collectives_implementation', 'gloo')
 jax.distributed.initialize(f'127.0.0.1:{port}', num_processes=2, process_id=process)
-from transformer_jax import partitioning
-from transformer_jax.translator import Translator
+from transformer_jax.decoding.translator import Translator
+from transformer_jax.model import partitioning
 # The data axis alternates between the processes, as a pod's topology-ordered mesh may:
 # process 0's devices hold global rows 0 and 2 of every four.
 by_process = [[d for d in jax.devices() if d.process_index == p] for p in (0, 1)]

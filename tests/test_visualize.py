@@ -14,8 +14,8 @@ from conftest import (SMALL, init_params, perturbed, text_of_max_length, tiny_co
                       train_config)
 from reference import Reference
 from transformer_jax import train, visualize
-from transformer_jax.model import Transformer
-from transformer_jax.translator import Translator
+from transformer_jax.decoding.translator import Translator
+from transformer_jax.model.transformer import Transformer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

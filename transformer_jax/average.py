@@ -11,7 +11,8 @@ like any workdir (with --average_last=1); the original workdir is only read. (`t
 
 from absl import flags
 
-from transformer_jax import checkpointing, cli
+from transformer_jax import cli
+from transformer_jax.training import checkpointing
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
 _LAST = flags.DEFINE_integer('last', None, 'How many of the latest checkpoints to average '

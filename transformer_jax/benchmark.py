@@ -26,9 +26,10 @@ import jax.numpy as jnp
 from ml_collections import config_flags
 import numpy as np
 
-from transformer_jax import cli, costs
-from transformer_jax.sharded_model import ShardedModel
-from transformer_jax.trainer import Trainer
+from transformer_jax import cli
+from transformer_jax.model import costs
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.training.trainer import Trainer
 
 
 def _median_seconds(fn, repeats: int) -> float:

@@ -21,7 +21,7 @@ from typing import Callable
 from absl import app, flags, logging
 import ml_collections
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 
 def unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str | None:

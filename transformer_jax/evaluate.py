@@ -42,12 +42,15 @@ from absl import flags
 import jax
 import sacrebleu
 
-from transformer_jax import atomic, bleu, cli, compilation, decoding, loss, partitioning
-from transformer_jax import workdirs
+from transformer_jax import cli
 from transformer_jax.data import batching, datasets, pipeline, preprocessing, tokenizer
-from transformer_jax.model_config import PAD_ID
-from transformer_jax.sharded_model import ShardedModel
-from transformer_jax.translator import Translator, define_translator_flags
+from transformer_jax.data.tokenizer import PAD_ID
+from transformer_jax.decoding import bleu, decoding
+from transformer_jax.decoding.translator import Translator, define_translator_flags
+from transformer_jax.model import loss, partitioning
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.storage import atomic, workdirs
+from transformer_jax.training import compilation
 
 
 def _add_sums(totals: dict, sums: dict) -> dict:

@@ -37,10 +37,13 @@ import shutil
 from absl import flags, logging
 import numpy as np
 
-from transformer_jax import atomic, checkpointing, cli, config_lib, marian, metrics_log, workdirs
+from transformer_jax import cli, marian
 from transformer_jax.data import token_store, tokenizer
-from transformer_jax.model_config import PAD_ID
-from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.data.tokenizer import PAD_ID
+from transformer_jax.model import model_config
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.storage import atomic, workdirs
+from transformer_jax.training import checkpointing, metrics_log
 
 
 def _transformers():
@@ -90,7 +93,7 @@ def export(workdir: str, out: str, average_last: int | None = None,
            overwrite: bool = False) -> list[int]:
   """Writes `workdir`'s model to `out` (module docstring); returns the averaged steps."""
   config = checkpointing.load_config(workdir)
-  cfg = config_lib.model_config(config)
+  cfg = model_config.from_config(config)
   marian.check_exportable(cfg)
   average_last = config.decode.average_last if average_last is None else average_last
   if average_last <= 0:

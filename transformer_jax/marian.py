@@ -31,8 +31,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from transformer_jax.data.tokenizer import EOS_ID
-from transformer_jax.model_config import PAD_ID, TransformerConfig
+from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
+from transformer_jax.model.model_config import TransformerConfig
 
 
 def marian_order(d_model: int) -> np.ndarray:

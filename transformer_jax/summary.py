@@ -15,7 +15,9 @@ import json
 from absl import flags
 from ml_collections import config_flags
 
-from transformer_jax import cli, config_lib, costs
+from transformer_jax import cli
+from transformer_jax.model import costs, model_config
+from transformer_jax.training import config_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file, optionally with an argument: file.py:arg.')
@@ -33,7 +35,7 @@ _PAPER_COUNT_NOTE = (
 
 def summarize(config, length: int) -> dict:
   """Parameter counts and forward FLOPs per target token of a validated `config`."""
-  cfg = config_lib.model_config(config)
+  cfg = model_config.from_config(config)
   counts = costs.param_counts(cfg)
   return {
       'params_total': counts['total'],

@@ -26,7 +26,7 @@ stops it); each is checked against every row before anything trains, and a row's
 the overrides it ran with.
 
 `--together=N` trains up to N rows as one compiled program (`train.train_together`: the train
-step vmapped over the rows' states, `transformer_jax.rows`), rows that may share one: they differ
+step vmapped over the rows' states, `transformer_jax.training.rows`), rows that may share one: they differ
 only in the seed, the dropout rates, label smoothing, `train.lr_scale` or `train.warmup_steps`
 (`rows.VARYING`; the seeds of one row, or Table 3's base and D rows). Groups are formed in row
 order (`groups`); a row that fits no group trains alone. A group's rows see the same batches,
@@ -64,8 +64,10 @@ from typing import Any, Iterator
 from absl import flags
 from ml_collections import config_flags
 
-from transformer_jax import atomic, checkpointing, cli, config_lib, metrics_log, provenance
-from transformer_jax.rows import check_together
+from transformer_jax import cli, provenance
+from transformer_jax.storage import atomic
+from transformer_jax.training import checkpointing, config_lib, metrics_log
+from transformer_jax.training.rows import check_together
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
 EVAL_FLAGS = ('--split=validation', '--beam_size=4', '--alpha=0.6', '--average_last=1')

@@ -1,5 +1,5 @@
 r"""Training with the paper's recipe (§5) on every available device: `train_and_evaluate`,
-and its command line:
+the loop that trains one run or several as one program, and its command line.
 
   python -m transformer_jax.train --config=configs/base.py --workdir=DIR \
       [--config.train.num_train_steps=...]
@@ -34,11 +34,14 @@ from ml_collections import config_flags
 import numpy as np
 import tqdm
 
-from transformer_jax import atomic, checkpointing, cli, compilation, config_lib, evaluate, feed
-from transformer_jax import loss, metrics_log, preemption, rows, workdirs
+from transformer_jax import cli, evaluate
 from transformer_jax.data import datasets, pipeline, tokenizer
-from transformer_jax.sharded_model import ShardedModel
-from transformer_jax.trainer import Trainer
+from transformer_jax.model import loss
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.storage import atomic, workdirs
+from transformer_jax.training import checkpointing, compilation, config_lib, feed, metrics_log
+from transformer_jax.training import preemption, rows
+from transformer_jax.training.trainer import Trainer
 
 
 def _initialize_distributed(config: ml_collections.ConfigDict) -> None:

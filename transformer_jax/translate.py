@@ -18,8 +18,9 @@ from typing import BinaryIO
 
 from absl import flags
 
-from transformer_jax import atomic, cli, workdirs
-from transformer_jax.translator import define_translator_flags
+from transformer_jax import cli
+from transformer_jax.decoding.translator import define_translator_flags
+from transformer_jax.storage import atomic, workdirs
 
 
 def read_lines(stream: BinaryIO, name: str) -> list[str]:

@@ -29,11 +29,11 @@ import jax
 import matplotlib
 import numpy as np
 
-from transformer_jax import atomic, cli
-from transformer_jax.data.tokenizer import EOS_ID
-from transformer_jax.model import Transformer
-from transformer_jax.model_config import PAD_ID
-from transformer_jax.translator import Translator
+from transformer_jax import cli
+from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
+from transformer_jax.decoding.translator import Translator
+from transformer_jax.model.transformer import Transformer
+from transformer_jax.storage import atomic
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position

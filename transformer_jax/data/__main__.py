@@ -1,4 +1,4 @@
-r"""Inspects a config's data pipeline.
+r"""`python -m transformer_jax.data`: inspects a config's data pipeline (sizes, padding, speed).
 
   python -m transformer_jax.data --config=configs/multi30k.py --inspect [--json] [--batches=N]
 
@@ -21,9 +21,10 @@ import time
 from absl import app, flags
 from ml_collections import config_flags
 
-from transformer_jax import cli, config_lib
+from transformer_jax import cli
 from transformer_jax.data import batching, pipeline
-from transformer_jax.model_config import PAD_ID
+from transformer_jax.data.tokenizer import PAD_ID
+from transformer_jax.training import config_lib
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.')
 _INSPECT = flags.DEFINE_bool('inspect', False, 'Print statistics of the data pipeline.')

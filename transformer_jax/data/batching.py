@@ -1,6 +1,8 @@
-"""Token-based, length-bucketed batches (§5.1: "Sentence pairs were batched together by
-approximate sequence length. Each training batch contained a set of sentence pairs containing
-approximately 25000 source tokens and 25000 target tokens.").
+"""Token-based, length-bucketed batches (§5.1), and the restorable training iterator.
+
+§5.1: "Sentence pairs were batched together by approximate sequence length. Each training batch
+contained a set of sentence pairs containing approximately 25000 source tokens and 25000 target
+tokens."
 
 A pair goes to the smallest bucket whose length L holds both its sides. A batch of bucket L
 has a fixed number of rows, the most that keep rows x L <= tokens_per_batch on each side
@@ -38,7 +40,7 @@ from typing import Iterator, Sequence
 from absl import logging
 import numpy as np
 
-from transformer_jax.model_config import PAD_ID
+from transformer_jax.data.tokenizer import PAD_ID
 
 
 BUCKETS = ('fine', 'coarse')

@@ -25,8 +25,8 @@ from typing import Callable, Sequence
 from absl import logging
 import numpy as np
 
-from transformer_jax import atomic
 from transformer_jax.data.batching import Sequences
+from transformer_jax.storage import atomic
 
 DIRECTORY = 'tokens'
 FORMAT = 1

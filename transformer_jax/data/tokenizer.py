@@ -13,9 +13,10 @@ from absl import logging
 import numpy as np
 import sentencepiece as spm
 
-from transformer_jax import atomic
-from transformer_jax.model_config import PAD_ID
+from transformer_jax.storage import atomic
 
+# Token id 0 is padding everywhere in the project (batches, attention masks, loss).
+PAD_ID = 0
 EOS_ID = 1
 UNK_ID = 2
 MODEL_FILENAME = 'spm.model'

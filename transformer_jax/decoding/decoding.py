@@ -19,11 +19,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax import attention, search
-from transformer_jax.data.tokenizer import EOS_ID
-from transformer_jax.model import Transformer
-from transformer_jax.model_config import PAD_ID
-from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
+from transformer_jax.decoding import search
+from transformer_jax.model import attention
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.model.transformer import Transformer
 
 
 def _repeat_rows(tree: Any, copies: int) -> Any:

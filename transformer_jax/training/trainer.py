@@ -24,9 +24,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from transformer_jax import loss, optimizer, partitioning
-from transformer_jax.model import Transformer
-from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.model import loss, partitioning
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.model.transformer import Transformer
+from transformer_jax.training import optimizer
 
 # The config fields a step may take as traced values (`Trainer.step`'s `hyper`) rather than from
 # the config: none changes a shape or the program's structure.

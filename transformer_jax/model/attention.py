@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax.dropout import Dropout
-from transformer_jax.model_config import TransformerConfig
+from transformer_jax.model.dropout import Dropout
+from transformer_jax.model.model_config import TransformerConfig
 
 # Weight matrices that tensor2tensor creates without an initialiser of their own (all but the
 # embedding matrix) get its model-wide default, Glorot-uniform ("uniform_unit_scaling", gain 1).

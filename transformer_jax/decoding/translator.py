@@ -18,11 +18,12 @@ from absl import flags, logging
 import numpy as np
 import tqdm
 
-from transformer_jax import checkpointing, compilation, config_lib, decoding, partitioning
 from transformer_jax.data import batching, pipeline, preprocessing, tokenizer
-from transformer_jax.data.tokenizer import EOS_ID
-from transformer_jax.model_config import PAD_ID
-from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
+from transformer_jax.decoding import decoding
+from transformer_jax.model import partitioning
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.training import checkpointing, compilation, config_lib
 
 
 class Translator:

@@ -28,10 +28,12 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from transformer_jax import atomic, config_lib, costs, workdirs
 from transformer_jax.data import tokenizer
-from transformer_jax.model_config import TransformerConfig
-from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.model import costs, model_config
+from transformer_jax.model.model_config import TransformerConfig
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.storage import atomic, workdirs
+from transformer_jax.training import config_lib
 
 CONFIG_FILENAME = 'config.json'
 # Config fields newer than some saved runs, with the behaviour those runs had. A field added to
@@ -265,8 +267,8 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
                        'config')
     return
   config_lib.validate(saved)  # it comes from a file: validated where the check first needs it
-  if (_parameter_shapes(config_lib.model_config(saved))
-      != _parameter_shapes(config_lib.model_config(config))):
+  if (_parameter_shapes(model_config.from_config(saved))
+      != _parameter_shapes(model_config.from_config(config))):
     shaping = [n for n in changed if n.startswith('model.') or n == 'data.vocab_size']
     raise ValueError(f'{path} describes a model with other parameter shapes ({listed(shaping)}); '
                      'use a new --workdir, or the same model config to resume')

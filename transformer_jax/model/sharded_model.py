@@ -17,8 +17,8 @@ from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
-from transformer_jax import config_lib, loss, partitioning
-from transformer_jax.model import Transformer
+from transformer_jax.model import loss, model_config, partitioning
+from transformer_jax.model.transformer import Transformer
 
 
 class ShardedModel:
@@ -43,7 +43,7 @@ class ShardedModel:
     self.config = config
     self.mesh = partitioning.make_mesh(config) if mesh is None else mesh
     self.rules = partitioning.axis_rules(config)
-    self.model_config = config_lib.model_config(config).replace(axis_rules=self.rules)
+    self.model_config = model_config.from_config(config).replace(axis_rules=self.rules)
     self.model = Transformer(self.model_config)
     self.eval_model = Transformer(self.model_config.replace(deterministic=True))
     self.batch_sharding = partitioning.batch_sharding(self.mesh, self.rules)

@@ -25,7 +25,7 @@ import dataclasses
 import grain.experimental
 
 from transformer_jax.data import batching
-from transformer_jax.sharded_model import ShardedModel
+from transformer_jax.model.sharded_model import ShardedModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +91,7 @@ class Feed:
       raise
     except Exception as error:
       error.add_note(f'(raised while preparing the training batches of step {self._next_step}, '
-                     'transformer_jax.feed)')
+                     'transformer_jax.training.feed)')
       raise
     self._next_step = call.steps[-1] + 1
     return call

@@ -23,13 +23,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer_jax import loss
-from transformer_jax.attention import (DecodeStep, cache_blocks, causal_mask, padding_mask,
+from transformer_jax.model import loss
+from transformer_jax.model.attention import (DecodeStep, cache_blocks, causal_mask, padding_mask,
                                        segment_mask, segment_positions)
-from transformer_jax.dropout import Dropout
-from transformer_jax.embeddings import Embeddings, PositionalEncoding
-from transformer_jax.layers import DecoderLayer, EncoderLayer, normalize
-from transformer_jax.model_config import PAD_ID, TransformerConfig
+from transformer_jax.data.tokenizer import PAD_ID
+from transformer_jax.model.dropout import Dropout
+from transformer_jax.model.embeddings import Embeddings, PositionalEncoding
+from transformer_jax.model.layers import DecoderLayer, EncoderLayer, normalize
+from transformer_jax.model.model_config import TransformerConfig
 
 
 def _layer_drop(module: nn.Module, cfg: TransformerConfig, x: jax.Array, *args) -> jax.Array:

@@ -11,8 +11,6 @@ from typing import Any
 
 import jax.numpy as jnp
 
-# Token id 0 is padding everywhere in the project (data pipeline, masks, loss).
-PAD_ID = 0
 # The values each string option takes (the first is the default).
 CHOICES = {
     'position_encoding': ('sinusoid', 'learned'),
@@ -65,3 +63,10 @@ class TransformerConfig:
 
   def replace(self, **changes) -> 'TransformerConfig':
     return dataclasses.replace(self, **changes)
+
+
+def from_config(config) -> TransformerConfig:
+  """The model's config of a run's valid ml_collections config (`config_lib.validate`):
+  `config.model`, the vocabulary size and the compute dtype."""
+  return TransformerConfig(
+      vocab_size=config.data.vocab_size, dtype=jnp.dtype(config.dtype), **config.model.to_dict())

@@ -1,4 +1,4 @@
-"""Config files: loading them from any directory, checking them, and the model's config.
+"""Config files: loading them from any directory, checking them, flattening them.
 
 Configs live in `configs/` (documented field by field in `configs/base.py`). A config file is
 a Python file with `get_config()` (or `get_config(arg)`, loaded as `file.py:arg`); it imports
@@ -11,7 +11,7 @@ A config is validated where it enters: a command's `--config` and its overrides
 workdir's saved config (`checkpointing.load_config`; `Translator`, after its own overrides),
 and training called from Python (`train.train_and_evaluate`, `train.train_together`: the
 training command reaches them too, and the check, cheap, runs again there). Every other
-function that takes a config (`model_config`, `ShardedModel`, `Trainer`, `pipeline.load`,
+function that takes a config (`model_config.from_config`, `ShardedModel`, `Trainer`, `pipeline.load`,
 `benchmark.run`, `summary.summarize`, ...) takes a valid one.
 """
 
@@ -20,12 +20,11 @@ import json
 import os
 import types
 
-import jax.numpy as jnp
 import ml_collections
 
-from transformer_jax import partitioning
 from transformer_jax.data import batching, preprocessing
-from transformer_jax.model_config import CHOICES as MODEL_CHOICES, TransformerConfig
+from transformer_jax.model import partitioning
+from transformer_jax.model.model_config import CHOICES as MODEL_CHOICES
 
 _POSITIVE_INTS = (
     'model.num_layers', 'model.d_model', 'model.d_ff', 'model.num_heads', 'model.d_k',
@@ -179,13 +178,6 @@ def _check_axis_rules(rules) -> None:
                        f'rule: the logical axis is one of {partitioning.LOGICAL_AXES}, named '
                        f'once, and the mesh axes None or from {partitioning.MESH_AXES}')
     seen.add(rule[0])
-
-
-def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
-  """The model's frozen config of a valid `config`: `config.model`, the vocabulary size and the
-  compute dtype."""
-  return TransformerConfig(
-      vocab_size=config.data.vocab_size, dtype=jnp.dtype(config.dtype), **config.model.to_dict())
 
 
 def load_module(path: str) -> types.ModuleType:

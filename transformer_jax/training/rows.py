@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from transformer_jax import config_lib
-from transformer_jax.sharded_model import ShardedModel
-from transformer_jax.trainer import TRACEABLE, Trainer, TrainState
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.training import config_lib
+from transformer_jax.training.trainer import TRACEABLE, TrainState, Trainer
 
 # The config fields that may differ among runs trained together.
 VARYING = ('seed', *TRACEABLE)

@@ -10,9 +10,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer_jax.attention import DecodeStep, MultiHeadAttention, glorot_uniform
-from transformer_jax.dropout import Dropout
-from transformer_jax.model_config import TransformerConfig
+from transformer_jax.model.attention import DecodeStep, MultiHeadAttention, glorot_uniform
+from transformer_jax.model.dropout import Dropout
+from transformer_jax.model.model_config import TransformerConfig
 
 
 class ScaleNorm(nn.Module):

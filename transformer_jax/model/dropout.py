@@ -16,7 +16,7 @@ XLA's CPU backend, where a bitcast of each word to two uint16 made a copy; the d
 split was chosen by measurement (experiments/results/notes/2026-11-performance-cpu.md).
 
 The rate may also be a traced scalar, one row's of several trained as one program
-(`transformer_jax.rows`): the threshold is then rounded in float32, which gives the same
+(`transformer_jax.training.rows`): the threshold is then rounded in float32, which gives the same
 threshold as a Python rate for every rate of up to three decimals (`tests/test_dropout.py`),
 and the mask is drawn even at rate 0 (every element kept).
 

@@ -1,4 +1,6 @@
-"""The optimizer of §5.3: Adam (β1 = 0.9, β2 = 0.98, ε = 1e-9) with the paper's learning rate,
+"""The optimizer of §5.3: Adam (β1 = 0.9, β2 = 0.98, ε = 1e-9) with eq. 3's learning rate.
+
+The learning rate is
 
   lrate = d_model^-0.5 · min(step_num^-0.5, step_num · warmup_steps^-1.5)      (eq. 3)
 

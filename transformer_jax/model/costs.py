@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax.model import Transformer
-from transformer_jax.model_config import TransformerConfig
+from transformer_jax.model.model_config import TransformerConfig
+from transformer_jax.model.transformer import Transformer
 
 
 def abstract_params(cfg: TransformerConfig):

@@ -6,8 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax.attention import glorot_uniform
-from transformer_jax.model_config import PAD_ID, TransformerConfig
+from transformer_jax.data.tokenizer import PAD_ID
+from transformer_jax.model.attention import glorot_uniform
+from transformer_jax.model.model_config import TransformerConfig
 
 
 def sinusoid(length: int, d_model: int) -> np.ndarray:

@@ -16,8 +16,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from transformer_jax.data.tokenizer import EOS_ID
-from transformer_jax.model_config import PAD_ID
+from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 
 # step(state, tokens, i, bound) -> (log_probs, state): tokens (rows,) are the inputs at
 # position i (PAD_ID, the start symbol, at i = 0); log_probs (rows, vocab) float32 are those of

@@ -12,7 +12,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from transformer_jax.model_config import PAD_ID
+from transformer_jax.data.tokenizer import PAD_ID
 
 SUM_NAMES = ('loss', 'nll', 'correct', 'tokens')
 
@@ -89,7 +89,7 @@ def projected_loss_sums(y: jax.Array, table: jax.Array, targets: jax.Array,
     table: (vocab, d_model), the output projection (the shared embedding matrix, §3.4).
     targets: (b, t) int ids, PAD_ID where there is no token.
     label_smoothing: ε_ls, a number or a traced scalar (one row's of several trained as one
-      program, `transformer_jax.rows`); not differentiated.
+      program, `transformer_jax.training.rows`); not differentiated.
     chunk: target positions per chunk (t is padded to a multiple of it).
   """
   return _projected_forward(y, table, targets, label_smoothing, chunk)[0]
