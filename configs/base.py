@@ -126,10 +126,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.pack_length = ml_collections.config_dict.placeholder(int)
   # Training batches are assembled and placed on the devices by a background thread, this many
   # compiled calls (train.steps_per_call batches each) ahead of the step, so the devices never
-  # wait for the host (transformer_jax/feed.py); 0 prepares each on the training thread.
+  # wait for the host (transformer_jax/training/feed.py); 0 prepares each on the training thread.
   config.data.prefetch = 4
   # The seed of the training batches' order (None: config.seed). Runs trained together as one
-  # program (`transformer_jax.rows`) see the same batches: the first run's order, written into
+  # program (`transformer_jax.training.rows`) see the same batches: the first run's order, written into
   # every run's workdir here so that each resumes alone as it was trained.
   config.data.shuffle_seed = ml_collections.config_dict.placeholder(int)
 
@@ -170,7 +170,7 @@ def get_config() -> ml_collections.ConfigDict:
   # eval_every_steps must be multiples of K. Used when every training batch has one shape
   # (packed at data.max_length: the default on GPUs and TPUs); otherwise each step is a call.
   config.train.steps_per_call = 1
-  # JAX's persistent compilation cache (transformer_jax/compilation.py): None keeps it in
+  # JAX's persistent compilation cache (transformer_jax/training/compilation.py): None keeps it in
   # $XDG_CACHE_HOME/transformer_jax/jax (~/.cache/... by default), a path moves it, '' turns it
   # off. A resumed run, another seed or an evaluation then loads its programs, not compiles.
   config.train.compilation_cache_dir = ml_collections.config_dict.placeholder(str)

@@ -8,7 +8,7 @@ For EN-FR the big model used P_drop = 0.1 instead of 0.3 (§6.1):
 
 import ml_collections
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 base = config_lib.import_sibling(__file__, 'base')
 

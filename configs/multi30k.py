@@ -31,7 +31,7 @@ the paper's cased BLEU.
 
 import ml_collections
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 base = config_lib.import_sibling(__file__, 'base')
 

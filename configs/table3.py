@@ -13,7 +13,7 @@ import dataclasses
 
 import ml_collections
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 base = config_lib.import_sibling(__file__, 'base')
 big = config_lib.import_sibling(__file__, 'big')

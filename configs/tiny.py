@@ -10,7 +10,7 @@ is 500 steps here.
 
 import ml_collections
 
-from transformer_jax import config_lib
+from transformer_jax.training import config_lib
 
 base = config_lib.import_sibling(__file__, 'base')
 
