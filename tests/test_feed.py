@@ -1,7 +1,7 @@
-"""The training feed (`transformer_jax.training.feed`): calls of K steps aligned to multiples of K, the
-iterator's batches stacked and placed on the devices in a background thread, the position of
-the batches taken (not of those made ahead), errors raised in the training loop, no thread
-left behind."""
+"""The training feed (`transformer_jax.training.feed`): calls of K steps aligned to multiples of K,
+the iterator's batches stacked and placed on the devices in a background thread, the position of the
+batches taken (not of those made ahead), errors raised in the training loop, no thread left
+behind."""
 
 import threading
 import time

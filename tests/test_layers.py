@@ -24,7 +24,8 @@ MAY_IMPORT = {
 }
 # The map's order: the top layer first, as a reader meets the package.
 ORDER = ('commands', 'decoding', 'training', 'model', 'data', 'storage')
-MAP_START = '<!-- module map: the first paragraph of each docstring; python tests/test_layers.py --write -->'
+MAP_START = ('<!-- module map: the first paragraph of each docstring; '
+             'python tests/test_layers.py --write -->')
 MAP_END = '<!-- end of the module map -->'
 # A docstring's first paragraph, the map's cell, is at most this long.
 SUMMARY_CHARS = 200

@@ -1,5 +1,5 @@
-"""Runs trained together as one program (transformer_jax/training/rows.py): each row is its run trained
-alone on the same batches; runs that cannot share a program are refused by name."""
+"""Runs trained together as one program (transformer_jax/training/rows.py): each row is its run
+trained alone on the same batches; runs that cannot share a program are refused by name."""
 
 import functools
 

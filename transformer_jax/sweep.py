@@ -25,15 +25,15 @@ table is rewritten: `DIR/table3.md`, `table3.csv` and `table3.png`.
 stops it); each is checked against every row before anything trains, and a row's JSON lists
 the overrides it ran with.
 
-`--together=N` trains up to N rows as one compiled program (`train.train_together`: the train
-step vmapped over the rows' states, `transformer_jax.training.rows`), rows that may share one: they differ
-only in the seed, the dropout rates, label smoothing, `train.lr_scale` or `train.warmup_steps`
-(`rows.VARYING`; the seeds of one row, or Table 3's base and D rows). Groups are formed in row
-order (`groups`); a row that fits no group trains alone. A group's rows see the same batches,
-those of its first row's seed (written into each row's config as `data.shuffle_seed`, so each
-workdir resumes alone as it trained): seeds then vary the initialisation and dropout, not the
-data order. Each row keeps its workdir, evaluation and JSON (which names the group); the
-group's training time is every row's `train_seconds`.
+`--together=N` trains up to N rows as one compiled program (`train.train_together`: the train step
+vmapped over the rows' states, `transformer_jax.training.rows`), rows that may share one: they
+differ only in the seed, the dropout rates, label smoothing, `train.lr_scale` or
+`train.warmup_steps` (`rows.VARYING`; the seeds of one row, or Table 3's base and D rows). Groups
+are formed in row order (`groups`); a row that fits no group trains alone. A group's rows see the
+same batches, those of its first row's seed (written into each row's config as `data.shuffle_seed`,
+so each workdir resumes alone as it trained): seeds then vary the initialisation and dropout, not
+the data order. Each row keeps its workdir, evaluation and JSON (which names the group); the group's
+training time is every row's `train_seconds`.
 
 `--concurrent=K` runs K rows (or groups) at once, each row's training and evaluation in one of K
 slots: on a CPU each slot is pinned to its own K-th of the cores (K at most the number of

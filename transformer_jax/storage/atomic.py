@@ -1,9 +1,10 @@
 """Files written whole or not at all, so that a crash never leaves a half-written file.
 
-The content goes to a temporary file in the same directory, which is flushed to disk and renamed over the destination once complete (a rename
-within one file system is atomic), so a crash never leaves a half-written file; the directory
-is then flushed too, so that the rename itself survives a power loss. The file gets
-the permissions of one made by `open` (0o666 less the umask), not the temporary file's 0o600."""
+The content goes to a temporary file in the same directory, which is flushed to disk and renamed
+over the destination once complete (a rename within one file system is atomic), so a crash never
+leaves a half-written file; the directory is then flushed too, so that the rename itself survives a
+power loss. The file gets the permissions of one made by `open` (0o666 less the umask), not the
+temporary file's 0o600."""
 
 import contextlib
 import os

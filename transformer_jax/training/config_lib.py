@@ -6,13 +6,13 @@ the config files it builds on with `import_sibling`, by path, so that it works f
 working directory and from an installed package. `validate` runs before any long work starts
 and names the offending field in its error.
 
-A config is validated where it enters: a command's `--config` and its overrides
-(`cli.run`), a sweep row with its overrides (`sweep.with_overrides`, `summary.sweep_rows`), a
-workdir's saved config (`checkpointing.load_config`; `Translator`, after its own overrides),
-and training called from Python (`train.train_and_evaluate`, `train.train_together`: the
-training command reaches them too, and the check, cheap, runs again there). Every other
-function that takes a config (`model_config.from_config`, `ShardedModel`, `Trainer`, `pipeline.load`,
-`benchmark.run`, `summary.summarize`, ...) takes a valid one.
+A config is validated where it enters: a command's `--config` and its overrides (`cli.run`), a sweep
+row with its overrides (`sweep.with_overrides`, `summary.sweep_rows`), a workdir's saved config
+(`checkpointing.load_config`; `Translator`, after its own overrides), and training called from
+Python (`train.train_and_evaluate`, `train.train_together`: the training command reaches them too,
+and the check, cheap, runs again there). Every other function that takes a config
+(`model_config.from_config`, `ShardedModel`, `Trainer`, `pipeline.load`, `benchmark.run`,
+`summary.summarize`, ...) takes a valid one.
 """
 
 import importlib.util

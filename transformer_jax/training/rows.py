@@ -7,15 +7,15 @@ step over a leading row axis of the training states (parameters, optimizer state
   state, metrics = trainer.train_steps(state, batches)  # metrics (steps, rows)
   trainer.split(state)[i]                 # row i's state, as `Trainer` has it
 
-The runs (a sweep's rows, or the seeds of one) may differ only in `VARYING`: the seed (the
-initial parameters and the dropout key), the dropout rates, label smoothing and the learning
-rate's scale and warmup, none of which changes a shape or the program's structure. Their values
-enter the program as traced scalars, one a row (`Trainer.step`'s `hyper`); fields equal in every run stay
-constants, so that a group whose runs differ only in the seed compiles the single run's program
-under `vmap`. `RowsTrainer` only vmaps `Trainer`'s `initial_state` and `step`, and offers the
-loop `Trainer`'s interface (`split` and `join` between a group's state and its runs'), so that
-`train.py` trains one run and a group alike. Every run sees the same batches; each row's step is the step its run would take
-alone on those batches (`tests/test_rows.py`). A small model leaves most of an accelerator idle
+The runs (a sweep's rows, or the seeds of one) may differ only in `VARYING`: the seed (the initial
+parameters and the dropout key), the dropout rates, label smoothing and the learning rate's scale
+and warmup, none of which changes a shape or the program's structure. Their values enter the program
+as traced scalars, one a row (`Trainer.step`'s `hyper`); fields equal in every run stay constants,
+so that a group whose runs differ only in the seed compiles the single run's program under `vmap`.
+`RowsTrainer` only vmaps `Trainer`'s `initial_state` and `step`, and offers the loop `Trainer`'s
+interface (`split` and `join` between a group's state and its runs'), so that `train.py` trains one
+run and a group alike. Every run sees the same batches; each row's step is the step its run would
+take alone on those batches (`tests/test_rows.py`). A small model leaves most of an accelerator idle
 and its host dispatching; R rows a step give the device R times the work per dispatch.
 """
 
