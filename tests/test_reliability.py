@@ -61,7 +61,7 @@ def test_a_live_run_holds_the_workdir_and_a_killed_ones_lock_is_taken_over(tmp_p
   workdir = tmp_path / 'run'
   workdir.mkdir()
   holder = subprocess.Popen(
-      [sys.executable, '-c', 'import sys, time\nfrom transformer_jax import workdirs\n'
+      [sys.executable, '-c', 'import sys, time\nfrom transformer_jax.storage import workdirs\n'
        'with workdirs.lock(sys.argv[1]):\n  print("locked", flush=True)\n  time.sleep(300)',
        str(workdir)], stdout=subprocess.PIPE, text=True)
   try:
