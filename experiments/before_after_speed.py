@@ -3,7 +3,8 @@ before a change), interleaved: what a refactoring must show it did not slow down
 
   git worktree add /tmp/before COMMIT
   python experiments/before_after_speed.py --before=/tmp/before [--manual_dir=DIR] \
-      [--config=configs/multi30k.py] [--k=8] [--steps=48] [--rounds=2] [--json=FILE]
+      [--config=configs/multi30k.py] [--k=8] [--steps=48] [--rounds=2] [--kinds=step,loop] \
+      [--json=FILE]
 
 Variants, each a fresh process run from its checkout (so that its `transformer_jax` comes first
 on the Python path): the step (`python -m transformer_jax.benchmark`, one step a call, calls back
@@ -36,10 +37,10 @@ _STEPS = flags.DEFINE_integer('steps', 48, 'Training steps of a loop run.')
 _BENCHMARK_STEPS = flags.DEFINE_integer('benchmark_steps', 8, 'Calls in each timed round of the '
                                         'benchmark.')
 _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds of every variant.')
+_KINDS = flags.DEFINE_list('kinds', ['step', 'loop'], 'What to time: the step, the loop or both.')
 _JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
 
 _THIS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_VARIANTS = ('step before', 'step now', 'loop before', 'loop now')
 
 
 def _shape() -> tuple[int, int]:
@@ -91,6 +92,9 @@ def main(argv):
   del argv
   if _STEPS.value % max(8, _K.value) or _STEPS.value < 2 * max(8, _K.value):
     raise app.UsageError(f'--steps must be a multiple of {max(8, _K.value)}, at least twice it')
+  if not set(_KINDS.value) <= {'step', 'loop'}:
+    raise app.UsageError(f'--kinds: step, loop or both, not {_KINDS.value}')
+  variants = [f'{kind} {when}' for kind in _KINDS.value for when in ('before', 'now')]
   before, devices = os.path.abspath(_BEFORE.value), []
   with tempfile.TemporaryDirectory() as scratch:
     subprocess.run([sys.executable, '-m', 'transformer_jax.data', f'--config={_CONFIG.value}',
@@ -99,16 +103,16 @@ def main(argv):
     rounds = []
     for r in range(_ROUNDS.value):
       rounds.append({})
-      for variant in _VARIANTS if r % 2 == 0 else _VARIANTS[::-1]:
+      for variant in variants if r % 2 == 0 else variants[::-1]:
         kind, when = variant.split()
         code = before if when == 'before' else _THIS
         rounds[-1][variant] = (_step(code, devices) if kind == 'step'
                                else _loop(code, scratch))
         print(json.dumps({'round': r, variant: rounds[-1][variant]}), flush=True)
-  median = {v: statistics.median(r[v] for r in rounds) for v in _VARIANTS}
+  median = {v: statistics.median(r[v] for r in rounds) for v in variants}
   rows, length = _shape()
   result = {
-      'provenance': provenance.record(devices[0]),
+      'provenance': provenance.record(devices[0] if devices else None),
       'before': subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=before, check=True,
                                capture_output=True, text=True).stdout.strip(),
       'config': _CONFIG.value, 'batch': f'{rows} x {length} (packed)',
@@ -116,7 +120,7 @@ def main(argv):
       'steps_per_second_rounds': rounds,
       'steps_per_second_median': median,
       'now_over_before': {kind: median[f'{kind} now'] / median[f'{kind} before']
-                          for kind in ('step', 'loop')},
+                          for kind in _KINDS.value},
   }
   text = json.dumps(result, indent=1)
   print(text)
