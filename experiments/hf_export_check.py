@@ -1,6 +1,7 @@
-r"""A trained workdir's model here and exported to Hugging Face `transformers`
-(`transformer_jax.export`): their logits, and their decoding of a whole split (sentences/s at
-the same beam, and how often the translations agree).
+r"""A trained workdir's model here, exported to Hugging Face `transformers`
+(`transformer_jax.export`) and converted from that to CTranslate2 (`ct2-transformers-converter`'s
+converter, unmodified): their logits, and their decoding of a whole split (sentences/s at the
+same beam, and how often the translations agree).
 
   python experiments/hf_export_check.py --workdir=DIR [--split=test] [--beam_sizes=1,5] \
       [--batch_size=64] [--json=experiments/results/hf_export_cpu.json]
@@ -20,7 +21,9 @@ timed. For every sentence whose translations differ, the report gives both hypot
 log-probabilities under our model and their scores under each length penalty, §6.1's
 ((5 + |Y|) / 6)^α and transformers' |Y|^β with the exported β, so that the cause of the
 difference can be read off. For beam search, transformers also decodes the split (untimed) with
-β = α, to show what the matched β gains.
+β = α, to show what the matched β gains. CTranslate2 decodes the same batches, float32, with
+one thread and with two (`intra_threads`), given the exported β (its model keeps no length
+penalty); ours and transformers use every core.
 """
 
 import json
@@ -30,11 +33,12 @@ import time
 
 from absl import app, flags, logging
 import jax
+import ctranslate2
 import numpy as np
 import torch
 import transformers
 
-from transformer_jax import export, provenance
+from transformer_jax import export, marian, provenance
 from transformer_jax.data import datasets
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import decoding, search
@@ -60,25 +64,50 @@ def batches(translator: Translator, sources: list[np.ndarray]) -> list[tuple[int
   return plan
 
 
+def to_ours(model, ids) -> np.ndarray:
+  """The exported model's token ids as ours (the export numbers them as Marian does,
+  `marian.marian_id`)."""
+  return marian.our_ids(model.config.vocab_size)[np.asarray(ids)]
+
+
+def to_marian(model, ids) -> np.ndarray:
+  """Our token ids as the exported model numbers them."""
+  return marian.marian_id(ids, model.config.vocab_size)
+
+
 def generate(model, tokenizer, texts: list[str], cap: int, beam_size: int,
              **settings) -> list[list[int]]:
-  """The exported model's output ids (without the start symbol and EOS) for `texts`, with its
-  generation defaults but for the beam size, the cap and `settings`."""
+  """The exported model's output ids as ours (without the start symbol and EOS) for `texts`,
+  with its generation defaults but for the beam size, the cap and `settings`."""
   batch = tokenizer(texts, return_tensors='pt', padding=True)
   with torch.inference_mode():
     outputs = model.generate(**batch, num_beams=beam_size, max_length=cap + 1, **settings)
-  return [decoding.strip(row[1:]) for row in outputs.numpy()]
+  return [decoding.strip(row[1:]) for row in to_ours(model, outputs.numpy())]
+
+
+def ct2_translate(ct2_model, tokenizer, texts: list[str], cap: int, beam_size: int,
+                  length_penalty: float) -> list[list[int]]:
+  """CTranslate2's output ids as ours for `texts`: the converted export, fed the tokens of
+  the export's MarianTokenizer, with the exported length penalty (it keeps none itself)."""
+  tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(texts)['input_ids']]
+  results = ct2_model.translate_batch(tokens, beam_size=beam_size, max_decoding_length=cap,
+                                      length_penalty=length_penalty)
+  vocab = len(tokenizer.get_vocab())
+  return [[int(i) for i in marian.our_ids(vocab)[tokenizer.convert_tokens_to_ids(
+      result.hypotheses[0])]] for result in results]
 
 
 def log_prob(model, source: list[int], output: list[int]) -> float:
-  """log P(output + EOS | source) under the exported model, the padding id excluded as our
-  decoder excludes it."""
+  """log P(output + EOS | source) under the exported model (our ids), the padding id excluded
+  as our decoder excludes it."""
   target = output + [EOS_ID]
   with torch.inference_mode():
-    logits = model(input_ids=torch.tensor([source]),
-                   decoder_input_ids=torch.tensor([[PAD_ID] + target[:-1]])).logits[0].double()
-    logits[:, PAD_ID] = -float('inf')
-    return float(torch.log_softmax(logits, -1)[range(len(target)), target].sum())
+    logits = model(input_ids=torch.tensor(to_marian(model, [source])),
+                   decoder_input_ids=torch.tensor(to_marian(model, [[PAD_ID] + target[:-1]]))
+                   ).logits[0].double()
+    logits[:, int(to_marian(model, PAD_ID))] = -float('inf')
+    return float(torch.log_softmax(logits, -1)[range(len(target)),
+                                               to_marian(model, target)].sum())
 
 
 def logit_differences(translator: Translator, model, pairs: list[tuple[str, str]]) -> dict:
@@ -90,20 +119,22 @@ def logit_differences(translator: Translator, model, pairs: list[tuple[str, str]
   inputs = _padded([sources[i].tolist() for i in keep])
   decoder_inputs = _padded([[PAD_ID] + targets[i][:-1].tolist() for i in keep])
   real = _padded([[1] * len(targets[i]) for i in keep]).astype(bool)
-  ours = np.asarray(translator.model.eval_model.apply(
+  mine = np.asarray(translator.model.eval_model.apply(
       {'params': translator.params}, inputs, decoder_inputs))[real]
   result = {'pairs': len(keep), 'positions': int(real.sum()),
-            'logit_scale': float(np.abs(ours).max())}
+            'logit_scale': float(np.abs(mine).max())}
   for name, epsilon in (('as_exported', None), ('with_our_epsilon', 1e-6)):
     if epsilon is not None:
       for module in model.modules():
         if isinstance(module, torch.nn.LayerNorm):
           module.eps = epsilon
     with torch.inference_mode():
-      theirs = model(input_ids=torch.tensor(inputs),
-                     attention_mask=torch.tensor(inputs != PAD_ID),
-                     decoder_input_ids=torch.tensor(decoder_inputs)).logits.numpy()[real]
-    result[name] = float(np.abs(theirs - ours).max())
+      exported = model(input_ids=torch.tensor(to_marian(model, inputs)),
+                       attention_mask=torch.tensor(inputs != PAD_ID),
+                       decoder_input_ids=torch.tensor(to_marian(model, decoder_inputs))
+                       ).logits.numpy()[real]
+    in_our_order = exported[..., to_marian(model, np.arange(model.config.vocab_size))]
+    result[name] = float(np.abs(in_our_order - mine).max())
   return result
 
 
@@ -114,7 +145,10 @@ def _padded(rows: list[list[int]]) -> np.ndarray:
   return out
 
 
-def measure(translator: Translator, model, tokenizer, texts: list[str], beam_size: int) -> dict:
+def measure(translator: Translator, model, tokenizer, texts: list[str], beam_size: int,
+            ct2_models: dict) -> dict:
+  """Ours, transformers' and CTranslate2's (each of `ct2_models`, by its thread count)
+  decoding of `texts` at `beam_size`: seconds and agreement with ours (module docstring)."""
   sources = translator.encode(texts, f'{_SPLIT.value} source')
   prepared = [translator.preprocessing.source(text) for text in texts]
   plan = batches(translator, sources)
@@ -137,6 +171,25 @@ def measure(translator: Translator, model, tokenizer, texts: list[str], beam_siz
                                         cap(length), beam_size)):
       theirs[i] = ids
   theirs_seconds = time.perf_counter() - start
+
+  ct2 = {}
+  for threads, ct2_model in ct2_models.items():
+    ct2_ids = [[] for _ in texts]
+    for length, members in {length: m for length, m in plan}.items():  # untimed, as above
+      ct2_translate(ct2_model, tokenizer, [prepared[i] for i in members[:2]], cap(length),
+                    beam_size, beta)
+    start = time.perf_counter()
+    for length, members in plan:
+      for i, ids in zip(members, ct2_translate(ct2_model, tokenizer,
+                                               [prepared[i] for i in members], cap(length),
+                                               beam_size, beta)):
+        ct2_ids[i] = ids
+    seconds = time.perf_counter() - start
+    ct2[f'{threads}_threads'] = {
+        'seconds': seconds, 'sentences_per_second': len(texts) / seconds,
+        'time_over_ours': seconds / ours_seconds,
+        'same_translations': sum(o == c for o, c in zip(ours, ct2_ids)),
+        'same_translations_as_transformers': sum(t == c for t, c in zip(theirs, ct2_ids))}
 
   # The same search with transformers' penalty exponent set to α itself, untimed.
   with_alpha = [[] for _ in texts]
@@ -170,7 +223,9 @@ def measure(translator: Translator, model, tokenizer, texts: list[str], beam_siz
       'transformers': {'seconds': theirs_seconds,
                        'sentences_per_second': len(texts) / theirs_seconds},
       'speed_ratio': theirs_seconds / ours_seconds,
-      'same_input_ids': sum(list(s) == t for s, t in zip(sources, tokenized) if len(s)),
+      'ctranslate2': ct2,
+      'same_input_ids': sum(to_marian(model, s).tolist() == t
+                            for s, t in zip(sources, tokenized) if len(s)),
       'same_translations': len(texts) - len(differ),
       'same_translations_with_beta_alpha': (sum(o == t for o, t in zip(ours, with_alpha))
                                             if beam_size > 1 else None),
@@ -197,6 +252,12 @@ def main(argv):
         pairs[:_BATCH_SIZE.value])
     print('largest logit difference:', json.dumps(figures['logits']), flush=True)
     model = transformers.MarianMTModel.from_pretrained(out).eval()
+    ct2_dir = os.path.join(directory, 'ct2')
+    ctranslate2.converters.TransformersConverter(out).convert(ct2_dir)
+    ct2_models = {threads: ctranslate2.Translator(ct2_dir, device='cpu', compute_type='float32',
+                                                  intra_threads=threads)
+                  for threads in (1, 2)}
+    figures['ctranslate2'] = ctranslate2.__version__
     beam_sizes = (map(int, _BEAM_SIZES.value) if _BEAM_SIZES.value
                   else sorted({1, translator.config.decode.beam_size}))
     for beam_size in beam_sizes:
@@ -206,7 +267,7 @@ def main(argv):
       figures['sentences'] = len(texts)
       figures['alpha'] = translator.config.decode.alpha
       figures['transformers_length_penalty'] = model.generation_config.length_penalty
-      result = measure(translator, model, tokenizer, texts, beam_size)
+      result = measure(translator, model, tokenizer, texts, beam_size, ct2_models)
       figures['results'].append(result)
       print(f'beam {beam_size}: ours {result["ours"]["sentences_per_second"]:.1f} sentences/s, '
             f'transformers {result["transformers"]["sentences_per_second"]:.1f} '
@@ -214,6 +275,10 @@ def main(argv):
             f'{result["same_translations"]}/{len(texts)} (of the others, '
             f'{result["differences_explained_by_length_penalty"]} explained by the length '
             f'penalty), same input ids {result["same_input_ids"]}', flush=True)
+      for threads, ct2 in result['ctranslate2'].items():
+        print(f'  CTranslate2, {threads.replace("_", " ")}: {ct2["sentences_per_second"]:.1f} '
+              f'sentences/s ({ct2["time_over_ours"]:.2f}x our time); same translations as '
+              f'ours {ct2["same_translations"]}/{len(texts)}', flush=True)
       for entry in result['differences']:
         print(json.dumps(entry, ensure_ascii=False))
   if _JSON.value:

@@ -64,10 +64,20 @@ def exported(cfg: TransformerConfig, params, directory) -> transformers.MarianMT
   return load_exported(directory)
 
 
+def to_marian(ids, vocab_size: int) -> np.ndarray:
+  """Our token ids as the export numbers them, Opus-MT's layout: ours less one, <pad> (our 0)
+  last."""
+  return (np.asarray(ids) - 1) % vocab_size
+
+
 def their_logits(model, inputs: np.ndarray, decoder_inputs: np.ndarray) -> np.ndarray:
+  """The exported model's logits for our token ids, its vocabulary axis in our order."""
+  vocab = model.config.vocab_size
   with torch.inference_mode():
-    return model(input_ids=torch.tensor(inputs), attention_mask=torch.tensor(inputs != PAD_ID),
-                 decoder_input_ids=torch.tensor(decoder_inputs)).logits.numpy()
+    logits = model(input_ids=torch.tensor(to_marian(inputs, vocab)),
+                   attention_mask=torch.tensor(inputs != PAD_ID),
+                   decoder_input_ids=torch.tensor(to_marian(decoder_inputs, vocab))).logits
+  return logits.numpy()[..., to_marian(np.arange(vocab), vocab)]
 
 
 def our_logits(cfg: TransformerConfig, params, inputs, decoder_inputs) -> np.ndarray:
@@ -255,7 +265,12 @@ def test_the_exported_directory_loads_with_nothing_else(hf_dir, run):
   generation = model.generation_config
   assert (generation.num_beams, generation.max_length) == (
       config.decode.beam_size, config.data.max_length + config.decode.max_extra_length + 1)
-  assert generation.early_stopping == 'never' and generation.suppress_tokens == [PAD_ID]
+  vocab = config.data.vocab_size
+  assert generation.early_stopping == 'never' and generation.suppress_tokens == [vocab - 1]
+  # Opus-MT's numbering, which CTranslate2's converter assumes: <pad> last, then eos 0.
+  assert (model.config.pad_token_id, model.config.decoder_start_token_id,
+          model.config.eos_token_id) == (vocab - 1, vocab - 1, 0)
+  assert tokenizer_.pad_token_id == vocab - 1 and tokenizer_.eos_token_id == 0
   card = open(os.path.join(hf_dir, 'README.md')).read()
   assert '"num_train_steps": 300' in card and 'checkpoints at steps [150, 300]' in card
   assert tokenizer_.model_max_length == config.data.max_length
@@ -284,7 +299,9 @@ def test_the_trained_model_gives_our_logits_and_token_ids(hf_dir, run, multi30k_
   pairs = multi30k_pairs[:SENTENCES]
   sources = translator.encode([s for s, _ in pairs])
   targets = translator.encode([t for _, t in pairs], side='target')
-  assert marian_tokenizer([s for s, _ in pairs])['input_ids'] == [s.tolist() for s in sources]
+  vocab = translator.config.data.vocab_size
+  assert marian_tokenizer([s for s, _ in pairs])['input_ids'] == [
+      to_marian(s, vocab).tolist() for s in sources]
   inputs, decoder_inputs = teacher_forced(list(zip(sources, targets))[:16])
   np.testing.assert_allclose(
       their_logits(load_exported(hf_dir), inputs, decoder_inputs),
@@ -294,9 +311,9 @@ def test_the_trained_model_gives_our_logits_and_token_ids(hf_dir, run, multi30k_
 
 def _generate_like_translate(translator: Translator, hf_dir: str, texts: list[str],
                              beam_size: int) -> list[list[int]]:
-  """The exported model's outputs with its generation defaults but for the beam size, each
-  sentence capped at the length `translate` allows it (its length bucket + max_extra_length),
-  batched by bucket as `translate` batches."""
+  """The exported model's outputs (as our token ids) with its generation defaults but for the
+  beam size, each sentence capped at the length `translate` allows it (its length bucket +
+  max_extra_length), batched by bucket as `translate` batches."""
   model = load_exported(hf_dir)
   marian_tokenizer = transformers.MarianTokenizer.from_pretrained(hf_dir)
   sources = translator.encode(texts)
@@ -308,7 +325,8 @@ def _generate_like_translate(translator: Translator, hf_dir: str, texts: list[st
     cap = int(translator.lengths[bucket]) + translator.config.decode.max_extra_length
     with torch.inference_mode():
       generated = model.generate(**batch, num_beams=beam_size, max_length=cap + 1)
-    for i, row in zip(members, generated.numpy()):
+    ours = (generated.numpy() + 1) % model.config.vocab_size  # to_marian's inverse
+    for i, row in zip(members, ours):
       outputs[i] = decoding.strip(row[1:])  # after the start symbol, up to EOS
   return outputs
 
@@ -321,8 +339,9 @@ def test_greedy_generate_translates_as_translate(hf_dir, run, multi30k_pairs):
   theirs = _generate_like_translate(translator, hf_dir, texts, 1)
   assert theirs == ours
   marian_tokenizer = transformers.MarianTokenizer.from_pretrained(hf_dir)
-  assert (marian_tokenizer.batch_decode(theirs, skip_special_tokens=True) ==
-          translator.translate(texts))
+  vocab = translator.config.data.vocab_size
+  assert (marian_tokenizer.batch_decode([to_marian(ids, vocab).tolist() for ids in theirs],
+                                        skip_special_tokens=True) == translator.translate(texts))
 
 
 def _log_prob(model, source: np.ndarray, output: list[int]) -> float:
@@ -374,6 +393,62 @@ def test_beam_generate_translates_as_translate_but_for_the_length_penalty(hf_dir
     paper = lambda lp, n: lp / float(search.length_penalty(n, alpha))
     assert paper(ours_lp, ours_n) > paper(theirs_lp, theirs_n)
     assert theirs_lp / theirs_n**beta > ours_lp / ours_n**beta
+
+
+@pytest.fixture(scope='module')
+def ct2_dir(hf_dir, tmp_path_factory) -> str:
+  """The export converted by CTranslate2's own command, unmodified, float32."""
+  pytest.importorskip('ctranslate2')  # only where it has no wheel
+  out = str(tmp_path_factory.mktemp('ct2') / 'model')
+  converted = subprocess.run(['ct2-transformers-converter', '--model', hf_dir, '--output_dir',
+                              out], capture_output=True, text=True)
+  assert converted.returncode == 0, converted.stderr[-3000:]
+  return out
+
+
+def _ct2_like_translate(translator: Translator, hf_dir: str, ct2_dir: str, texts: list[str],
+                        beam_size: int) -> list[list[int]]:
+  """CTranslate2's outputs (as our token ids) for `texts`, tokenized by the export's
+  MarianTokenizer as CTranslate2's documentation does it, each capped at the length `translate`
+  allows it, with the exported generation settings' length penalty."""
+  import ctranslate2  # pylint: disable=import-outside-toplevel
+  marian_tokenizer = transformers.MarianTokenizer.from_pretrained(hf_dir)
+  generation = transformers.GenerationConfig.from_pretrained(hf_dir)
+  model = ctranslate2.Translator(ct2_dir, device='cpu', compute_type='float32')
+  sources = translator.encode(texts)
+  caps = [int(translator.lengths[np.searchsorted(translator.lengths, len(s))])
+          + translator.config.decode.max_extra_length for s in sources]
+  vocab = translator.config.data.vocab_size
+  outputs = []
+  for text, cap in zip(texts, caps):
+    tokens = marian_tokenizer.convert_ids_to_tokens(marian_tokenizer(text)['input_ids'])
+    result = model.translate_batch([tokens], beam_size=beam_size, max_decoding_length=cap,
+                                   length_penalty=generation.length_penalty)[0]
+    ids = marian_tokenizer.convert_tokens_to_ids(result.hypotheses[0])
+    outputs.append([int(i) for i in (np.asarray(ids, np.int64) + 1) % vocab])
+  return outputs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('beam', ['greedy', 'the run\'s beam'])
+def test_ctranslate2_translates_the_unmodified_export_as_translate(hf_dir, ct2_dir, run,
+                                                                  multi30k_pairs, beam):
+  """CTranslate2's converter assumes Opus-MT's layout (<pad> last); the export has it. Greedy
+  decoding gives `translate`'s output ids on every sentence; beam search, with the exported
+  length penalty (not §6.1's, which CTranslate2 does not have), on all but at most 2%."""
+  texts = [s for s, _ in multi30k_pairs[:64]]
+  translator = Translator(run, **({'beam_size': 1} if beam == 'greedy' else {}))
+  ours = translator.translate_ids(translator.encode(texts))
+  theirs = _ct2_like_translate(translator, hf_dir, ct2_dir, texts,
+                               translator.config.decode.beam_size)
+  differ = [i for i in range(len(texts)) if ours[i] != theirs[i]]
+  assert len(differ) <= (0 if beam == 'greedy' else 0.02 * len(texts)), differ
+  if beam != 'greedy':  # the model card's CTranslate2 lines, as a user pastes them
+    card = open(os.path.join(hf_dir, 'README.md'), encoding='utf-8').read()
+    code = card.split('### CTranslate2')[1].split('```python\n')[1].split('```')[0]
+    scope = {'PATH': hf_dir, 'CT2_PATH': ct2_dir, 'texts': texts}
+    exec(code, scope)  # pylint: disable=exec-used
+    assert scope['outputs'] == [translator.text(ids) for ids in theirs]
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 stops a second run; one left by a killed process is taken over), damaged checkpoints skipped,
 SIGTERM saves and exits cleanly, a full disk is a clear error that keeps the last checkpoint."""
 
-import json
+import logging
 import os
 import pathlib
 import resource
@@ -57,7 +57,7 @@ def _truncate(directory: pathlib.Path) -> None:
         f.truncate(path.stat().st_size // 2)
 
 
-def test_a_live_run_holds_the_workdir_and_a_killed_ones_lock_is_taken_over(tmp_path):
+def test_a_live_run_holds_the_workdir_and_a_killed_ones_lock_is_taken_over(tmp_path, caplog):
   workdir = tmp_path / 'run'
   workdir.mkdir()
   holder = subprocess.Popen(
@@ -73,9 +73,12 @@ def test_a_live_run_holds_the_workdir_and_a_killed_ones_lock_is_taken_over(tmp_p
   finally:
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-  train.train_and_evaluate(train_config(**_overrides(tmp_path, 4)), str(workdir))
+  with caplog.at_level(logging.WARNING):
+    train.train_and_evaluate(train_config(**_overrides(tmp_path, 4)), str(workdir))
+  assert 'left by a run that has ended' in caplog.text and f'"pid": {holder.pid}' in caplog.text
   assert _steps(workdir) == ['4']
-  assert json.loads((workdir / workdirs.LOCK_FILENAME).read_text())['pid'] == os.getpid()
+  # Ended through Python: the file names no holder, so the next run takes it without a warning.
+  assert (workdir / workdirs.LOCK_FILENAME).read_text() == ''
   # While a run holds the lock, translating from the workdir works.
   with workdirs.lock(str(workdir)):
     translator = Translator(str(workdir), average_last=1)
@@ -192,6 +195,18 @@ cli.run(main)
   assert result.returncode == 1
   lines = result.stderr.splitlines()
   assert lines[-2:] == ['    RuntimeError', 'error: cannot write /some/dir/file'], result.stderr
+
+
+@pytest.mark.parametrize('command, own', [('translate', ['--input', '--output']),
+                                          ('evaluate', ['--split', '--[no]json'])])
+def test_help_lists_every_flag_the_command_takes(command, own):
+  # The translator's flags are defined in decoding/translator.py, not in the command's module:
+  # absl's --help lists them only as key flags of the command (`cli.run`).
+  result = subprocess.run([sys.executable, '-m', f'transformer_jax.{command}', '--help'],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+  for flag in ['--workdir', '--beam_size', '--alpha', '--average_last', '--batch_size', *own]:
+    assert f'  {flag}' in result.stdout, (flag, result.stdout)
+  assert '--helpfull' in result.stdout  # the rest (absl's and JAX's own) stays behind it
 
 
 def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):

@@ -2,6 +2,7 @@
 kill, NaN handling, input errors, and two processes training as one."""
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -59,6 +60,19 @@ def test_a_short_run_learns_and_saves_everything(uninterrupted):
   assert saved['model']['d_model'] == 32 and saved['data']['vocab_size'] == 256
   assert os.path.isfile(os.path.join(uninterrupted, 'spm.model'))
   assert os.listdir(os.path.join(uninterrupted, 'tensorboard'))
+
+
+def test_a_finished_run_run_again_says_it_is_complete_and_does_nothing(overrides, uninterrupted,
+                                                                     tmp_path, capsys, caplog):
+  workdir = tmp_path / 'run'
+  shutil.copytree(uninterrupted, workdir)
+  files = {path: path.read_bytes() for path in workdir.rglob('*') if path.is_file()}
+  with caplog.at_level(logging.WARNING):
+    assert train.train_and_evaluate(train_config(**overrides), str(workdir)) == {}
+  assert (f'{workdir}: complete, trained to step {STEPS} of train.num_train_steps={STEPS}: '
+          'nothing to do') in capsys.readouterr().out
+  assert 'taking over' not in caplog.text  # the finished run left no holder in its lock
+  assert {path: path.read_bytes() for path in workdir.rglob('*') if path.is_file()} == files
 
 
 @pytest.mark.slow

@@ -216,6 +216,10 @@ def test_translate_command_keeps_every_line_in_order(workdir, tmp_path):
   translator = Translator(workdir, beam_size=2, average_last=2)
   assert lines[:-1] == [translator.translate([line])[0] for line in SENTENCES + [long_line]]
   assert f'{source}:5: ' in result.stderr.decode()  # the long line, named
+  # It says what the translations come from: the checkpoints averaged, the beam and α.
+  assert (f'translating 5 sentences of {source} with {workdir}: checkpoints '
+          f'{translator.steps} averaged, beam 2, alpha {translator.config.decode.alpha}'
+          ) in result.stderr.decode()
   # stdin to stdout gives the same translations.
   piped = _run('transformer_jax.translate', f'--workdir={workdir}', '--beam_size=2',
                '--average_last=2', stdin=source.read_bytes())

@@ -5,7 +5,8 @@
   if __name__ == '__main__':
     cli.run(main)
 
-`run` parses the flags and, when the command has a `--config`, validates it with its
+`run` lists every flag of the command in its `--help`, those that package modules define for it
+too (`translator.define_translator_flags`), parses the flags and, when the command has a `--config`, validates it with its
 `--config.<field>=...` overrides, so that a misspelt field or an invalid value stops the command
 with a one-line error naming the field before any work starts. Positional arguments are
 rejected; unless --verbosity is given only warnings are logged (orbax logs every file
@@ -54,9 +55,19 @@ def _parse_flags(argv: list[str]) -> list[str]:
   return remaining
 
 
+def _adopt_package_flags() -> None:
+  """Makes every flag defined by a module of this package a key flag of the command, so that
+  `--help` lists it (absl lists only the main module's own and its declared key flags)."""
+  for module, module_flags in flags.FLAGS.flags_by_module_dict().items():
+    if module.startswith('transformer_jax.'):
+      for flag in module_flags:
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+
+
 def run(main: Callable[[], None]) -> None:
   """Runs a command's `main()` after parsing and checking its flags (see the module
   docstring)."""
+  _adopt_package_flags()
 
   def wrapped(argv: list[str]) -> None:
     if len(argv) > 1:

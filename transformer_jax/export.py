@@ -10,7 +10,8 @@ r"""Exports a trained workdir as a Hugging Face `transformers` MarianMT model: t
   print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 
 HF_DIR gets config.json, model.safetensors (float32), generation_config.json, the run's
-SentencePiece model as source.spm and target.spm with vocab.json (our ids), the tokenizer's
+SentencePiece model as source.spm and target.spm with vocab.json (the ids renumbered as Marian
+has them, `<pad>` last: `marian.marian_id`), the tokenizer's
 configuration, and README.md, a model card with the run's config, data and evaluations. The
 parameters are the average of the last `--average_last` checkpoints (default
 `config.decode.average_last`), as `evaluate` and `translate` average them (§6.1).
@@ -76,11 +77,13 @@ def length_penalty(alpha: float, mean_length: float | None) -> float:
 
 def generation_settings(config, mean_length: float | None) -> dict:
   """`transformers.GenerationConfig` keyword arguments for `config.decode` (module docstring);
-  `mean_length`, the training targets' mean length (EOS included), sets the length penalty."""
+  `mean_length`, the training targets' mean length (EOS included), sets the length penalty.
+  Token ids are Marian's (`marian.marian_id`)."""
   decode = config.decode
-  settings = dict(decoder_start_token_id=PAD_ID, pad_token_id=PAD_ID,
-                  eos_token_id=tokenizer.EOS_ID, forced_eos_token_id=None,
-                  suppress_tokens=[PAD_ID],
+  pad, eos = (int(marian.marian_id(i, config.data.vocab_size))
+              for i in (PAD_ID, tokenizer.EOS_ID))
+  settings = dict(decoder_start_token_id=pad, pad_token_id=pad, eos_token_id=eos,
+                  forced_eos_token_id=None, suppress_tokens=[pad],
                   max_length=config.data.max_length + decode.max_extra_length + 1,
                   num_beams=decode.beam_size)
   if decode.beam_size > 1:
@@ -140,10 +143,12 @@ def write_model(cfg, params, directory: str) -> None:
 
 def _write_tokenizer(transformers, config, spm_model: str, vocabulary, directory: str) -> None:
   """MarianTokenizer's files: the one SentencePiece model for both sides and vocab.json mapping
-  each of its pieces to its id, so that the tokenizer's ids are the model's."""
+  each of its pieces to the model's id for it (Marian's order, `marian.marian_id`)."""
   for name in ('source.spm', 'target.spm'):
     shutil.copyfile(spm_model, os.path.join(directory, name))
-  pieces = {vocabulary.id_to_piece(i): i for i in range(vocabulary.get_piece_size())}
+  size = vocabulary.get_piece_size()
+  pieces = {vocabulary.id_to_piece(int(i)): m
+            for m, i in enumerate(marian.our_ids(size))}
   with open(os.path.join(directory, 'vocab.json'), 'w', encoding='utf-8') as f:
     json.dump(pieces, f, ensure_ascii=False, indent=1)
   marian_tokenizer = transformers.MarianTokenizer(
@@ -198,7 +203,6 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
       '---',
       f'language: [{source}, {target}]',
       'tags: [translation, marian, transformer_jax]',
-      'pipeline_tag: translation',
       '---',
       '',
       f'# {source}→{target} Transformer trained with transformer_jax',
@@ -247,6 +251,27 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
       'No exponent gives the paper\'s penalty exactly, so beam search can rank hypotheses of '
       'different lengths differently from transformer_jax; greedy decoding (`num_beams=1`) '
       'gives its translations.',
+      '',
+      'transformers 4.x also runs it as `transformers.pipeline("translation", model=PATH)`; '
+      'transformers 5 removed the translation pipeline, so `generate` (above) is the way on '
+      'both.',
+      '',
+      '### CTranslate2',
+      '',
+      'The vocabulary is numbered as Opus-MT models number theirs (`<pad>` last), so '
+      'CTranslate2\'s converter takes this directory as it is '
+      '(`ct2-transformers-converter --model PATH --output_dir CT2_PATH`). Its model keeps no '
+      'decoding settings: pass the length penalty, and the beam size, to each call:',
+      '',
+      '```python',
+      'import ctranslate2, transformers',
+      'translator = ctranslate2.Translator(CT2_PATH)',
+      'tokenizer = transformers.MarianTokenizer.from_pretrained(PATH)',
+      'tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(texts)["input_ids"]]',
+      f'results = translator.translate_batch(tokens, beam_size={decode.beam_size}, '
+      f'length_penalty={length_penalty(decode.alpha, mean_length):.4f})',
+      'outputs = [tokenizer.convert_tokens_to_string(r.hypotheses[0]) for r in results]',
+      '```',
       '',
       '## Model',
       '',

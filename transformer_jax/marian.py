@@ -14,11 +14,15 @@ differences, each resolved exactly or stated:
   unchanged: layer normalisation and dot products do not depend on the order of dimensions.
 - Biases: Marian's projections all have biases; where ours have none (W^Q, W^K, W^V, W^O
   without `model.attention_bias`), they are zeros.
-- The decoder's start symbol: both start from the padding id 0. With `model.decoder_start`
+- The decoder's start symbol: both start from the padding id. With `model.decoder_start`
   'zero' (tensor2tensor's) it is embedded as zeros; in Marian the input embedding of the padding
   id is its row of the matrix, so that row is written as zeros, and the output projection, whose
-  row 0 is not zero in ours, becomes a separate matrix (`tie_word_embeddings` false) so that
+  padding row is not zero in ours, becomes a separate matrix (`tie_word_embeddings` false) so that
   every logit stays the same. With 'learned' the one matrix is shared by all three roles.
+- Token ids: Opus-MT models, and the converters that read them (CTranslate2's), have `<pad>`
+  as the last id; ours is 0. The export renumbers the vocabulary, `marian_id`: ours less one,
+  `<pad>` last (eos 0, unk 1). Every vocabulary axis (embedding rows, output rows) is permuted
+  the same way, so the logits are ours in Marian's order; `translate` keeps our ids.
 - Layer-norm ε: ours is 1e-6 (tensor2tensor's), Marian's torch.nn.LayerNorm default 1e-5,
   which its configuration cannot change. This is the one difference that is not exact; its
   effect on the logits is measured in `tests/test_export.py` and docs/evaluation.md.
@@ -33,6 +37,17 @@ import numpy as np
 
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.model.model_config import TransformerConfig
+
+
+def marian_id(our_id, vocab_size: int):
+  """Marian's id of our token id: ours less one, `<pad>` (our 0) last (module docstring)."""
+  return (np.asarray(our_id) - 1) % vocab_size
+
+
+def our_ids(vocab_size: int) -> np.ndarray:
+  """Our id of each of Marian's ids, in order: the rows of a vocabulary axis as Marian has
+  them (`marian_id`'s inverse)."""
+  return (np.arange(vocab_size) + 1) % vocab_size
 
 
 def marian_order(d_model: int) -> np.ndarray:
@@ -95,9 +110,9 @@ def marian_config(cfg: TransformerConfig) -> dict[str, Any]:
       init_std=cfg.d_model**-0.5,
       share_encoder_decoder_embeddings=one_matrix(cfg),
       tie_word_embeddings=one_matrix(cfg),
-      pad_token_id=PAD_ID,
-      eos_token_id=EOS_ID,
-      decoder_start_token_id=PAD_ID,
+      pad_token_id=int(marian_id(PAD_ID, cfg.vocab_size)),
+      eos_token_id=int(marian_id(EOS_ID, cfg.vocab_size)),
+      decoder_start_token_id=int(marian_id(PAD_ID, cfg.vocab_size)),
       forced_eos_token_id=None,
       bos_token_id=None,
   )
@@ -147,7 +162,8 @@ def marian_weights(cfg: TransformerConfig, params: Any) -> dict[str, np.ndarray]
   params = jax.tree.map(lambda x: np.asarray(x, np.float32), params)
   order = marian_order(cfg.d_model)
   tables = params['embeddings']
-  table = lambda role: tables['shared' if cfg.share_embeddings else role][:, order]
+  rows = our_ids(cfg.vocab_size)
+  table = lambda role: tables['shared' if cfg.share_embeddings else role][rows][:, order]
   if one_matrix(cfg):
     weights = {'model.shared.weight': table('shared')}
   else:
@@ -163,10 +179,11 @@ def marian_weights(cfg: TransformerConfig, params: Any) -> dict[str, np.ndarray]
 
 
 def _input_embedding(cfg: TransformerConfig, table: np.ndarray) -> np.ndarray:
-  """An input embedding matrix as Marian reads it: with `decoder_start` 'zero' the padding id
-  (also the start symbol) embeds to zeros, as `Embeddings.embed` makes it."""
+  """An input embedding matrix (rows in Marian's order) as Marian reads it: with
+  `decoder_start` 'zero' the padding id (also the start symbol) embeds to zeros, as
+  `Embeddings.embed` makes it."""
   if cfg.decoder_start == 'zero':
     table = table.copy()
-    table[PAD_ID] = 0
+    table[marian_id(PAD_ID, cfg.vocab_size)] = 0
   return table
 

@@ -58,13 +58,15 @@ class _TrainMetrics:
   the host never waits for a step in between. Fetching checks the loss and the gradient norm:
   a NaN or an infinity in either raises FloatingPointError naming the first bad step. (A
   finite loss comes from the parameters before the step, so only the gradient norm shows that
-  a step's update is not finite.)
+  a step's update is not finite.) The progress bar's rate and estimate leave out what this
+  clock leaves out: each pause restarts the bar's timer (`tqdm.unpause`).
 
   Kept by hand rather than taken from clu: `periodic_actions.ReportProgress` counts the time
   of its timed sections (evaluation, saving) in its steps/s, where this leaves evaluation,
   saving and compiling out; and each step must be checked for NaN before a save."""
 
-  def __init__(self):
+  def __init__(self, progress: tqdm.tqdm):
+    self._progress = progress
     self._pending = []
     self._start = time.perf_counter()
     self._paused = 0.0  # seconds since `_start` spent outside training steps
@@ -85,11 +87,13 @@ class _TrainMetrics:
       yield
     finally:
       self._paused += time.perf_counter() - start
+      self._progress.unpause()
 
   def compiled(self, seconds: float) -> None:
     """`seconds` of the last step went to compiling it: counted apart from the steps."""
     self._paused += seconds
     self._compiling += seconds
+    self._progress.unpause()
 
   def summaries(self, names: list[str]) -> list[dict] | None:
     """Over the steps since the last call, for each run (`names`, one for each row of the
@@ -180,18 +184,20 @@ def _load_data(configs: list[ml_collections.ConfigDict], dirs: list[str], rows_m
   return data
 
 
-def _check_one_step(dirs: list[str]) -> None:
-  """Runs trained together resume from one step: refused before any work otherwise."""
+def _latest_step(dirs: list[str]) -> int | None:
+  """The step the runs resume from (None: from scratch). Runs trained together resume from one
+  step: refused before any work otherwise."""
   steps = [max(checkpointing.saved_steps(workdir), default=None) for workdir in dirs]
   if len(set(steps)) > 1:
     raise ValueError('runs trained together resume from one step; their latest checkpoints '
                      'are at ' + ', '.join(f'{d}: {s or "none"}' for d, s in zip(dirs, steps))
                      + ': train them apart, or the missing ones in new workdirs')
+  return steps[0]
 
 
 def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: Trainer | rows.RowsTrainer):
   """(step, state, data position) of the runs' latest checkpoints (of one step,
-  `_check_one_step`), joined into the trainer's state; None when there are none."""
+  `_latest_step`), joined into the trainer's state; None when there are none."""
   restored = [c.restore_latest(trainer.run_abstract_state) for c in checkpoints]
   if restored[0] is None:
     return None
@@ -201,14 +207,20 @@ def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: Trainer | ro
 def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[dict]:
   startup = compilation.so_far()
   config = configs[0]
+  lead = jax.process_index() == 0
+  for run_config, workdir in zip(configs, dirs):
+    checkpointing.check_compatible(run_config, workdir)
+  latest = _latest_step(dirs)
+  if latest is not None and latest >= config.train.num_train_steps:
+    if lead:
+      print(f'{", ".join(dirs)}: complete, trained to step {latest} of '
+            f'train.num_train_steps={config.train.num_train_steps}: nothing to do (raise '
+            'train.num_train_steps to train further)', flush=True)
+    return [{} for _ in dirs]
   model = ShardedModel(config)
   # One run, or several as one program (`rows`): the loop below is the same for both.
   trainer = Trainer(model) if len(configs) == 1 else rows.RowsTrainer(model, configs, dirs)
-  for run_config, workdir in zip(configs, dirs):
-    checkpointing.check_compatible(run_config, workdir)
-  _check_one_step(dirs)
   data = _load_data(configs, dirs, trainer.rows_multiple)
-  lead = jax.process_index() == 0
   labels = [f'{workdir}: ' if len(dirs) > 1 else '' for workdir in dirs]
 
   train = config.train
@@ -242,10 +254,10 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[di
     if lead:
       print(f'step {start}: data loaded: {pipeline.loading(data.seconds)}', flush=True)
     _log_compiles(logs, start, 'startup', compilation.so_far() - startup)
-    pending = _TrainMetrics()
     progress = tqdm.tqdm(total=train.num_train_steps, initial=start, disable=not lead,
                          unit='step', dynamic_ncols=True)
     cleanup.callback(progress.close)
+    pending = _TrainMetrics(progress)
     eval_metrics = [{} for _ in dirs]
     with preemption.Notice() as notice:
       for call in calls:

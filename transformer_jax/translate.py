@@ -60,7 +60,10 @@ def main():
   else:
     with open(_INPUT.value, 'rb') as f:
       name, lines = _INPUT.value, read_lines(f, _INPUT.value)
-  translations = _TRANSLATOR().translate(lines, name, progress=_INPUT.value is not None)
+  translator = _TRANSLATOR()
+  print(f'translating {len(lines)} sentences of {name} with {translator.settings()}',
+        file=sys.stderr, flush=True)
+  translations = translator.translate(lines, name, progress=_INPUT.value is not None)
   write_lines(translations, _OUTPUT.value)
 
 

@@ -60,6 +60,12 @@ class Translator:
     self._decode = decoding.jit_decode(self.model, decode.beam_size, decode.alpha,
                                        decode.max_extra_length, cached)
 
+  def settings(self) -> str:
+    """What the translations come from: the workdir, the checkpoints averaged, beam and α."""
+    decode = self.config.decode
+    return (f'{self.workdir}: checkpoints {self.steps} averaged, beam {decode.beam_size}, '
+            f'alpha {decode.alpha}')
+
   def encode(self, texts: Sequence[str], source: str = '<input>', *, side: str = 'source',
              truncate: bool = True) -> list[np.ndarray]:
     """Token ids (EOS-terminated) of each text, preprocessed as the `side` ('source' or

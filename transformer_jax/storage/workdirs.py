@@ -6,7 +6,9 @@
 The lock is an advisory `flock` on `workdir/lock`, held for the whole run by its process 0 (the
 other processes of a multi-host run are part of the same run). The kernel releases it when that
 process ends, however it ends, so a run killed with SIGKILL leaves no stale lock: the next run
-takes it over. The file records the holder (host, process id, start time) for the error message.
+takes it over, with a warning naming the run that left it. The file records the holder (host,
+process id, start time) for the error message; a run that ends through Python (done, stopped by
+an error or preempted) empties it, so the next run starts without the warning.
 `translate`, `evaluate` and `average` only read a workdir and never take the lock. flock works on
 local disks and NFS; on file systems without it (object-store mounts) two runs are not kept
 apart.
@@ -95,4 +97,5 @@ def lock(workdir: str) -> Iterator[None]:
     yield
   finally:
     if descriptor is not None:
-      os.close(descriptor)  # releases the flock; the file stays, naming the last holder
+      os.ftruncate(descriptor, 0)  # ended here: no holder to name
+      os.close(descriptor)  # releases the flock
