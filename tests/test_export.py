@@ -8,6 +8,7 @@ exported directory does in transformers, loaded with nothing but `from_pretraine
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -449,6 +450,27 @@ def test_ctranslate2_translates_the_unmodified_export_as_translate(hf_dir, ct2_d
     scope = {'PATH': hf_dir, 'CT2_PATH': ct2_dir, 'texts': texts}
     exec(code, scope)  # pylint: disable=exec-used
     assert scope['outputs'] == [translator.text(ids) for ids in theirs]
+
+
+@pytest.mark.slow
+def test_an_exported_model_passed_as_a_workdir_is_named(hf_dir, ct2_dir, run, tmp_path):
+  # Both have a config.json, as a workdir has: each command that reads a workdir, and
+  # training into one, says what was given instead of failing on its config.
+  for directory, kind in ((hf_dir, 'a Hugging Face model directory'),
+                          (ct2_dir, 'a CTranslate2 model directory')):
+    with pytest.raises(ValueError, match=f'{directory} is {kind}.*not a training workdir'):
+      Translator(directory)
+    with pytest.raises(ValueError, match=f'{directory} is {kind}'):
+      export.export(directory, str(tmp_path / 'out'))
+    with pytest.raises(ValueError, match=f'{directory} is {kind}'):
+      checkpointing.check_compatible(checkpointing.load_config(run), directory)
+  # A workdir without its vocabulary: named before anything is written.
+  workdir = tmp_path / 'run'
+  shutil.copytree(run, workdir)
+  os.remove(workdir / tokenizer.MODEL_FILENAME)
+  with pytest.raises(FileNotFoundError, match=f'SentencePiece model not found: {workdir}'):
+    export.export(str(workdir), str(tmp_path / 'out'))
+  assert not os.path.exists(tmp_path / 'out')
 
 
 @pytest.mark.slow

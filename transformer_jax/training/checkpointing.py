@@ -247,6 +247,7 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   the vocabulary it left behind: if training would reuse the workdir's vocabulary, a data
   field that defines it must not differ. `config` is a validated one (`train.train_together`
   validates it); the saved one is validated here before its parameter shapes are compared."""
+  _refuse_exports(workdir)
   path = os.path.join(workdir, CONFIG_FILENAME)
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
   steps = saved_steps(workdir)
@@ -321,7 +322,23 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
   if not os.path.isfile(path):
     raise FileNotFoundError(f'{path} not found: --workdir must be a directory written by '
                             'transformer_jax.train')
+  _refuse_exports(workdir)
   return _read_config(path)
+
+
+def _refuse_exports(directory: str) -> None:
+  """ValueError saying what `directory` is when it holds a model exported from a workdir
+  (`transformer_jax.export`'s MarianMT directory, or CTranslate2's conversion of one) where a
+  training workdir is expected: both have a config.json too."""
+  if os.path.isfile(os.path.join(directory, 'model.bin')):
+    kind = 'a CTranslate2 model directory (model.bin)'
+  elif os.path.isfile(os.path.join(directory, 'model.safetensors')):
+    kind = ('a Hugging Face model directory (model.safetensors), such as transformer_jax.export '
+            'writes')
+  else:
+    return
+  raise ValueError(f'{directory} is {kind}, not a training workdir: pass the workdir written by '
+                   'transformer_jax.train (the one the model was exported from)')
 
 
 def _read_config(path: str) -> ml_collections.ConfigDict:
