@@ -17,7 +17,7 @@ sweep, unfinished, before the parts one H200 window measured on 2026-11-28):
 
 - table3_regularised: the rows of `table3_multi30k_regularised.py` not yet in
   experiments/results/table3_multi30k_regularised/, base's group of 11 first
-  (`transformer_jax.sweep --together=11 --concurrent=3`, its rows in --workdir, so that a
+  (`transformer_jax.sweep --together=11 --concurrent=K`, its rows in --workdir, so that a
   second call on the same machine resumes them); each finished row's JSON is appended to
   OUT/table3_regularised.jsonl as soon as it is written, and when the part stops, the dev
   curve of each row not finished (needs --manual_dir);
@@ -59,6 +59,9 @@ _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (loo
 _MINUTES = flags.DEFINE_float('minutes', 9.3, 'The deadline, from the start.')
 _PARTS = flags.DEFINE_list('parts', None, 'Only these parts (default: all, in order).')
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/device_window', "The sweep's rows' workdirs.")
+_CONCURRENT = flags.DEFINE_integer(
+    'concurrent', 1, "The sweep's groups at once. One: two or three processes time-share a GPU, "
+    'and at 3 the 2026-11-28c window never finished base\'s group of 11.')
 _REHEARSE = flags.DEFINE_bool('rehearse', False, 'configs/tiny.py for base and big, and few '
                               'steps: every part run through on a CPU in minutes.')
 
@@ -89,7 +92,7 @@ def _parts(result: str) -> dict[str, list[str]]:
                              '--sweep=experiments/table3_multi30k_regularised.py',
                              f'--workdir={os.path.join(_WORKDIR.value, "table3_regularised")}',
                              f'--results={_REGULARISED}', '--together=11',
-                             f'--concurrent={2 if small else 3}',
+                             f'--concurrent={_CONCURRENT.value}',
                              f'--override=data.manual_dir={manual_dir}',
                              *(_REHEARSAL_SWEEP if small else [])],
       'multi30k_e2e': [py, 'experiments/accelerator_multi30k.py',
