@@ -7,20 +7,21 @@ each written as soon as it is measured, stopped at a deadline.
 Each part is one command of the experiments here; it gets the time left before the deadline (at
 most its cap, _CAPS, where later parts need the window too) and is stopped when that runs out
 (SIGTERM, then SIGKILL 20 s later: a training run saves and stops), so a part cut off loses only
-itself. Each finished part appends one line to
-OUT/window.jsonl (its name, exit status, wall seconds and the JSON it wrote), the sweep's rows
-go to OUT/table3_regularised.jsonl, and all output goes to OUT/window.log: three files, as a
-device call brings back few. The first line holds the machine and the versions.
+itself. Each finished part appends one line to OUT/window.jsonl (its name, exit status, wall
+seconds and the JSON it wrote), the sweep's rows go to OUT/table3_regularised.jsonl (their
+logs' excerpt to OUT/table3_regularised.log), and all output goes to OUT/window.log: four
+files, as a device call brings back few. The first line holds the machine and the versions.
 
 Parts, in order (the issue's wants first; what an earlier window measured comes later: the
 sweep, unfinished, before the parts one H200 window measured on 2026-11-28):
 
 - table3_regularised: the rows of `table3_multi30k_regularised.py` not yet in
-  experiments/results/table3_multi30k_regularised/, base's group of 11 first
-  (`transformer_jax.sweep --together=11 --concurrent=K`, its rows in --workdir, so that a
+  experiments/results/table3_multi30k_regularised/, base's seeds and the D rows first
+  (`transformer_jax.sweep --together=T --concurrent=K`, its rows in --workdir, so that a
   second call on the same machine resumes them); each finished row's JSON is appended to
   OUT/table3_regularised.jsonl as soon as it is written, and when the part stops, the dev
-  curve of each row not finished (needs --manual_dir);
+  curve of each row not finished, and an excerpt of each group's log (compiling, step speed,
+  where it stopped) to OUT/table3_regularised.log (needs --manual_dir);
 - multi30k_e2e: `configs/multi30k.py` trained and evaluated on test2016 end to end, its wall
   time split into preparation, compiling, steps and evaluation (`accelerator_multi30k.py`;
   needs --manual_dir);
@@ -43,6 +44,7 @@ Rehearse on a CPU first (`--parts` picks parts; the figures there mean nothing).
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -53,12 +55,16 @@ import time
 from absl import app, flags
 
 from transformer_jax import provenance
+from transformer_jax.training import config_lib
 
 _OUT = flags.DEFINE_string('out', None, 'Where window.jsonl and window.log go.', required=True)
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (loop_speed).")
 _MINUTES = flags.DEFINE_float('minutes', 9.3, 'The deadline, from the start.')
 _PARTS = flags.DEFINE_list('parts', None, 'Only these parts (default: all, in order).')
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/device_window', "The sweep's rows' workdirs.")
+_TOGETHER = flags.DEFINE_integer(
+    'together', 4, "The sweep's rows trained as one program, at most: a group must finish "
+    'within the window, and base\'s group of 11 did not in the 2026-11-28d window.')
 _CONCURRENT = flags.DEFINE_integer(
     'concurrent', 1, "The sweep's groups at once. One: two or three processes time-share a GPU, "
     'and at 3 the 2026-11-28c window never finished base\'s group of 11.')
@@ -67,12 +73,25 @@ _REHEARSE = flags.DEFINE_bool('rehearse', False, 'configs/tiny.py for base and b
 
 _THIS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _REGULARISED = 'experiments/results/table3_multi30k_regularised'
+# The sweep's rows that decide the most trends first: base's seeds, which every trend is judged
+# against, with the D rows that share their program; the rest in the sweep's order.
+_FIRST_ROWS = ('base', 'D1', 'D2', 'D3', 'D4', 'base_seed1', 'base_seed2', 'D1_seed1', 'D2_seed1',
+               'D3_seed1', 'D4_seed1')
 # Rehearsal: two rows of base's group, small batches, few steps.
 _REHEARSAL_SWEEP = ['--rows=base,base_seed1', '--override=data.tokens_per_batch=512',
                     '--override=train.num_train_steps=100']
 # The most seconds a part may take, where the parts after it need the window too: the end to end
 # run's target is 5 minutes, the profile is a few steps.
+# A progress bar's line in a log (tqdm's: "  35%|███▌   | 3500/10000 [00:14<00:26, 243.66step/s").
+_PROGRESS = re.compile(r'\d+%\|.*\|\s*\d+/\d+ \[')
 _CAPS = {'multi30k_e2e': 330, 'profile_multi30k': 150}
+
+
+def _sweep_rows() -> str:
+  """--rows: _FIRST_ROWS, then every other row of the sweep in its order."""
+  sweep = config_lib.load_sweep(os.path.join(_THIS, 'experiments',
+                                             'table3_multi30k_regularised.py'))
+  return '--rows=' + ','.join([*_FIRST_ROWS, *(r for r in sweep.ROWS if r not in _FIRST_ROWS)])
 
 
 def _parts(result: str) -> dict[str, list[str]]:
@@ -91,10 +110,10 @@ def _parts(result: str) -> dict[str, list[str]]:
       'table3_regularised': [py, '-m', 'transformer_jax.sweep',
                              '--sweep=experiments/table3_multi30k_regularised.py',
                              f'--workdir={os.path.join(_WORKDIR.value, "table3_regularised")}',
-                             f'--results={_REGULARISED}', '--together=11',
+                             f'--results={_REGULARISED}', f'--together={_TOGETHER.value}',
                              f'--concurrent={_CONCURRENT.value}',
                              f'--override=data.manual_dir={manual_dir}',
-                             *(_REHEARSAL_SWEEP if small else [])],
+                             *(_REHEARSAL_SWEEP if small else [_sweep_rows()])],
       'multi30k_e2e': [py, 'experiments/accelerator_multi30k.py',
                        f'--out={os.path.dirname(result)}', f'--manual_dir={manual_dir}',
                        *(['--config=configs/tiny.py', '--override=train.num_train_steps=200']
@@ -178,6 +197,26 @@ class _Collector:
                             'dev_curve': curve}) + '\n')
 
 
+def log_excerpt(workdir: str, out: str) -> None:
+  """Appends each row's `sweep.log` in `workdir` (a group's is its first row's) to `out`,
+  its progress bars cut to the last one before each other line: what the group compiled,
+  how fast its steps ran and where it stopped, in a file small enough to come back."""
+  if not os.path.isdir(workdir):
+    return
+  with open(out, 'a') as excerpt:
+    for row in sorted(os.listdir(workdir)):
+      path = os.path.join(workdir, row, 'sweep.log')
+      if not os.path.exists(path):
+        continue
+      with open(path, errors='replace') as f:
+        lines = [line.rstrip() for line in re.split(r'[\r\n]+', f.read()) if line.strip()]
+      excerpt.write(f'== {row}\n')
+      for line, after in zip(lines, lines[1:] + ['']):
+        progress, next_progress = (bool(_PROGRESS.search(x)) for x in (line, after))
+        if not progress or not next_progress:
+          excerpt.write(line + '\n')
+
+
 def main(argv):
   del argv
   deadline = time.monotonic() + 60 * _MINUTES.value
@@ -232,8 +271,9 @@ def main(argv):
       status = 'deadline'
     if rows:
       rows.stop()
-      rows.unfinished(os.path.join(_WORKDIR.value, 'table3_regularised'),
-                      os.path.join(_OUT.value, 'table3_regularised.jsonl'))
+      sweep_root = os.path.join(_WORKDIR.value, 'table3_regularised')
+      rows.unfinished(sweep_root, os.path.join(_OUT.value, 'table3_regularised.jsonl'))
+      log_excerpt(sweep_root, os.path.join(_OUT.value, 'table3_regularised.log'))
     log.write(stdout)
     log.flush()
     line = {'part': name, 'command': parts[name][1:], 'exit': status,
