@@ -274,6 +274,8 @@ def test_the_exported_directory_loads_with_nothing_else(hf_dir, run):
   assert tokenizer_.pad_token_id == vocab - 1 and tokenizer_.eos_token_id == 0
   card = open(os.path.join(hf_dir, 'README.md')).read()
   assert '"num_train_steps": 300' in card and 'checkpoints at steps [150, 300]' in card
+  # transformers 4.x's translation pipeline decodes with 4 beams unless told the run's.
+  assert f'`num_beams={config.decode.beam_size}`' in card
   assert tokenizer_.model_max_length == config.data.max_length
 
 
@@ -474,7 +476,8 @@ def test_an_exported_model_passed_as_a_workdir_is_named(hf_dir, ct2_dir, run, tm
 
 
 @pytest.mark.slow
-def test_an_existing_output_is_kept_unless_overwrite(hf_dir, run, tmp_path):
+def test_an_existing_output_is_kept_unless_overwrite_which_spares_runs_and_conversions(
+    hf_dir, run, tmp_path):
   out = tmp_path / 'hf'
   out.mkdir()
   (out / 'notes.txt').write_text('mine')
@@ -486,3 +489,13 @@ def test_an_existing_output_is_kept_unless_overwrite(hf_dir, run, tmp_path):
   assert sorted(os.listdir(tmp_path)) == ['hf']  # nothing left beside it
   with open(out / 'config.json') as f:
     assert json.load(f)['model_type'] == 'marian'
+  before = sorted(os.listdir(run))
+  with pytest.raises(FileExistsError, match='is a training workdir'):
+    export.export(run, run, overwrite=True)  # --out mistyped as the workdir itself
+  assert sorted(os.listdir(run)) == before
+  converted = tmp_path / 'ct2'
+  converted.mkdir()
+  (converted / 'model.bin').write_bytes(b'')
+  with pytest.raises(FileExistsError, match='is a CTranslate2 model directory'):
+    export.export(run, str(converted), overwrite=True)
+  assert os.listdir(converted) == ['model.bin']

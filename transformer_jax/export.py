@@ -23,8 +23,9 @@ the finished ones, as ours; greedy decoding is then ours exactly. transformers' 
 (`length_penalty`).
 
 Everything is checked before anything is written (a workdir with no checkpoint, a model
-MarianMT cannot express, an --out that exists and is not empty unless --overwrite), and the
-directory is written beside --out and renamed into place. A run trained on preprocessed text
+MarianMT cannot express, an --out that exists and is not empty unless --overwrite, a training
+workdir or a CTranslate2 model as --out even then), and the directory is written beside --out
+and renamed into place. A run trained on preprocessed text
 (`config.data.preprocessing`) is exported with a warning, in the log and the model card, which
 says how to prepare the input. docs/evaluation.md has the details and the measurements.
 """
@@ -58,13 +59,28 @@ def _transformers():
 
 def check_out(out: str, overwrite: bool) -> None:
   """An error unless `out` can become the exported directory: absent or empty, or replaced
-  with `overwrite`; its parent writable."""
+  with `overwrite` (an earlier export or other files, not a training workdir or a CTranslate2
+  model); its parent writable."""
   if os.path.exists(out) and not os.path.isdir(out):
     raise FileExistsError(f'--out={out} exists and is not a directory')
   if os.path.isdir(out) and os.listdir(out) and not overwrite:
     raise FileExistsError(f'--out={out} exists and is not empty: choose a new directory, or '
                           'pass --overwrite to replace it')
+  if os.path.isdir(out) and (kind := _not_replaceable(out)):
+    raise FileExistsError(f'--out={out} is {kind}: --overwrite replaces an earlier export or '
+                          'other files, never a training run or a converted model')
   workdirs.check_writable(os.path.dirname(os.path.abspath(out)), '--out')
+
+
+def _not_replaceable(directory: str) -> str | None:
+  """What `directory` is, when it is a training workdir or a CTranslate2 model (which
+  --overwrite must not delete); else None."""
+  names = set(os.listdir(directory))
+  if 'checkpoints' in names or 'metrics.jsonl' in names:
+    return 'a training workdir (checkpoints/, metrics.jsonl)'
+  if 'model.bin' in names:
+    return 'a CTranslate2 model directory (model.bin)'
+  return None
 
 
 def length_penalty(alpha: float, mean_length: float | None) -> float:
@@ -252,9 +268,10 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
       'different lengths differently from transformer_jax; greedy decoding (`num_beams=1`) '
       'gives its translations.',
       '',
-      'transformers 4.x also runs it as `transformers.pipeline("translation", model=PATH)`; '
-      'transformers 5 removed the translation pipeline, so `generate` (above) is the way on '
-      'both.',
+      'transformers 4.x also runs it as `transformers.pipeline("translation", model=PATH)`, '
+      f'called with `num_beams={decode.beam_size}`: the 4.x pipeline\'s own default, 4 beams, '
+      'takes the place of the exported beam size. transformers 5 removed the translation '
+      'pipeline, so `generate` (above) is the way on both.',
       '',
       '### CTranslate2',
       '',
