@@ -99,6 +99,13 @@ class RowsTrainer:
     self.rows_multiple = trainer.rows_multiple
     replicated = jax.sharding.NamedSharding(model.mesh, jax.sharding.PartitionSpec())
     self._init = jax.jit(jax.vmap(trainer.initial_state), out_shardings=self.state_sharding)
+    # Every row's slice in one program: slicing leaf by leaf would dispatch rows x leaves
+    # operations from Python at every checkpoint and dev evaluation.
+    rows = len(configs)
+    self._split = jax.jit(
+        lambda state: tuple(jax.tree.map(lambda leaf, row=row: leaf[row], state)
+                            for row in range(rows)),
+        out_shardings=(trainer.state_sharding,) * rows)
     update = jax.vmap(trainer.step, in_axes=(0, None, 0))
 
     def step(state, batch, hyper):
@@ -122,8 +129,7 @@ class RowsTrainer:
 
   def split(self, state: TrainState) -> list[TrainState]:
     """Each row's state, as `Trainer` has it."""
-    return [jax.tree.map(lambda leaf, row=row: leaf[row], state)
-            for row in range(len(self.seeds))]
+    return list(self._split(state))
 
   def join(self, states: list[TrainState]) -> TrainState:
     """The states of single runs (restored checkpoints) as one state with a row axis."""
