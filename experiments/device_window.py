@@ -2,7 +2,8 @@ r"""A lent accelerator window in one command: the figures that need a GPU, most 
 each written as soon as it is measured, stopped at a deadline.
 
   python experiments/device_window.py --out=OUT [--manual_dir=.devdata/multi30k] \
-      [--minutes=9.3] [--parts=NAME,...] [--workdir=/tmp/device_window]
+      [--minutes=9.3] [--parts=NAME,...] [--workdir=/tmp/device_window] [--together=4] \
+      [--concurrent=1]
 
 Each part is one command of the experiments here; it gets the time left before the deadline (at
 most its cap, _CAPS, where later parts need the window too) and is stopped when that runs out
