@@ -35,16 +35,16 @@ device spends running it, dispatches once per 50 steps. `--together=4` trains ba
 and the D rows (which differ only in the seed, P_drop and ε_ls: `rows.VARYING`) four at a time
 as one program, and each other row with its seed. A group must finish within one window (its
 workdir goes with the machine); base's group of 11 at 10000 steps did not, in the 2026-11-28d
-window (experiments/results/h200/window_2026-11-28d.jsonl). Rows trained together see the same batches, in the order of
-the group's first row's seed: within a group the seeds vary the initialisation and dropout, not
-the data order (the results page says so). Packing puts more real tokens in each batch of 4096
+window (experiments/results/h200/window_2026-11-28d.jsonl). Rows trained together see the
+same batches, in the order of the group's first row's seed: within a group the seeds vary the
+initialisation and dropout, not the data order (the results page says so). Packing puts more real tokens in each batch of 4096
 slots than table3_multi30k.py's length buckets did, so a step here is not one of its steps.
 
 Step budget. STEPS = 30000 steps a row (big: 3 STEPS, as Table 3's train steps column has it),
 dev perplexity every 500 steps. The criterion: every row's dev perplexity flat (within 1%) over
 its last 20% of steps. The probe was a first pass at 10000 steps on an H200 (base's group of
-11, A1 to A4 and B1, two or three seeds each): no row met it there (-0.6% to -3.1%
-measured). `experiments/step_budget.py` fits a + b (step / 1000)^-k to each curve from 20% of
+11, A1 to A4 and B1, two or three seeds each): only A4 met it there (each row's seed that
+moved most: -0.8% for A4, -1.8% to -3.1% for the others that still fell). `experiments/step_budget.py` fits a + b (step / 1000)^-k to each curve from 20% of
 its steps on; at 30000 steps every fitted curve moves less than 0.9% over the last 20%, at
 20000 up to 1.2% (experiments/results/table3_multi30k_regularised_budget.md). The rows that
 overfit (D1 at P_drop 0, D3 at ε_ls 0) rise instead and are left out: past their best, no
