@@ -31,14 +31,10 @@ from absl import app, flags
 import numpy as np
 from scipy import optimize
 
-import table3_trends  # experiments/, the script's own directory
+from transformer_jax.training import config_lib
 
-_CURVES = flags.DEFINE_multi_string('curves', None, 'Row files: a directory or a JSON lines file.')
-_BUDGETS = flags.DEFINE_list('budgets', ['10000', '20000', '30000', '40000'],
-                             'Candidate step budgets.')
-_LEAVE_OUT = flags.DEFINE_list('leave_out', [], 'Curves listed but left out of the budget (rows '
-                               'whose values changed since they were measured).')
-_OUTPUT = flags.DEFINE_string('output', None, 'Write the table here (markdown) as well.')
+table3_trends = config_lib.import_sibling(__file__, 'table3_trends')
+
 _CRITERION = 0.01
 
 
@@ -109,20 +105,26 @@ def table(found: dict[str, list[tuple[int, float]]], budgets: list[int],
   return '\n'.join(lines) + '\n'
 
 
-def main(argv):
-  del argv
-  if not _CURVES.value:
-    raise app.UsageError('--curves: at least one directory or JSON lines file')
-  command = ' '.join(['python experiments/step_budget.py', *sys.argv[1:]])
-  text = ('# The step budget from measured dev curves\n\n'
-          f'Written by `{command}`: each curve\'s dev perplexity change over its last 20% of '
-          'steps, measured and as fitted for each budget (criterion: within 1%).\n\n'
-          + table(curves(_CURVES.value), [int(b) for b in _BUDGETS.value], tuple(_LEAVE_OUT.value)))
-  print(text, end='')
-  if _OUTPUT.value:
-    with open(_OUTPUT.value, 'w') as f:
-      f.write(text)
-
-
 if __name__ == '__main__':
+  _CURVES = flags.DEFINE_multi_string('curves', None, 'Row files: a directory or a JSON lines '
+                                      'file.', required=True)
+  _BUDGETS = flags.DEFINE_list('budgets', ['10000', '20000', '30000', '40000'],
+                               'Candidate step budgets.')
+  _LEAVE_OUT = flags.DEFINE_list('leave_out', [], 'Curves listed but left out of the budget '
+                                 '(rows whose values changed since they were measured).')
+  _OUTPUT = flags.DEFINE_string('output', None, 'Write the table here (markdown) as well.')
+
+  def main(argv):
+    del argv
+    command = ' '.join(['python experiments/step_budget.py', *sys.argv[1:]])
+    text = ('# The step budget from measured dev curves\n\n'
+            f'Written by `{command}`: each curve\'s dev perplexity change over its last 20% of '
+            'steps, measured and as fitted for each budget (criterion: within 1%).\n\n'
+            + table(curves(_CURVES.value), [int(b) for b in _BUDGETS.value],
+                    tuple(_LEAVE_OUT.value)))
+    print(text, end='')
+    if _OUTPUT.value:
+      with open(_OUTPUT.value, 'w') as f:
+        f.write(text)
+
   app.run(main)
