@@ -81,10 +81,10 @@ _FIRST_ROWS = ('base', 'D1', 'D2', 'D3', 'D4', 'base_seed1', 'base_seed2', 'D1_s
 # Rehearsal: two rows of base's group, small batches, few steps.
 _REHEARSAL_SWEEP = ['--rows=base,base_seed1', '--override=data.tokens_per_batch=512',
                     '--override=train.num_train_steps=100']
-# The most seconds a part may take, where the parts after it need the window too: the end to end
-# run's target is 5 minutes, the profile is a few steps.
 # A progress bar's line in a log (tqdm's: "  35%|███▌   | 3500/10000 [00:14<00:26, 243.66step/s").
 _PROGRESS = re.compile(r'\d+%\|.*\|\s*\d+/\d+ \[')
+# The most seconds a part may take, where the parts after it need the window too: the end to end
+# run's target is 5 minutes, the profile is a few steps.
 _CAPS = {'multi30k_e2e': 330, 'profile_multi30k': 150}
 
 

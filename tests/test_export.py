@@ -71,6 +71,11 @@ def to_marian(ids, vocab_size: int) -> np.ndarray:
   return (np.asarray(ids) - 1) % vocab_size
 
 
+def to_ours(ids, vocab_size: int) -> np.ndarray:
+  """`to_marian`'s inverse: the export's token ids as ours."""
+  return (np.asarray(ids, np.int64) + 1) % vocab_size
+
+
 def their_logits(model, inputs: np.ndarray, decoder_inputs: np.ndarray) -> np.ndarray:
   """The exported model's logits for our token ids, its vocabulary axis in our order."""
   vocab = model.config.vocab_size
@@ -328,7 +333,7 @@ def _generate_like_translate(translator: Translator, hf_dir: str, texts: list[st
     cap = int(translator.lengths[bucket]) + translator.config.decode.max_extra_length
     with torch.inference_mode():
       generated = model.generate(**batch, num_beams=beam_size, max_length=cap + 1)
-    ours = (generated.numpy() + 1) % model.config.vocab_size  # to_marian's inverse
+    ours = to_ours(generated.numpy(), model.config.vocab_size)
     for i, row in zip(members, ours):
       outputs[i] = decoding.strip(row[1:])  # after the start symbol, up to EOS
   return outputs
@@ -428,7 +433,7 @@ def _ct2_like_translate(translator: Translator, hf_dir: str, ct2_dir: str, texts
     result = model.translate_batch([tokens], beam_size=beam_size, max_decoding_length=cap,
                                    length_penalty=generation.length_penalty)[0]
     ids = marian_tokenizer.convert_tokens_to_ids(result.hypotheses[0])
-    outputs.append([int(i) for i in (np.asarray(ids, np.int64) + 1) % vocab])
+    outputs.append([int(i) for i in to_ours(ids, vocab)])
   return outputs
 
 
