@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 import flax.linen as nn
 import jax
@@ -403,13 +404,47 @@ def test_beam_generate_translates_as_translate_but_for_the_length_penalty(hf_dir
     assert theirs_lp / theirs_n**beta > ours_lp / ours_n**beta
 
 
+def console_script(name: str) -> str:
+  """The path of console script `name` as the running interpreter installed it (its scripts
+  directory, the `bin/` of a virtual environment), else as found on `PATH`: a virtual
+  environment used by its interpreter's path, not activated, has its scripts off `PATH`."""
+  for directory in (sysconfig.get_path('scripts'), os.path.dirname(sys.executable)):
+    path = shutil.which(name, path=directory)
+    if path:
+      return path
+  path = shutil.which(name)
+  assert path, f'{name} is neither beside {sys.executable} nor on PATH'
+  return path
+
+
+def without_interpreter_scripts(path: str) -> str:
+  """`path` (a PATH value) without the running interpreter's scripts directories, as when a
+  virtual environment's python is run by its path."""
+  ours = {os.path.realpath(d) for d in (sysconfig.get_path('scripts'),
+                                        os.path.dirname(sys.executable))}
+  return os.pathsep.join(d for d in path.split(os.pathsep) if os.path.realpath(d) not in ours)
+
+
+def test_a_console_script_is_found_beside_the_interpreter_with_it_off_path(monkeypatch):
+  """Found where pip put it, whatever PATH holds; and found on PATH when it is not there."""
+  monkeypatch.setenv('PATH', without_interpreter_scripts(os.environ.get('PATH', '')))
+  pip = console_script('pip')
+  assert os.path.dirname(pip) in (sysconfig.get_path('scripts'), os.path.dirname(sys.executable))
+  assert console_script('sh') == shutil.which('sh')
+  with pytest.raises(AssertionError, match='no-such-script'):
+    console_script('no-such-script')
+
+
 @pytest.fixture(scope='module')
 def ct2_dir(hf_dir, tmp_path_factory) -> str:
-  """The export converted by CTranslate2's own command, unmodified, float32."""
+  """The export converted by CTranslate2's own command, unmodified, float32; run with the
+  interpreter's scripts directory off PATH, so that every run checks the case of a virtual
+  environment that is not activated."""
   pytest.importorskip('ctranslate2')  # only where it has no wheel
   out = str(tmp_path_factory.mktemp('ct2') / 'model')
-  converted = subprocess.run(['ct2-transformers-converter', '--model', hf_dir, '--output_dir',
-                              out], capture_output=True, text=True)
+  env = {**os.environ, 'PATH': without_interpreter_scripts(os.environ.get('PATH', ''))}
+  converted = subprocess.run([console_script('ct2-transformers-converter'), '--model', hf_dir,
+                              '--output_dir', out], capture_output=True, text=True, env=env)
   assert converted.returncode == 0, converted.stderr[-3000:]
   return out
 
