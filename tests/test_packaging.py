@@ -1,10 +1,13 @@
 """The package as a user gets it: the wheel holds every module, and installed into a fresh
 virtual environment its commands run from an unrelated directory, with config files (which
-import their sibling config files) given by absolute or relative path."""
+import their sibling config files) given by absolute or relative path; README.md's quick start,
+as it is written there, trains and evaluates with the installed package."""
 
 import json
 import os
 import pathlib
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,7 +15,7 @@ import zipfile
 
 import pytest
 
-from conftest import CORPUS
+from conftest import TEST_XLA_FLAGS
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -83,17 +86,64 @@ def test_installed_commands_run_from_any_directory(installed, tmp_path):
                          tmp_path, env).stdout)
   assert 0 < c2['params_non_embedding'] < base['params_non_embedding']  # C2: N = 4, not 6
 
-  # A few training steps, the config given by a path relative to the working directory, on
-  # the session's corpus (conftest.py).
-  tiny = os.path.relpath(REPO / 'configs' / 'tiny.py', tmp_path)
-  _run([python, '-m', 'transformer_jax.train', f'--config={tiny}', '--workdir=run',
-        *(f'--config.{name}={value}' for name, value in CORPUS.items()),
-        '--config.data.vocab_size=200',
-        '--config.model.num_layers=1', '--config.model.d_model=32', '--config.model.d_ff=64',
-        '--config.model.d_k=8', '--config.model.d_v=8', '--config.train.num_train_steps=3',
-        '--config.train.eval_every_steps=3', '--config.train.num_eval_steps=1',
-        '--config.train.eval_bleu=false', '--config.train.log_every_steps=1',
-        '--config.train.checkpoint_every_steps=3'], tmp_path, env)
-  records = [json.loads(line) for line in (tmp_path / 'run' / 'metrics.jsonl').open()]
-  assert [r['step'] for r in records if r['split'] == 'train'] == [1, 2, 3]
-  assert (tmp_path / 'run' / 'checkpoints' / '3').is_dir()
+
+QUICK_START_STEPS = 20
+
+
+def quick_start_commands() -> list[str]:
+  """The `python -m transformer_jax.<command>` parts of README.md's quick start (the first
+  code block of its Quickstart section) that train and evaluate."""
+  readme = (REPO / 'README.md').read_text(encoding='utf-8')
+  block = re.search(r'## Quickstart\n.*?```bash\n(.*?)```', readme, re.S).group(1)
+  commands = [part.strip() for line in block.splitlines() for part in line.split('&&')]
+  return [c for c in commands if c.startswith(('python -m transformer_jax.train ',
+                                               'python -m transformer_jax.evaluate '))]
+
+
+def test_the_readme_quick_start_trains_and_evaluates_with_the_installed_package(installed,
+                                                                                 tmp_path):
+  """README.md's train and evaluate lines, as written there (`configs/tiny.py`, its built-in
+  corpus and fine buckets), run by the installed package from a directory holding only the
+  clone's configs/, shortened in steps alone: the loss falls, checkpoints, metrics and the
+  evaluation's files are written, and `evaluate` reads the run's checkpoints."""
+  python, _ = installed
+  train_line, evaluate_line = quick_start_commands()
+  shutil.copytree(REPO / 'configs', tmp_path / 'configs')
+  workdir = re.search(r'--workdir=(\S+)', train_line).group(1)
+  assert f'--workdir={workdir}' in evaluate_line
+  run = tmp_path / 'tiny'
+
+  def command(line: str) -> list[str]:
+    words = shlex.split(line.replace(f'--workdir={workdir}', f'--workdir={run}'))
+    assert words[0] == 'python'
+    return [python, *words[1:]]
+
+  # The suite's LLVM level (conftest.py), which compiles faster and computes the same.
+  env = {**{key: value for key, value in os.environ.items() if key != 'PYTHONPATH'},
+         'XLA_FLAGS': TEST_XLA_FLAGS}
+  steps = QUICK_START_STEPS
+  _run(command(train_line) + [f'--config.train.num_train_steps={steps}',
+                              f'--config.train.eval_every_steps={steps}',
+                              f'--config.train.checkpoint_every_steps={steps // 2}',
+                              '--config.train.log_every_steps=5'], tmp_path, env)
+  records = [json.loads(line) for line in (run / 'metrics.jsonl').open()]
+  losses = {r['step']: r['loss'] for r in records if r['split'] == 'train'}
+  assert sorted(losses) == [5, 10, 15, 20]
+  assert losses[20] < losses[5] - 0.3, losses
+  [dev] = [r for r in records if r['split'] == 'validation']
+  assert dev['step'] == steps and 0 <= dev['bleu'] <= 100
+  assert sorted(os.listdir(run / 'checkpoints')) == ['10', '20']
+  saved = json.loads((run / 'config.json').read_text())
+  assert saved['data']['dataset'] == 'builtin' and saved['data']['buckets'] == 'auto'
+  # Fine buckets on a CPU (multiples of 8); coarse ones would be max_length 64's 16, 32 and 64.
+  lengths = {int(m.group(1)) for r in records if r['split'] == 'compile'
+             for m in [re.fullmatch(r'train step, batches of \d+ x (\d+)', r['what'])] if m}
+  assert lengths and all(n % 8 == 0 for n in lengths) and lengths - {16, 32, 64}, lengths
+  assert saved['model']['d_model'] == 128  # configs/tiny.py's own model
+
+  report = _run(command(evaluate_line), tmp_path, env).stdout
+  assert 'test: 1000 sentences, checkpoints [10, 20] averaged' in report, report
+  [figures] = (run / 'eval').glob('test-step20-avg2-*.json')
+  result = json.loads(figures.read_text())
+  assert result['checkpoint_steps'] == [10, 20] and result['sentences'] == 1000
+  assert len(pathlib.Path(result['hypotheses']).read_text().splitlines()) == 1000

@@ -16,7 +16,8 @@ import orbax.checkpoint as ocp
 import pytest
 import sacrebleu
 
-from conftest import text_of_max_length, train_command, write_corpus, xla_flags
+from conftest import (metrics_lines, text_of_max_length, train_command, two_process_commands,
+                      write_corpus, xla_flags)
 from transformer_jax import evaluate, translate
 from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
 from transformer_jax.decoding import bleu, decoding
@@ -40,6 +41,14 @@ def corpus(tmp_path_factory):
   return directory, write_corpus(directory, CORPUS_SIZES, relative=True)
 
 
+def _run_overrides(files: dict) -> dict:
+  """The module's run (`workdir`) on the corpus files `files` names."""
+  return {**files, 'train.warmup_steps': 60, 'train.num_train_steps': 150,
+          'train.checkpoint_every_steps': 50, 'train.keep_checkpoints': 3,
+          'train.eval_every_steps': 1000, 'train.num_eval_steps': 1, 'train.eval_bleu': False,
+          'train.log_every_steps': 50}
+
+
 @pytest.fixture(scope='module')
 def workdir(corpus, tmp_path_factory) -> str:
   """150 steps on the built-in corpus's first pairs (`CORPUS_SIZES`) as text files, trained by
@@ -50,12 +59,8 @@ def workdir(corpus, tmp_path_factory) -> str:
   three seeds gave 5 to 8 different translations."""
   directory, files = corpus
   workdir = str(tmp_path_factory.mktemp('run'))
-  overrides = {**files, 'train.warmup_steps': 60, 'train.num_train_steps': 150,
-               'train.checkpoint_every_steps': 50, 'train.keep_checkpoints': 3,
-               'train.eval_every_steps': 1000, 'train.num_eval_steps': 1,
-               'train.eval_bleu': False, 'train.log_every_steps': 50}
-  result = subprocess.run(train_command(overrides, workdir), cwd=directory, capture_output=True,
-                          check=False)
+  result = subprocess.run(train_command(_run_overrides(files), workdir), cwd=directory,
+                          capture_output=True, check=False)
   assert result.returncode == 0, result.stderr.decode()[-2000:]
   return workdir
 
@@ -406,6 +411,36 @@ def test_translations_over_two_processes_follow_the_input_order(workdir, tmp_pat
   for process, (_, stderr) in zip(processes, results):
     assert process.returncode == 0, stderr[-3000:]
   assert [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in results] == [expected] * 2
+
+
+def test_bleu_during_training_over_two_processes_is_that_of_one_process(corpus, workdir,
+                                                                      tmp_path):
+  """The module's run resumed for one step by two processes (two CPU devices each), its dev
+  evaluation with BLEU over the whole split (`Evaluator` gathers both processes' translations
+  and references): the BLEU and loss it logs are those of one process's `Evaluator` on the
+  checkpoint it saved."""
+  run = str(tmp_path / 'run')
+  shutil.copytree(workdir, run)
+  directory, _ = corpus
+  overrides = {**_run_overrides(write_corpus(directory, CORPUS_SIZES, write=False)),
+               'train.num_train_steps': 151, 'train.eval_bleu': True,
+               'train.num_eval_steps': -1}
+  env = {**os.environ, 'XLA_FLAGS': xla_flags(2)}
+  processes = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+               for command in two_process_commands(overrides, run)]
+  outputs = [process.communicate(timeout=600)[0] for process in processes]
+  for i, (process, output) in enumerate(zip(processes, outputs)):
+    assert process.returncode == 0, f'process {i}:\n{output[-3000:]}'
+  [logged] = [r for r in metrics_lines(run) if r['split'] == 'validation' and r['step'] == 151]
+
+  translator = Translator(run, average_last=1)
+  assert translator.steps == [151]
+  data = pipeline.load(translator.config, run, translator.model.batch_shards)
+  alone = evaluate.Evaluator(translator.model, data)(translator.params, 'validation')
+  assert alone['bleu'] > 0  # a model that translates, so that a lost half would show
+  assert logged['bleu'] == pytest.approx(alone['bleu'], abs=1e-6)
+  assert logged['nll'] == pytest.approx(alone['nll'], rel=1e-5)
 
 
 def test_a_run_on_text_files_keeps_their_absolute_paths(corpus, workdir):
