@@ -1,8 +1,9 @@
 """The documentation points at things that exist: every test that docs/faithfulness.md names
 as a claim's check is a test function of that file, and every relative link of the Markdown
 pages reaches a file, and a heading of it where the link names one (GitHub's anchors); and
-every figure of the README's Results headlines is computed from its source, the JSON or JSONL
-written by the script that measured it (a hand-written page is for reading, never a source)."""
+every figure of the README's Results headlines (each headline has at least one) is computed
+from its source, which reads the JSON or JSONL written by the script that measured it (a
+hand-written page is for reading, never a source; a literal is no source)."""
 
 import functools
 import glob
@@ -323,16 +324,20 @@ def test_readme_figures_are_computed_from_the_json_their_row_links(row):
   assert len(keys) == 1, f'{row[0]}: no entry in SOURCES'
   sources = SOURCES[keys[0]]
   printed, sourced = _figures(row[1]), [figure for figure, _ in sources]
+  assert printed, f'{row[0]}: a headline without a figure'
   assert printed == sourced, f'{row[0]}: the headline prints {printed}, SOURCES has {sourced}'
   linked = [os.path.normpath(target.partition('#')[0]) for target in LINK.findall(row[3])
             if not re.match(r'[a-z]+:', target)]
-  wrong, unlinked = [], set()
+  wrong, unread, unlinked = [], [], set()
   for figure, source in sources:
     _READ.clear()
     value = source()
+    if not _READ:  # a literal, or a figure computed from nothing committed
+      unread.append(figure)
     if _printed(value, figure) != FIGURE.fullmatch(figure).group(1):
       wrong.append(f'{figure} (its source gives {value})')
     unlinked.update(path for path in _READ
                     if not any(path == link or path.startswith(link + '/') for link in linked))
+  assert not unread, f'{row[0]}: figures whose sources read no result file: {unread}'
   assert not wrong, f'{row[0]}: figures their sources do not give: {wrong}'
   assert not unlinked, f'{row[0]}: sources the row does not link: {sorted(unlinked)}'
