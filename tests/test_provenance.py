@@ -19,11 +19,17 @@ def _git(*args: str, cwd: str = REPO) -> str:
                         check=True).stdout.strip()
 
 
+def checkout_commit() -> str:
+  """This checkout's commit as git itself gives it (never None: the suite runs in a clone),
+  '-dirty' appended when tracked files differ from it: what a result JSON must record."""
+  head = _git('rev-parse', 'HEAD')
+  assert len(head) == 40, head
+  return head + ('-dirty' if _git('status', '--porcelain', '--untracked-files=no') else '')
+
+
 def test_a_record_names_this_checkouts_commit_the_versions_and_the_machine():
   record = provenance.record()
-  head = _git('rev-parse', 'HEAD')
-  dirty = bool(_git('status', '--porcelain', '--untracked-files=no'))
-  assert record['commit'] == head + ('-dirty' if dirty else '')
+  assert record['commit'] == checkout_commit()
   assert record['packages']['jax'] == jax.__version__ == metadata.version('jax')
   assert record['packages']['flax'] == metadata.version('flax')
   machine = record['machine']
@@ -32,8 +38,21 @@ def test_a_record_names_this_checkouts_commit_the_versions_and_the_machine():
   assert provenance.record('H200')['machine']['device'] == 'H200'  # as the sweep passes it
 
 
-def test_the_platform_is_asked_of_a_child_process():
+def test_the_platform_is_asked_of_a_child_process(monkeypatch):
+  """Answered by a child python that allocates no accelerator memory up front, and the same as
+  this process would answer."""
+  children = []
+  run = subprocess.run
+
+  def spy(command, **kwargs):
+    children.append((command, kwargs.get('env')))
+    return run(command, **kwargs)
+
+  monkeypatch.setattr(provenance.subprocess, 'run', spy)
   assert provenance.platform() == (jax.default_backend(), jax.devices()[0].device_kind)
+  [(command, env)] = children
+  assert command[0] == sys.executable and 'jax.devices()' in command[-1]
+  assert env['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
 
 
 def _checkout(root) -> str:
@@ -90,4 +109,4 @@ def test_a_durations_file_records_the_commit_that_measured_it(tmp_path):
                   str(log), f'--json={tmp_path / "d.json"}'], check=True, capture_output=True)
   written = json.loads((tmp_path / 'd.json').read_text())
   assert written['tests'] == {'tests/test_a.py::test_one': 1.5}
-  assert written['provenance']['commit'] == provenance.commit()
+  assert written['provenance']['commit'] == checkout_commit()

@@ -11,6 +11,7 @@ import threading
 import time
 
 from conftest import SMALL, train_config
+from test_provenance import checkout_commit
 from flax import traverse_util
 import jax
 import pytest
@@ -74,7 +75,7 @@ def test_rows_run_are_tabulated_and_skipped_when_done(tmp_path):
   assert wide['perplexity'] > 1 and 0 <= wide['bleu_tokenized'] <= 100
   assert wide['provenance']['machine']['device'] == jax.devices()[0].device_kind
   assert wide['provenance']['machine']['processor']
-  assert wide['provenance']['commit'] == provenance.commit()
+  assert wide['provenance']['commit'] == checkout_commit()
   with open(workdir / 'wide' / 'metrics.jsonl') as f:
     logged = [json.loads(line) for line in f]
   assert wide['dev_curve'] == [{'step': r['step'], 'perplexity': r['perplexity']}
