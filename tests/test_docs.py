@@ -341,3 +341,14 @@ def test_readme_figures_are_computed_from_the_json_their_row_links(row):
   assert not unread, f'{row[0]}: figures whose sources read no result file: {unread}'
   assert not wrong, f'{row[0]}: figures their sources do not give: {wrong}'
   assert not unlinked, f'{row[0]}: sources the row does not link: {sorted(unlinked)}'
+
+
+def test_the_suites_time_per_file_table_holds_only_seconds():
+  """tests/README.md's table of seconds per file: every cell but the file's name a number."""
+  section = _read('tests/README.md').split('\n## Time per file\n')[1].split('\n## ')[0]
+  rows = [[cell.strip() for cell in line.strip().strip('|').split('|')]
+          for line in section.splitlines() if line.startswith('| ') and '---' not in line]
+  assert len(rows) > 30 and rows[0][0] == 'file'
+  prose = [row for row in rows[1:] if len(row) != 5
+           or not all(re.fullmatch(r'(\*\*)?\d+(\*\*)?', cell) for cell in row[1:])]
+  assert not prose, prose

@@ -456,7 +456,6 @@ def ct2_dir(hf_dir, tmp_path_factory) -> str:
   """The export converted by CTranslate2's own command, unmodified, float32; run with the
   interpreter's scripts directory off PATH, so that every run checks the case of a virtual
   environment that is not activated."""
-  pytest.importorskip('ctranslate2')  # only where it has no wheel
   out = str(tmp_path_factory.mktemp('ct2') / 'model')
   env = {**os.environ, 'PATH': without_interpreter_scripts(os.environ.get('PATH', ''))}
   converted = subprocess.run([console_script('ct2-transformers-converter'), '--model', hf_dir,
@@ -511,18 +510,22 @@ def test_ctranslate2_translates_the_unmodified_export_as_translate(hf_dir, ct2_d
 
 
 @pytest.mark.slow
-def test_an_exported_model_passed_as_a_workdir_is_named(hf_dir, ct2_dir, run, tmp_path):
+@pytest.mark.parametrize('fixture, kind', [('hf_dir', 'a Hugging Face model directory'),
+                                            ('ct2_dir', 'a CTranslate2 model directory')])
+def test_an_exported_model_passed_as_a_workdir_is_named(fixture, kind, run, tmp_path, request):
   # Both have a config.json, as a workdir has: each command that reads a workdir, and
   # training into one, says what was given instead of failing on its config.
-  for directory, kind in ((hf_dir, 'a Hugging Face model directory'),
-                          (ct2_dir, 'a CTranslate2 model directory')):
-    with pytest.raises(ValueError, match=f'{directory} is {kind}.*not a training workdir'):
-      Translator(directory)
-    with pytest.raises(ValueError, match=f'{directory} is {kind}'):
-      export.export(directory, str(tmp_path / 'out'))
-    with pytest.raises(ValueError, match=f'{directory} is {kind}'):
-      checkpointing.check_compatible(checkpointing.load_config(run), directory)
-  # A workdir without its vocabulary: named before anything is written.
+  directory = request.getfixturevalue(fixture)
+  with pytest.raises(ValueError, match=f'{directory} is {kind}.*not a training workdir'):
+    Translator(directory)
+  with pytest.raises(ValueError, match=f'{directory} is {kind}'):
+    export.export(directory, str(tmp_path / 'out'))
+  with pytest.raises(ValueError, match=f'{directory} is {kind}'):
+    checkpointing.check_compatible(checkpointing.load_config(run), directory)
+
+
+@pytest.mark.slow
+def test_a_workdir_without_its_vocabulary_is_named_before_anything_is_written(run, tmp_path):
   workdir = tmp_path / 'run'
   shutil.copytree(run, workdir)
   os.remove(workdir / tokenizer.MODEL_FILENAME)
