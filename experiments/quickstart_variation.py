@@ -2,7 +2,7 @@ r"""How far the quick start's dev BLEU moves with the CPU that runs it: `configs
 from scratch once per setting, and each run's dev BLEU and training losses side by side.
 
   python experiments/quickstart_variation.py \
-      [--json=experiments/results/quickstart_variation_cpu.json]
+      [--json=experiments/results/quickstart_variation/<this CPU>.json] [--settings=this CPU]
 
 Floating-point sums come out differently on different CPUs: XLA vectorises for the instruction
 set it finds (a wider vector or a fused multiply-add changes the order and the rounding of a
@@ -13,12 +13,16 @@ machine:
   one core      the same, pinned to one core (`taskset -c 0`): the thread pool splits nothing;
   XLA at AVX    XLA's code generation limited to AVX, no AVX2 or FMA
                 (`XLA_FLAGS=--xla_cpu_max_isa=AVX`), as on a CPU that has no AVX2.
-The settings stand in for other machines; the JSON names this one (`provenance`). A figure
-from another machine can be added by running the script there.
+The settings show how far such differences move the result; the spread that counts is that
+between machines: run the script on each CPU type, one JSON a machine in
+experiments/results/quickstart_variation/, each naming its CPU (`provenance`) and its widest
+vector instructions (`isa`). `--settings` runs only some settings (`--settings="this CPU"`: the
+run as a user's).
 """
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -29,6 +33,7 @@ from transformer_jax import provenance
 from transformer_jax.training import metrics_log
 
 _JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_SETTINGS = flags.DEFINE_list('settings', None, 'Names of the settings to run (default: all).')
 
 _THIS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (name, command prefix, XLA_FLAGS)
@@ -55,17 +60,36 @@ def run(prefix: list[str], xla_flags: str, workdir: str) -> dict:
           'train_loss': {step: train[step] for step in _LOSS_STEPS if step in train}}
 
 
+def isa() -> str:
+  """The widest x86 vector instructions this CPU reports (/proc/cpuinfo's flags), which decide
+  how XLA vectorises a sum; the machine's architecture elsewhere."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      cpu_flags = set(next(line for line in f if line.startswith('flags')).split(':')[1].split())
+  except (OSError, StopIteration):
+    return platform.machine()
+  return next((name for name in ('avx512f', 'avx2', 'avx') if name in cpu_flags),
+              platform.machine())
+
+
 def main(argv):
   del argv
+  names = [name for name, _, _ in SETTINGS]
+  unknown = set(_SETTINGS.value or ()) - set(names)
+  if unknown:
+    raise app.UsageError(f'--settings: unknown {sorted(unknown)}; the settings are {names}')
   runs = []
   with tempfile.TemporaryDirectory() as scratch:
     for name, prefix, xla_flags in SETTINGS:
+      if _SETTINGS.value and name not in _SETTINGS.value:
+        continue
       figures = run(prefix, xla_flags, os.path.join(scratch, name.replace(' ', '_')))
       runs.append({'setting': name, 'prefix': prefix, 'xla_flags': xla_flags, **figures})
       print(f'{name}: dev BLEU {figures["dev_bleu"]:.2f} at step {figures["step"]}, training '
             f'loss {figures["train_loss"]}', flush=True)
   bleus = [r['dev_bleu'] for r in runs]
-  result = {'config': 'configs/tiny.py', 'provenance': provenance.record(), 'runs': runs,
+  result = {'config': 'configs/tiny.py', 'provenance': provenance.record(), 'isa': isa(),
+            'runs': runs,
             'dev_bleu_range': [min(bleus), max(bleus)]}
   print(f'dev BLEU from {min(bleus):.2f} to {max(bleus):.2f}')
   if _JSON.value:
