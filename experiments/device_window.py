@@ -19,7 +19,9 @@ sweep, unfinished, before the parts one H200 window measured on 2026-11-28):
 - table3_regularised: the rows of `table3_multi30k_regularised.py` not yet in
   experiments/results/table3_multi30k_regularised/, base's seeds and the D rows first
   (`transformer_jax.sweep --together=T --concurrent=K`, its rows in --workdir, so that a
-  second call on the same machine resumes them); each finished row's JSON is appended to
+  second call on the same machine resumes them; `--stop_after_minutes`: no group started that
+  the groups finished on this device say cannot end before the deadline); each finished row's
+  JSON is appended to
   OUT/table3_regularised.jsonl as soon as it is written, and when the part stops, the dev
   curve of each row not finished, and an excerpt of each group's log (compiling, step speed,
   where it stopped) to OUT/table3_regularised.log (needs --manual_dir);
@@ -253,8 +255,11 @@ def main(argv):
     log.write(f'== {name} ({left:.0f} s left)\n')
     log.flush()
     start = time.monotonic()
+    # The sweep starts no group it predicts to end after the part's deadline (below).
+    command = parts[name] + ([f'--stop_after_minutes={(left - 25) / 60:.2f}']
+                             if name == 'table3_regularised' else [])
     # A session of its own, so that the deadline stops the part's child processes too.
-    process = subprocess.Popen(parts[name], cwd=_THIS, stdout=subprocess.PIPE, stderr=log,
+    process = subprocess.Popen(command, cwd=_THIS, stdout=subprocess.PIPE, stderr=log,
                                text=True, start_new_session=True)
     rows = (_Collector(os.path.join(_THIS, _REGULARISED),
                        os.path.join(_OUT.value, 'table3_regularised.jsonl'))
@@ -277,7 +282,7 @@ def main(argv):
       log_excerpt(sweep_root, os.path.join(_OUT.value, 'table3_regularised.log'))
     log.write(stdout)
     log.flush()
-    line = {'part': name, 'command': parts[name][1:], 'exit': status,
+    line = {'part': name, 'command': command[1:], 'exit': status,
             'seconds': time.monotonic() - start}
     if rows:
       line['rows_finished'] = rows.collected

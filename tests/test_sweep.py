@@ -192,7 +192,9 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
       ran.append((row, start, time.perf_counter(), slot))
     if row == fail:
       raise RuntimeError(f'{row} failed')
-    return {'perplexity': 5.0, 'bleu_tokenized': 30.0, 'train_seconds': 0.3}
+    return {'row': row, 'perplexity': 5.0, 'bleu_tokenized': 30.0, 'train_seconds': 0.3,
+            'steps': 20, 'eval_seconds': 0.0, 'together': {'rows': [row]},
+            'provenance': {'machine': {'device': device_kind}}}
 
   monkeypatch.setattr(sweep_lib, 'run_row', fake_row)
   return ran
@@ -221,6 +223,63 @@ def test_after_a_failed_row_no_new_row_starts(tmp_path, monkeypatch):
                   str(tmp_path / 'results'), concurrent=1)
   assert [row for row, *_ in ran] == ['small']
   assert not os.path.exists(tmp_path / 'results' / 'small.json')
+
+
+def _finished(group: list[str], train_seconds: float, steps: int, eval_seconds: float,
+              device: str = 'cpu') -> dict:
+  """The JSONs of a group's rows as the sweep writes them, with what the prediction reads."""
+  return {row: {'row': row, 'train_seconds': train_seconds, 'steps': steps,
+                'eval_seconds': eval_seconds, 'together': {'rows': group},
+                'provenance': {'machine': {'device': device}}} for row in group}
+
+
+def test_a_groups_time_is_predicted_from_the_slowest_finished_group_of_its_size():
+  results = {**_finished(['a', 'b'], 100.0, 1000, 10.0), **_finished(['c', 'd'], 150.0, 1000, 5.0),
+             **_finished(['e', 'f'], 900.0, 1000, 5.0, device='H200'),
+             **_finished(['g'], 50.0, 1000, 3.0)}
+  # (c, d): 0.15 s a step for 2000 steps, and two evaluations of 5 s; (a, b) gives 220 s.
+  assert sweep_lib.predicted_seconds(results, 2, 2000, 'cpu') == pytest.approx(310.0)
+  assert sweep_lib.predicted_seconds(results, 2, 2000, 'H200') == pytest.approx(1810.0)
+  assert sweep_lib.predicted_seconds(results, 1, 500, 'cpu') == pytest.approx(28.0)
+  assert sweep_lib.predicted_seconds(results, 3, 2000, 'cpu') is None  # no group of 3 yet
+  assert sweep_lib.predicted_seconds({}, 2, 2000, 'cpu') is None
+
+
+def test_a_group_predicted_to_end_after_the_deadline_is_not_started(tmp_path, monkeypatch, capsys):
+  """With --stop_after_minutes, a group that the finished groups of its size on this device say
+  would end too late is passed over (named), a smaller one after it still starts, and a group of
+  a size never measured starts; the steps a cut-off group has already trained are not counted
+  again."""
+  ran = _fake_rows(tmp_path, monkeypatch)
+  monkeypatch.setattr(sweep_lib, 'run_rows', lambda sweep_path, group, *args: [
+      sweep_lib.run_row(sweep_path, row, *args) for row in group])
+  results = tmp_path / 'results'
+  results.mkdir()
+  rows = {'x': {}, 'x_seed1': {'seed': 1}, 'y': {'model.d_ff': 96}, 'pair': {},
+          'pair_seed1': {'seed': 1}, 'wide': {'model.d_ff': 128},
+          **{f'triple_seed{i}': {'seed': i} for i in (2, 3, 4)}}
+  sweep = _sweep_file(tmp_path, rows)
+  # Groups finished earlier on this device: two rows of 20 steps in 130 s; one row in 10 s.
+  for name, result in {**_finished(['x', 'x_seed1'], 120.0, 20, 5.0),
+                       **_finished(['y'], 8.0, 20, 2.0)}.items():
+    (results / f'{name}.json').write_text(json.dumps(result))
+  sweep_lib.run(sweep, str(tmp_path / 'run'), ['pair', 'pair_seed1', 'wide'], str(results),
+                together=2, stop_after_minutes=1.0)
+  assert [row for row, *_ in ran] == ['wide']  # 130 s > 60 s left; 10 s fit
+  out = capsys.readouterr().out
+  assert 'pair, pair_seed1: not started: a group of 2 rows with 20 steps to train takes 130 s' in out
+  assert 'not started before --stop_after_minutes=1: pair, pair_seed1' in out
+  # Cut off at step 15 in an earlier call: 5 steps left, 40 s predicted, so it starts.
+  monkeypatch.setattr(checkpointing, 'saved_steps', lambda workdir: [15] if 'pair' in workdir
+                      else [])
+  sweep_lib.run(sweep, str(tmp_path / 'run'), ['pair', 'pair_seed1', 'wide'], str(results),
+                together=2, stop_after_minutes=1.0)
+  assert [row for row, *_ in ran] == ['wide', 'pair', 'pair_seed1']
+  # A size not measured on this device (no group of 3 has finished) starts.
+  triple = [f'triple_seed{i}' for i in (2, 3, 4)]
+  sweep_lib.run(sweep, str(tmp_path / 'run'), triple, str(results), together=3,
+                stop_after_minutes=0.01)
+  assert [row for row, *_ in ran][3:] == triple
 
 
 def test_a_failed_command_names_its_log(tmp_path):

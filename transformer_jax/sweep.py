@@ -3,7 +3,7 @@ figures.
 
   python -m transformer_jax.sweep --sweep=experiments/table3_multi30k.py --workdir=DIR \
       [--rows=A1,C3] [--results=experiments/results/table3_multi30k] [--concurrent=K] \
-      [--together=N] \
+      [--together=N] [--stop_after_minutes=M] \
       [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
 
 A sweep file is a config file whose `get_config(row)` gives each row's config, with
@@ -43,6 +43,14 @@ find). The sweep itself never starts a backend: a child process reports the plat
 JSON records the concurrency it ran under (`train_seconds` compare only at equal K) and its
 provenance (`provenance.record`: the commit, package versions and machine). If a row fails,
 the rows running finish and no new one starts.
+
+`--stop_after_minutes=M` (a lent accelerator's window) starts no group that the sweep predicts
+would end more than M minutes after the sweep started, since a group cut off loses all its rows:
+a group's predicted seconds (`predicted_seconds`) are those of the slowest group of as many rows
+already finished on this device, its JSONs in the results directory (its training per step,
+times the steps the group has left to train, plus its rows' evaluations). A group of a size not
+yet measured there starts.
+The groups passed over are named at the end; a smaller group after them may still start.
 """
 
 from concurrent import futures
@@ -277,6 +285,25 @@ def groups(sweep: Any, rows: list[str], overrides: list[str], together: int) -> 
   return [group for _, group in formed]
 
 
+def predicted_seconds(results: dict, group_size: int, steps: int,
+                      device_kind: str) -> float | None:
+  """Seconds that a group of `group_size` rows of `steps` steps will take to train and evaluate,
+  predicted from the finished rows `results` (row -> JSON) trained on `device_kind` in groups of
+  that size: the slowest such group's training seconds per step times `steps`, plus its rows'
+  evaluation seconds. None when no such group has finished."""
+  measured = {}  # group -> (its training seconds per step, its rows' evaluation seconds)
+  for result in results.values():
+    group = tuple(result.get('together', {}).get('rows', [result['row']]))
+    device = result.get('provenance', {}).get('machine', {}).get('device')  # older rows: none
+    if len(group) == group_size and device == device_kind:
+      _, evals = measured.get(group, (0.0, 0.0))
+      measured[group] = (result['train_seconds'] / result['steps'],
+                         evals + result['eval_seconds'])
+  if not measured:
+    return None
+  return max(per_step * steps + evals for per_step, evals in measured.values())
+
+
 def _table_rows(sweep: Any, results: dict) -> list[dict]:
   paper = getattr(sweep, 'PAPER', {})
   table = []
@@ -340,10 +367,13 @@ def _plot(table: list[dict], path: str) -> None:
 
 
 def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str | None,
-        overrides: list[str] = (), concurrent: int = 1, together: int = 1) -> dict:
+        overrides: list[str] = (), concurrent: int = 1, together: int = 1,
+        stop_after_minutes: float | None = None) -> dict:
   """Runs the rows not finished yet, `concurrent` at a time (groups of up to `together` rows
-  trained as one program, `groups`), with `overrides` (`FIELD=VALUE`) in every row; returns
-  every finished row's figures."""
+  trained as one program, `groups`), with `overrides` (`FIELD=VALUE`) in every row, starting no
+  group predicted to end after `stop_after_minutes` (`predicted_seconds`); returns every
+  finished row's figures."""
+  deadline = None if stop_after_minutes is None else time.monotonic() + 60 * stop_after_minutes
   if concurrent < 1 or together < 1:
     raise ValueError(f'--concurrent and --together must be at least 1, got {concurrent} and '
                      f'{together}')
@@ -372,12 +402,27 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
     free = queue.Queue()
     for slot in slots(concurrent, backend):
       free.put(slot)
-    lock, failed = threading.Lock(), threading.Event()
+    lock, failed, passed_over = threading.Lock(), threading.Event(), []
 
     def run_one(group: list[str]) -> None:
       if failed.is_set():  # a row failed: start no new one
         return
       slot = free.get()
+      if deadline is not None:
+        # A group resumed (an earlier window's, cut off) has only its steps left to train.
+        steps = with_overrides(sweep.get_config(group[0]), list(overrides)).train.num_train_steps
+        steps -= max(checkpointing.saved_steps(os.path.join(workdir, group[0])), default=0)
+        with lock:
+          predicted = predicted_seconds(results, len(group), steps, device_kind)
+        left = deadline - time.monotonic()
+        if predicted is not None and predicted > left:
+          free.put(slot)
+          with lock:
+            passed_over.append(group)
+          print(f'{", ".join(group)}: not started: a group of {len(group)} rows with {steps} '
+                f'steps to train takes {predicted:.0f} s on {device_kind} (the slowest '
+                f'finished in {results_dir}), {left:.0f} s are left', flush=True)
+          return
       try:
         print(f'{", ".join(group)}: training in {workdir}/'
               + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}'), flush=True)
@@ -407,6 +452,9 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
     errors = [future.exception() for future in done if future.exception()]
     if errors:
       raise errors[0]
+    if passed_over:
+      print(f'not started before --stop_after_minutes={stop_after_minutes:g}: '
+            + '; '.join(', '.join(group) for group in passed_over), flush=True)
   write_table(sweep, results, workdir)
   return results
 
@@ -424,6 +472,8 @@ if __name__ == '__main__':
   _CONCURRENT = flags.DEFINE_integer('concurrent', 1, 'Rows run at once (module docstring).')
   _TOGETHER = flags.DEFINE_integer('together', 1, 'Rows trained as one program, at most '
                                    '(module docstring).')
+  _STOP_AFTER = flags.DEFINE_float('stop_after_minutes', None, 'Start no group predicted to end '
+                                   'later than this, from the start (module docstring).')
   _TRAIN_TOGETHER = flags.DEFINE_list('train_together', None, 'Internal: trains these rows as '
                                       'one program in this process (`run_rows`).')
 
@@ -436,6 +486,6 @@ if __name__ == '__main__':
           [os.path.join(_WORKDIR.value, row) for row in _TRAIN_TOGETHER.value])
       return
     run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,
-        _OVERRIDE.value, _CONCURRENT.value, _TOGETHER.value)
+        _OVERRIDE.value, _CONCURRENT.value, _TOGETHER.value, _STOP_AFTER.value)
 
   cli.run(main)
