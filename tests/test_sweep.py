@@ -55,24 +55,42 @@ def _sweep(*args) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_rows_run_are_tabulated_and_skipped_when_done(tmp_path):
-  sweep, workdir, results = _sweep_file(tmp_path), tmp_path / 'run', tmp_path / 'results'
-  # Both rows at once, each on its own core (or half of them).
-  done = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}',
-                '--override=model.dropout_rate=0.2', '--concurrent=2')
+def test_rows_run_side_by_side_and_together_are_tabulated_and_skipped_when_done(tmp_path):
+  """One sweep: rows small and drop trained as one program (`--together=2`) beside row wide
+  (`--concurrent=2`), each group on its own core (or half of them), an override in every row;
+  each row evaluated in its own workdir and tabulated; a second run trains nothing."""
+  sweep, workdir, results = (_sweep_file(tmp_path, GROUPABLE), tmp_path / 'run',
+                             tmp_path / 'results')
+  rows = '--rows=small,drop,wide'
+  done = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}', rows,
+                '--override=model.attention_dropout_rate=0.05', '--together=2',
+                '--concurrent=2')
   assert done.returncode == 0, done.stderr[-3000:]
-  assert sorted(os.listdir(results)) == ['small.json', 'wide.json']
-  with open(results / 'wide.json') as f:
-    wide = json.load(f)
-  with open(results / 'small.json') as f:
-    small = json.load(f)
+  assert sorted(os.listdir(results)) == ['drop.json', 'small.json', 'wide.json']
+  figures = {}
+  for row in ('small', 'drop', 'wide'):
+    with open(results / f'{row}.json') as f:
+      figures[row] = json.load(f)
+  small, drop, wide = figures['small'], figures['drop'], figures['wide']
+  # The groups, side by side, each in a slot of its own.
+  assert all(figures[row]['concurrent']['rows'] == 2 for row in figures)
+  assert small['concurrent']['cores'] == drop['concurrent']['cores']
   cores = [row['concurrent']['cores'] for row in (small, wide)]
-  assert small['concurrent']['rows'] == wide['concurrent']['rows'] == 2
   assert sorted(sum(cores, [])) == sorted(os.sched_getaffinity(0)) and all(cores)
+  assert 'training in' in done.stdout and '{small,drop}' in done.stdout
+  for row in ('small', 'drop'):
+    assert figures[row]['together'] == {'rows': ['small', 'drop'], 'shuffle_seed': 0}
+  assert wide['together'] == {'rows': ['wide'], 'shuffle_seed': None}  # its own order
+  assert drop['model']['dropout_rate'] == 0.3 and small['model']['dropout_rate'] == 0.1
+  assert small['train_seconds'] == drop['train_seconds']
+  assert small['perplexity'] != drop['perplexity']
+  # Every row's figures, with the override and where they came from.
+  for result in figures.values():
+    assert result['model']['attention_dropout_rate'] == 0.05
+    assert result['overrides'] == ['model.attention_dropout_rate=0.05']
+    assert result['checkpoint_steps'] == [20] and result['perplexity'] > 1
   assert wide['model']['d_ff'] == 128 and wide['steps'] == 20 and wide['beam_size'] == 4
-  assert wide['model']['dropout_rate'] == 0.2 and wide['overrides'] == ['model.dropout_rate=0.2']
-  assert wide['split'] == 'validation' and wide['checkpoint_steps'] == [20]
-  assert wide['perplexity'] > 1 and 0 <= wide['bleu_tokenized'] <= 100
+  assert wide['split'] == 'validation' and 0 <= wide['bleu_tokenized'] <= 100
   assert wide['provenance']['machine']['device'] == jax.devices()[0].device_kind
   assert wide['provenance']['machine']['processor']
   assert wide['provenance']['commit'] == checkout_commit()
@@ -83,17 +101,17 @@ def test_rows_run_are_tabulated_and_skipped_when_done(tmp_path):
   assert [point['step'] for point in wide['dev_curve']] == [20]
   with open(workdir / 'table3.csv') as f:
     table = list(csv.DictReader(f))
-  assert [r['row'] for r in table] == ['small', 'wide']
+  assert [r['row'] for r in table] == ['small', 'wide', 'drop']  # the sweep's order
   assert table[0]['paper_bleu'] == '25.8' and table[1]['paper_bleu'] == ''
   assert float(table[1]['dev_ppl']) == round(wide['perplexity'], 2)
   assert '| small |' in (workdir / 'table3.md').read_text()
   assert (workdir / 'table3.png').stat().st_size > 0
 
-  # A second run finds both rows done and trains nothing.
+  # A second run finds the rows done and trains nothing.
   mtime = os.path.getmtime(results / 'small.json')
-  again = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}')
+  again = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}', rows)
   assert again.returncode == 0, again.stderr[-3000:]
-  assert again.stdout.count('done already') == 2
+  assert again.stdout.count('done already') == 3
   assert os.path.getmtime(results / 'small.json') == mtime
 
 
@@ -267,7 +285,8 @@ def test_a_group_predicted_to_end_after_the_deadline_is_not_started(tmp_path, mo
                 together=2, stop_after_minutes=1.0)
   assert [row for row, *_ in ran] == ['wide']  # 130 s > 60 s left; 10 s fit
   out = capsys.readouterr().out
-  assert 'pair, pair_seed1: not started: a group of 2 rows with 20 steps to train takes 130 s' in out
+  assert ('pair, pair_seed1: not started: a group of 2 rows with 20 steps to train takes '
+          '130 s') in out
   assert 'not started before --stop_after_minutes=1: pair, pair_seed1' in out
   # Cut off at step 15 in an earlier call: 5 steps left, 40 s predicted, so it starts.
   monkeypatch.setattr(checkpointing, 'saved_steps', lambda workdir: [15] if 'pair' in workdir
@@ -407,22 +426,3 @@ GROUPABLE = {'small': {}, 'wide': {'model.d_ff': 128}, 'drop': {'model.dropout_r
 def test_rows_are_grouped_in_order_where_they_can_train_as_one_program(tmp_path, together, want):
   sweep = config_lib.load_sweep(_sweep_file(tmp_path, GROUPABLE))
   assert sweep_lib.groups(sweep, list(GROUPABLE), [], together) == want
-
-
-@pytest.mark.slow
-def test_rows_trained_together_by_the_sweep_are_evaluated_each_in_its_workdir(tmp_path):
-  sweep, workdir, results = (_sweep_file(tmp_path, GROUPABLE), tmp_path / 'run',
-                             tmp_path / 'results')
-  done = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}',
-                '--rows=small,drop', '--together=2')
-  assert done.returncode == 0, done.stderr[-3000:]
-  figures = {}
-  for row in ('small', 'drop'):
-    with open(results / f'{row}.json') as f:
-      figures[row] = json.load(f)
-    assert figures[row]['together'] == {'rows': ['small', 'drop'], 'shuffle_seed': 0}
-    assert figures[row]['checkpoint_steps'] == [20] and figures[row]['perplexity'] > 1
-  assert figures['drop']['model']['dropout_rate'] == 0.3
-  assert figures['small']['train_seconds'] == figures['drop']['train_seconds']
-  assert figures['small']['perplexity'] != figures['drop']['perplexity']
-  assert 'training in' in done.stdout and '{small,drop}' in done.stdout
