@@ -8,9 +8,9 @@ For EN-FR the big model used P_drop = 0.1 instead of 0.3 (§6.1):
 
 import ml_collections
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
-base = config_lib.import_sibling(__file__, 'base')
+base = loading.import_sibling(__file__, 'base')
 
 # The big model's changes to the base config (Table 3 last row, §6.1).
 DELTA = {

@@ -13,10 +13,10 @@ import dataclasses
 
 import ml_collections
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
-base = config_lib.import_sibling(__file__, 'base')
-big = config_lib.import_sibling(__file__, 'big')
+base = loading.import_sibling(__file__, 'base')
+big = loading.import_sibling(__file__, 'big')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,9 +10,9 @@ is 500 steps here.
 
 import ml_collections
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
-base = config_lib.import_sibling(__file__, 'base')
+base = loading.import_sibling(__file__, 'base')
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -35,7 +35,7 @@ import time
 
 from absl import app, flags
 
-from transformer_jax import provenance
+from transformer_jax.storage import provenance
 
 _OUT = flags.DEFINE_string('out', None, 'Where the figures go.', required=True)
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file to train.')

@@ -28,8 +28,8 @@ import time
 from absl import app, flags
 import numpy as np
 
-from transformer_jax import provenance
 from transformer_jax.data import batching
+from transformer_jax.storage import provenance
 
 _PAIRS = flags.DEFINE_integer('pairs', 4_500_000, 'Training pairs.')
 _PACK_LENGTH = flags.DEFINE_integer('pack_length', 256, 'Row length (config.data.pack_length); '

@@ -25,8 +25,8 @@ import tempfile
 from absl import app, flags
 
 import multi30k_raw  # experiments/, the script's own directory
-from transformer_jax import provenance
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
+from transformer_jax.storage import provenance
 
 _BEFORE = flags.DEFINE_string('before', None, 'A checkout of the code before.', required=True)
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
@@ -45,7 +45,7 @@ _THIS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _shape() -> tuple[int, int]:
   """Rows and length of `--config`'s training batches packed at data.max_length."""
-  data = config_lib.from_file(os.path.join(_THIS, _CONFIG.value)).data
+  data = loading.from_file(os.path.join(_THIS, _CONFIG.value)).data
   return data.tokens_per_batch // data.max_length, data.max_length
 
 

@@ -10,9 +10,9 @@ r"""The two shapes at which training throughput is compared with PyTorch (see
 
 import ml_collections
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
-base = config_lib.import_sibling(__file__, '../configs/base')
+base = loading.import_sibling(__file__, '../configs/base')
 
 SHAPES = {
     'tiny': dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024, batch_size=64),

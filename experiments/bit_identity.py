@@ -7,7 +7,7 @@ and in the checkout after, then compare the two files.
 
 Three runs of `configs/tiny.py` on the built-in corpus, each a fresh workdir, 12 steps: one run
 alone (batches of several shapes, one step a call); two runs trained together
-(`train.train_together`, seeds 0 and 1, ε_ls 0.1 and 0.2); one run with packed rows, two
+(`train_loop.train_together`, seeds 0 and 1, ε_ls 0.1 and 0.2); one run with packed rows, two
 micro-batches a step and four steps a call. For each run the file holds a SHA-256 of every leaf
 of the final checkpoint's train state (parameters, Adam's moments, step, dropout key), read
 with orbax alone (so the digest does not depend on the package's layout), and the dev split's
@@ -27,8 +27,10 @@ from absl import app, flags
 import numpy as np
 import orbax.checkpoint as ocp
 
-from transformer_jax import provenance, train
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
+from transformer_jax.loop import train_loop
+from transformer_jax.storage import provenance
+from transformer_jax.training import config_check
 
 _JSON = flags.DEFINE_string('json', None, 'Write the digests to this file.')
 _COMPARE = flags.DEFINE_bool('compare', False, 'Compare the two JSON files given as arguments.')
@@ -38,11 +40,12 @@ _STEPS = 12
 
 
 def _config(tfds_dir: str, **fields):
-  config = config_lib.from_file(os.path.join(_THIS, 'configs', 'tiny.py'))
+  config = loading.from_file(os.path.join(_THIS, 'configs', 'tiny.py'))
   config.update_from_flattened_dict({
       'data.tfds_data_dir': tfds_dir, 'train.num_train_steps': _STEPS,
       'train.log_every_steps': 1, 'train.eval_every_steps': _STEPS, 'train.num_eval_steps': 1,
       'train.eval_bleu': False, 'train.checkpoint_every_steps': _STEPS, **fields})
+  config_check.validate(config)
   return config
 
 
@@ -81,10 +84,10 @@ def _runs(scratch: str) -> dict:
   tfds_dir = os.path.join(scratch, 'tfds')
   results = {}
   alone = os.path.join(scratch, 'alone')
-  results['alone'] = {'dev': train.train_and_evaluate(_config(tfds_dir), alone),
+  results['alone'] = {'dev': train_loop.train_and_evaluate(_config(tfds_dir), alone),
                       'state': _digest(alone), 'train': _train_records(alone)}
   dirs = [os.path.join(scratch, f'together{i}') for i in range(2)]
-  dev = train.train_together(
+  dev = train_loop.train_together(
       [_config(tfds_dir, seed=i, **{'train.label_smoothing': 0.1 * (i + 1)}) for i in range(2)],
       dirs)
   for i, workdir in enumerate(dirs):
@@ -92,7 +95,7 @@ def _runs(scratch: str) -> dict:
                                'train': _train_records(workdir)}
   packed = os.path.join(scratch, 'packed')
   results['packed'] = {
-      'dev': train.train_and_evaluate(_config(tfds_dir, **{
+      'dev': train_loop.train_and_evaluate(_config(tfds_dir, **{
           'data.pack_length': 64, 'train.grad_accum_steps': 2, 'train.steps_per_call': 4}),
           packed),
       'state': _digest(packed), 'train': _train_records(packed)}

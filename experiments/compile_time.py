@@ -26,7 +26,7 @@ import time
 from absl import app, flags
 import numpy as np
 
-from transformer_jax import provenance
+from transformer_jax.storage import provenance
 
 _CONFIG = flags.DEFINE_string('config', 'configs/tiny.py', 'The config file to train.')
 _BEFORE = flags.DEFINE_string('before', None, 'A checkout of the code to compare with.')

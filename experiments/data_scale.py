@@ -32,8 +32,8 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from transformer_jax import provenance
 from transformer_jax.data import builtin_grammar, datasets
+from transformer_jax.storage import provenance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MULTI30K = os.path.join(os.path.dirname(REPO), 'shared', 'data', 'multi30k')

@@ -20,9 +20,9 @@ from absl import app, flags, logging
 import jax
 import numpy as np
 
-from transformer_jax import provenance
 from transformer_jax.data import datasets
 from transformer_jax.decoding.translator import Translator
+from transformer_jax.storage import provenance
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A trained workdir.', required=True)
 _SPLIT = flags.DEFINE_string('split', 'test', 'Which split to translate.')

@@ -57,8 +57,8 @@ import time
 
 from absl import app, flags
 
-from transformer_jax import provenance
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
+from transformer_jax.storage import provenance
 
 _OUT = flags.DEFINE_string('out', None, 'Where window.jsonl and window.log go.', required=True)
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (loop_speed).")
@@ -92,7 +92,7 @@ _CAPS = {'multi30k_e2e': 330, 'profile_multi30k': 150}
 
 def _sweep_rows() -> str:
   """--rows: _FIRST_ROWS, then every other row of the sweep in its order."""
-  sweep = config_lib.load_sweep(os.path.join(_THIS, 'experiments',
+  sweep = loading.load_sweep(os.path.join(_THIS, 'experiments',
                                              'table3_multi30k_regularised.py'))
   return '--rows=' + ','.join([*_FIRST_ROWS, *(r for r in sweep.ROWS if r not in _FIRST_ROWS)])
 

@@ -38,11 +38,13 @@ import numpy as np
 import torch
 import transformers
 
-from transformer_jax import export, marian, provenance
+from transformer_jax import export
 from transformer_jax.data import datasets
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import decoding, search
 from transformer_jax.decoding.translator import Translator
+from transformer_jax.model import marian
+from transformer_jax.storage import provenance
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A trained workdir.', required=True)
 _SPLIT = flags.DEFINE_string('split', 'test', 'Which split to translate.')

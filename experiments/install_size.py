@@ -21,7 +21,7 @@ import time
 
 from absl import app, flags
 
-from transformer_jax import provenance
+from transformer_jax.storage import provenance
 
 _CPU_TORCH = flags.DEFINE_string('cpu_torch',
                                  'torch --index-url https://download.pytorch.org/whl/cpu',

@@ -28,9 +28,9 @@ import tempfile
 
 from absl import app, flags
 
-from transformer_jax import provenance
+from transformer_jax.storage import provenance
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
 import multi30k_raw  # experiments/, the script's own directory
 
@@ -52,7 +52,7 @@ _THIS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _shape() -> tuple[int, int]:
   """Rows and length of `--config`'s training batches packed at data.max_length."""
-  data = config_lib.from_file(os.path.join(_THIS, _CONFIG.value)).data
+  data = loading.from_file(os.path.join(_THIS, _CONFIG.value)).data
   return data.tokens_per_batch // data.max_length, data.max_length
 
 

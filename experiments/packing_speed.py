@@ -21,7 +21,7 @@ from absl import app, flags
 import numpy as np
 
 import multi30k_raw  # experiments/, the script's own directory
-from transformer_jax import provenance
+from transformer_jax.storage import provenance
 
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file to train.')
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "

@@ -19,8 +19,9 @@ from absl import app, flags
 import matplotlib
 import numpy as np
 
+from transformer_jax.config import loading
 from transformer_jax.model import embeddings
-from transformer_jax.training import config_lib, optimizer
+from transformer_jax.training import optimizer
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -29,7 +30,7 @@ D_K = (4, 16, 64, 256, 1024)
 
 
 def _config(name: str):
-  return config_lib.from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), name))
+  return loading.from_file(os.path.join(os.path.dirname(os.path.abspath(__file__)), name))
 
 
 def saturation(d_ks=D_K, keys: int = 32, samples: int = 2000, seed: int = 0) -> dict:

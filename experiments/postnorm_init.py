@@ -18,11 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer_jax.config import loading
 from transformer_jax.model import model_config
 from transformer_jax.model.transformer import Transformer
-from transformer_jax.training import config_lib
+from transformer_jax.training import config_check
 
-multi30k = config_lib.import_sibling(__file__, '../configs/multi30k')
+multi30k = loading.import_sibling(__file__, '../configs/multi30k')
 
 
 def cosine(a: jax.Array, b: jax.Array) -> float:
@@ -33,7 +34,7 @@ def cosine(a: jax.Array, b: jax.Array) -> float:
 def statistics(norm_position: str, qkv_init: str, seed: int) -> dict:
   config = multi30k.get_config()
   config.model.norm_position, config.model.qkv_init, config.seed = norm_position, qkv_init, seed
-  config_lib.validate(config)  # the choices set here enter the config
+  config_check.validate(config)  # the choices set here enter the config
   model = Transformer(model_config.from_config(config).replace(deterministic=True))
   rng = np.random.default_rng(seed)
   inputs = jnp.asarray(rng.integers(3, config.data.vocab_size, (64, 20)), jnp.int32)

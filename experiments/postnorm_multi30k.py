@@ -33,9 +33,9 @@ import os
 
 import ml_collections
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
-multi30k = config_lib.import_sibling(__file__, '../configs/multi30k')
+multi30k = loading.import_sibling(__file__, '../configs/multi30k')
 
 # As in table3_multi30k.py: the raw files beside the repository if there, else a download.
 MULTI30K = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..',

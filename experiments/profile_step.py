@@ -23,7 +23,8 @@ from absl import flags
 import jax
 from ml_collections import config_flags
 
-from transformer_jax import benchmark, cli, provenance
+from transformer_jax import benchmark, cli
+from transformer_jax.storage import provenance
 
 # Kernel name -> kind, first match wins. cuBLAS / cuDNN / CUTLASS / Triton product kernels,
 # then XLA's fusion kinds by the prefixes its emitters give them.

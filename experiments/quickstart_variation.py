@@ -29,7 +29,7 @@ import tempfile
 
 from absl import app, flags
 
-from transformer_jax import provenance
+from transformer_jax.storage import provenance
 from transformer_jax.training import metrics_log
 
 _JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')

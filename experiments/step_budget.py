@@ -31,9 +31,9 @@ from absl import app, flags
 import numpy as np
 from scipy import optimize
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
-table3_trends = config_lib.import_sibling(__file__, 'table3_trends')
+table3_trends = loading.import_sibling(__file__, 'table3_trends')
 
 _CRITERION = 0.01
 

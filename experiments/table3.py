@@ -21,9 +21,9 @@ about 1.0 and 7.2 hours for 100K and 300K steps.
 
 import ml_collections
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
-table3 = config_lib.import_sibling(__file__, '../configs/table3')
+table3 = loading.import_sibling(__file__, '../configs/table3')
 
 ROWS = tuple(table3.ROWS)
 

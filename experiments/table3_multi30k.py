@@ -49,10 +49,10 @@ import os
 
 import ml_collections
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
-multi30k = config_lib.import_sibling(__file__, '../configs/multi30k')
-table3 = config_lib.import_sibling(__file__, '../configs/table3')
+multi30k = loading.import_sibling(__file__, '../configs/multi30k')
+table3 = loading.import_sibling(__file__, '../configs/table3')
 
 # Multi30k's raw files from a folder shared/data/multi30k beside the repository when there is
 # one (train, val, test_2016_flickr x en, de, gzipped); else TFDS downloads the corpus.

@@ -60,9 +60,9 @@ no checkpoint averaging, per-token perplexity; cased text (Table 3's BLEU is cas
 
 import ml_collections
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
-mini = config_lib.import_sibling(__file__, 'table3_multi30k')
+mini = loading.import_sibling(__file__, 'table3_multi30k')
 
 STEPS = 30000
 P_DROP = 0.3

@@ -15,7 +15,7 @@ import json
 import re
 import sys
 
-from transformer_jax import provenance
+from transformer_jax.storage import provenance
 
 _DURATION = re.compile(r'^\s*(\d+(?:\.\d+)?)s (setup|call|teardown)\s+(\S.*?)\s*$')
 _SUMMARY = re.compile(r'^=*\s*(\d+ passed.*? in [\d.]+s.*?)\s*=*$')

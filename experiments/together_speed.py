@@ -1,5 +1,5 @@
 r"""Sweep rows trained one after another against the same rows trained as one program
-(`train.train_together`, the sweep's `--together`), each variant in fresh processes, fresh
+(`train_loop.train_together`, the sweep's `--together`), each variant in fresh processes, fresh
 workdirs and a fresh compilation cache.
 
   python experiments/together_speed.py [--manual_dir=DIR] \
@@ -23,7 +23,7 @@ import time
 from absl import app, flags
 
 import multi30k_raw  # experiments/, the script's own directory
-from transformer_jax import provenance
+from transformer_jax.storage import provenance
 
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
                                   'once, multi30k_raw.py).')

@@ -33,15 +33,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from experiments.benchmark_shapes import LENGTH, SHAPES, VOCAB_SIZE  # noqa: E402
-from transformer_jax import provenance  # noqa: E402
+from transformer_jax.storage import provenance  # noqa: E402
 
 
 def sizes_of(shape: str) -> dict:
   """The model and batch sizes of a shape name or a config file."""
   if shape in SHAPES:
     return {**SHAPES[shape], 'vocab_size': VOCAB_SIZE, 'dropout_rate': 0.1}
-  from transformer_jax.training import config_lib
-  config = config_lib.from_file(shape)
+  from transformer_jax.config import loading
+  config = loading.from_file(shape)
   m = config.model
   if m.d_k * m.num_heads != m.d_model or m.d_v != m.d_k:
     raise ValueError(f'{shape}: nn.Transformer needs d_k = d_v = d_model / num_heads')

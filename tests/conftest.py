@@ -45,13 +45,14 @@ import ml_collections
 import numpy as np
 import pytest
 
+from transformer_jax.config import loading
 from transformer_jax.data import builtin_grammar
 from transformer_jax.model.model_config import TransformerConfig
 from transformer_jax.model.transformer import Transformer
 from transformer_jax.storage import atomic
-from transformer_jax.training import compilation, config_lib
+from transformer_jax.training import compilation, config_check
 
-base = config_lib.import_sibling(__file__, '../configs/base')
+base = loading.import_sibling(__file__, '../configs/base')
 
 # 8 CPU devices in this process, for the sharding tests' meshes; the processes a test starts see
 # one unless the test asks for more (`xla_flags`). On 8 CPU devices and 2 cores, XLA sometimes
@@ -186,6 +187,7 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
   ({'model.d_ff': 64}) replaced."""
   config = base.get_config()
   config.update_from_flattened_dict({**SMALL, **overrides})
+  config_check.validate(config)  # where the test's config enters
   return config
 
 

@@ -5,15 +5,16 @@ import json
 import ml_collections
 import pytest
 
+from transformer_jax.config import fields, loading
 from transformer_jax.data import batching, pipeline
 from transformer_jax.model import costs, model_config
-from transformer_jax.training import checkpointing, config_lib
+from transformer_jax.training import checkpointing, config_check
 
-base = config_lib.import_sibling(__file__, '../configs/base')
-big = config_lib.import_sibling(__file__, '../configs/big')
-multi30k = config_lib.import_sibling(__file__, '../configs/multi30k')
-table3 = config_lib.import_sibling(__file__, '../configs/table3')
-tiny = config_lib.import_sibling(__file__, '../configs/tiny')
+base = loading.import_sibling(__file__, '../configs/base')
+big = loading.import_sibling(__file__, '../configs/big')
+multi30k = loading.import_sibling(__file__, '../configs/multi30k')
+table3 = loading.import_sibling(__file__, '../configs/table3')
+tiny = loading.import_sibling(__file__, '../configs/tiny')
 
 TABLE3_ORDER = ['base', 'A1', 'A2', 'A3', 'A4', 'B1', 'B2', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6',
                 'C7', 'D1', 'D2', 'D3', 'D4', 'E', 'big']
@@ -110,7 +111,7 @@ def test_the_fused_loss_chunk_pads_no_bucket(module, buckets):
 @pytest.mark.parametrize('module', [tiny, multi30k])
 def test_demo_configs_are_valid_and_keep_the_papers_optimizer(module):
   config = module.get_config()
-  config_lib.validate(config)
+  config_check.validate(config)
   assert (config.train.adam_b1, config.train.adam_b2, config.train.adam_eps) == (0.9, 0.98, 1e-9)
   assert config.train.lr_scale == 1.0 and config.train.label_smoothing == 0.1
 
@@ -134,7 +135,7 @@ def test_multi30k_config_trains_and_evaluates_its_headline_recipe_without_overri
 @pytest.mark.parametrize('sweep, steps', [('table3_multi30k', 4000), ('postnorm_multi30k', 4000)])
 def test_multi30k_sweeps_pin_the_cased_text_and_steps_they_ran_with(sweep, steps):
   """Built on configs/multi30k.py, they keep its values of the time whatever it ships now."""
-  module = config_lib.import_sibling(__file__, f'../experiments/{sweep}')
+  module = loading.import_sibling(__file__, f'../experiments/{sweep}')
   for row in module.ROWS:
     config = module.get_config(row)
     assert config.data.preprocessing == 'none', row
@@ -143,7 +144,7 @@ def test_multi30k_sweeps_pin_the_cased_text_and_steps_they_ran_with(sweep, steps
 
 def test_the_table3_sweep_batches_as_its_committed_rows_on_any_platform(monkeypatch):
   monkeypatch.setattr(pipeline, 'on_accelerator', lambda: True)
-  module = config_lib.import_sibling(__file__, '../experiments/table3_multi30k')
+  module = loading.import_sibling(__file__, '../experiments/table3_multi30k')
   for row in module.ROWS:
     config = module.get_config(row)
     assert (pipeline.buckets(config), pipeline.pack_length(config)) == ('fine', 0), row
@@ -156,11 +157,11 @@ def test_the_table3_sweep_batches_as_its_committed_rows_on_any_platform(monkeypa
 def test_jax_attention_needs_equal_head_widths_and_no_attention_dropout(field, value, message):
   config = base.get_config()
   config.update_from_flattened_dict({field: value})
-  config_lib.validate(config)  # eq. (1) written out takes both
+  config_check.validate(config)  # eq. (1) written out takes both
   config.model.attention_impl = 'cudnn'
   with pytest.raises(ValueError, match=r"config.model.attention_impl='cudnn' \(jax.nn."
                      rf"dot_product_attention\) needs config.model.d_k = d_v .*{message}"):
-    config_lib.validate(config)
+    config_check.validate(config)
 
 
 def test_unknown_row_is_an_error():
@@ -204,7 +205,7 @@ def test_invalid_values_name_the_field(field, value, message):
   config = base.get_config()
   config.update_from_flattened_dict({field: value})
   with pytest.raises(ValueError, match=message):
-    config_lib.validate(config)
+    config_check.validate(config)
 
 
 @pytest.mark.parametrize('field', ['checkpoint_every_steps', 'eval_every_steps'])
@@ -212,11 +213,11 @@ def test_checkpoints_and_evaluations_fall_between_calls(field):
   # base: checkpoints every 1500 steps, evaluations every 1000, both multiples of 4 and 500.
   config = base.get_config()
   config.update_from_flattened_dict({'train.steps_per_call': 4})
-  config_lib.validate(config)
+  config_check.validate(config)
   config.update_from_flattened_dict({f'train.{field}': 1002})
   with pytest.raises(ValueError, match=f'config.train.{field}=1002 must be a multiple of '
                                        'config.train.steps_per_call=4'):
-    config_lib.validate(config)
+    config_check.validate(config)
 
 
 @pytest.mark.parametrize('fields, message', [
@@ -238,11 +239,11 @@ def test_a_files_dataset_names_its_missing_or_malformed_field(fields, message):
   config = base.get_config()
   config.update_from_flattened_dict({'data.dataset': 'files', **fields})
   with pytest.raises(ValueError, match=message):
-    config_lib.validate(config)
+    config_check.validate(config)
   config.update_from_flattened_dict({'data.train_files': 'c/train.{lang}',
                                      'data.validation_files': 'c/valid.{lang}',
                                      'data.test_files': None, 'data.tfds_data_dir': None})
-  config_lib.validate(config)  # the test split is optional
+  config_check.validate(config)  # the test split is optional
 
 
 def test_a_model_config_built_directly_rejects_an_unknown_option():
@@ -287,7 +288,7 @@ def test_a_run_saved_before_every_added_field_resumes(tmp_path):
   for field in checkpointing._ADDED_FIELDS:  # pylint: disable=protected-access
     section, name = field.split('.')
     del saved[section][name]
-  assert len(config_lib.flatten(ml_collections.ConfigDict(saved))) == 56
+  assert len(fields.flatten(ml_collections.ConfigDict(saved))) == 56
   checkpointing.write_config(config, str(tmp_path))
   (tmp_path / 'config.json').write_text(json.dumps(saved))
   (tmp_path / 'checkpoints' / '4').mkdir(parents=True)

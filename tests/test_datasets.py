@@ -14,10 +14,10 @@ import pytest
 import requests
 import tensorflow_datasets as tfds
 
+from transformer_jax.config import loading
 from transformer_jax.data import builtin_grammar, datasets
-from transformer_jax.training import config_lib
 
-base = config_lib.import_sibling(__file__, '../configs/base')
+base = loading.import_sibling(__file__, '../configs/base')
 
 # The raw Multi30k task 1 files, next to the repository (shared/data/multi30k/).
 MULTI30K_DIR = Path(__file__).resolve().parents[2] / 'shared' / 'data' / 'multi30k'

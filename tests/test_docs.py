@@ -359,3 +359,14 @@ def test_the_suites_time_per_file_table_holds_only_seconds():
   prose = [row for row in rows[1:] if len(row) != 5
            or not all(re.fullmatch(r'(\*\*)?\d+(\*\*)?', cell) for cell in row[1:])]
   assert not prose, prose
+
+
+def test_the_readme_is_a_short_guide_without_commit_hashes():
+  """README.md: at most 20 KB (the detail lives in docs/), and no commit named in its prose
+  (a seven-or-more-digit hexadecimal word holding a digit and a letter); links may name one."""
+  text = _read('README.md')
+  assert len(text.encode()) <= 20_000
+  prose = LINK.sub('', text)
+  hashes = [word for word in re.findall(r'\b[0-9a-f]{7,40}\b', prose)
+            if re.search(r'\d', word) and re.search(r'[a-f]', word)]
+  assert not hashes, hashes

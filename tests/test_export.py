@@ -25,11 +25,12 @@ import transformers
 
 from conftest import train_command, train_config
 from test_datasets import MULTI30K_DIR, read_lines
-from transformer_jax import export, marian
+from transformer_jax import export
 from transformer_jax.data import tokenizer
 from transformer_jax.data.tokenizer import PAD_ID
 from transformer_jax.decoding import decoding, search
 from transformer_jax.decoding.translator import Translator
+from transformer_jax.model import marian
 from transformer_jax.model import model_config
 from transformer_jax.model.embeddings import sinusoid
 from transformer_jax.model.model_config import TransformerConfig

@@ -1,29 +1,37 @@
-"""The package's layers: every import points down (the table below), and README.md's module map
-is the modules' own docstrings.
+"""The package's layers: every import points down (the table below), and docs/modules.md's
+module map is the modules' own docstrings.
 
-  python tests/test_layers.py --write    # rewrites README.md's module map from the docstrings
+  python tests/test_layers.py --write    # rewrites docs/modules.md's map from the docstrings
 """
 
 import ast
 import os
 import sys
 
+import pytest
+
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        'transformer_jax')
-README = os.path.join(os.path.dirname(PACKAGE), 'README.md')
+MODULES_PAGE = os.path.join(os.path.dirname(PACKAGE), 'docs', 'modules.md')
 
-# Which layers each layer may import, besides its own modules. 'commands' are the modules at the
-# package's top (train, translate, evaluate, sweep, export, ...) and `data/__main__.py`: they
-# may import anything.
+# Which layers each layer may import, besides its own modules. A layer is a folder of the package;
+# at its top sit the commands (train, translate, evaluate, sweep, export, ..., and
+# `data/__main__.py`), each importing libraries, never another command, and `cli`, the
+# command line that every command shares.
+LIBRARIES = ('config', 'storage', 'data', 'model', 'training', 'decoding', 'loop')
 MAY_IMPORT = {
+    'config': set(),
     'storage': set(),
-    'data': {'storage'},
-    'model': {'data'},
-    'training': {'storage', 'data', 'model'},
-    'decoding': {'storage', 'data', 'model', 'training'},
+    'data': {'config', 'storage'},
+    'model': {'config', 'data'},
+    'training': {'config', 'storage', 'data', 'model'},
+    'decoding': {'config', 'storage', 'data', 'model', 'training'},
+    'loop': {'config', 'storage', 'data', 'model', 'training', 'decoding'},
+    'cli': {'config', 'training'},
+    'commands': {*LIBRARIES, 'cli'},
 }
 # The map's order: the top layer first, as a reader meets the package.
-ORDER = ('commands', 'decoding', 'training', 'model', 'data', 'storage')
+ORDER = ('commands', 'cli', 'loop', 'decoding', 'training', 'model', 'data', 'storage', 'config')
 MAP_START = ('<!-- module map: the first paragraph of each docstring; '
              'python tests/test_layers.py --write -->')
 MAP_END = '<!-- end of the module map -->'
@@ -47,7 +55,7 @@ def _modules() -> dict[str, str]:
 
 def _layer(module: str) -> str:
   parts = module.split('.')
-  if len(parts) == 2 and parts[1] in MAY_IMPORT:  # a layer's own __init__
+  if len(parts) == 2 and parts[1] in (*LIBRARIES, 'cli'):  # cli, or a layer's own __init__
     return parts[1]
   if len(parts) < 3 or parts[-1] == '__main__':
     return 'commands'
@@ -70,11 +78,10 @@ def _imports(path: str, modules: dict[str, str]) -> set[str]:
 def _upward(module: str, path: str, modules: dict[str, str]) -> list[str]:
   """The imports of `module` (its file at `path`) that the table does not allow."""
   layer = _layer(module)
-  if layer == 'commands':
-    return []
+  allowed = MAY_IMPORT[layer] | ({layer} if layer != 'commands' else set())
   return [f'{module} ({layer}) imports {imported} ({_layer(imported)})'
           for imported in sorted(_imports(path, modules))
-          if _layer(imported) not in {layer, *MAY_IMPORT[layer]}]
+          if imported != module and _layer(imported) not in allowed]
 
 
 def test_every_import_points_down():
@@ -85,17 +92,29 @@ def test_every_import_points_down():
   assert not wrong, '\n'.join(wrong)
 
 
-def test_an_import_pointing_up_is_named(tmp_path):
-  # The check itself, on a module placed in training/ that imports a command (in a function,
-  # as the package's lazy imports are), a decoding module and one of its own layer.
+@pytest.mark.parametrize('module, source, named', [
+    # A module placed in training/ that imports a command (in a function, as the package's lazy
+    # imports are), a decoding module and one of its own layer.
+    ('transformer_jax.training.module',
+     'from transformer_jax.training import rows\n'
+     'import transformer_jax.decoding.bleu\n'
+     'def f():\n  from transformer_jax import train\n',
+     ['transformer_jax.decoding.bleu (decoding)', 'transformer_jax.train (commands)']),
+    # A module at the package's top is a command: it may import any library and cli, but no
+    # other command.
+    ('transformer_jax.command',
+     'from transformer_jax import cli, evaluate\n'
+     'from transformer_jax.loop import train_loop\n'
+     'from transformer_jax.config import fields\n',
+     ['transformer_jax.evaluate (commands)']),
+])
+def test_an_import_pointing_up_is_named(tmp_path, module, source, named):
+  # The check itself.
   path = tmp_path / 'module.py'
-  path.write_text('from transformer_jax.training import rows\n'
-                  'import transformer_jax.decoding.bleu\n'
-                  'def f():\n  from transformer_jax import train\n')
-  assert _upward('transformer_jax.training.module', str(path), _modules()) == [
-      'transformer_jax.training.module (training) imports transformer_jax.decoding.bleu '
-      '(decoding)',
-      'transformer_jax.training.module (training) imports transformer_jax.train (commands)']
+  path.write_text(source)
+  layer = _layer(module)
+  assert _upward(module, str(path), _modules()) == [
+      f'{module} ({layer}) imports {imported}' for imported in named]
 
 
 def _summary(path: str) -> str:
@@ -105,7 +124,7 @@ def _summary(path: str) -> str:
 
 
 def module_map() -> str:
-  """README.md's module map: a row for each module, layer by layer, its docstring's first
+  """docs/modules.md's module map: a row for each module, layer by layer, its docstring's first
   paragraph beside it."""
   modules = _modules()
   rows = ['| module | what it owns |', '|---|---|']
@@ -119,14 +138,15 @@ def module_map() -> str:
   return '\n'.join(rows)
 
 
-def _readme_map() -> str:
-  text = open(README, encoding='utf-8').read()
+def _page_map() -> str:
+  text = open(MODULES_PAGE, encoding='utf-8').read()
   return text.split(MAP_START + '\n')[1].split('\n' + MAP_END)[0]
 
 
-def test_the_readme_module_map_is_the_docstrings():
-  assert _readme_map() == module_map(), (
-      "README.md's module map differs from the docstrings: python tests/test_layers.py --write")
+def test_the_module_map_is_the_docstrings():
+  assert _page_map() == module_map(), (
+      "docs/modules.md's module map differs from the docstrings: "
+      'python tests/test_layers.py --write')
 
 
 def test_every_module_says_what_it_owns_in_a_short_first_paragraph():
@@ -139,8 +159,8 @@ def test_every_module_says_what_it_owns_in_a_short_first_paragraph():
 if __name__ == '__main__':
   if sys.argv[1:] != ['--write']:
     sys.exit(__doc__)
-  text = open(README, encoding='utf-8').read()
+  text = open(MODULES_PAGE, encoding='utf-8').read()
   before, rest = text.split(MAP_START + '\n')
   after = rest.split('\n' + MAP_END)[1]
-  with open(README, 'w', encoding='utf-8') as f:
+  with open(MODULES_PAGE, 'w', encoding='utf-8') as f:
     f.write(before + MAP_START + '\n' + module_map() + '\n' + MAP_END + after)

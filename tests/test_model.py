@@ -230,7 +230,7 @@ def test_every_parameter_has_logical_axis_names():
     assert isinstance(leaf, nn.LogicallyPartitioned), leaf
     assert len(leaf.names) == len(leaf.value.shape)
     named |= set(leaf.names)
-  # The axes the config's rules may name (checked by config_lib.validate): the parameters' and
+  # The axes the config's rules may name (checked by config_check.validate): the parameters' and
   # the batch's, no other.
   assert named | {'batch'} == set(partitioning.LOGICAL_AXES)
 

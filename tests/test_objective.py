@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from reference import adam_updates
+from transformer_jax.config import loading
 from transformer_jax.model import loss
-from transformer_jax.training import config_lib, optimizer
+from transformer_jax.training import optimizer
 
-base = config_lib.import_sibling(__file__, '../configs/base')
+base = loading.import_sibling(__file__, '../configs/base')
 
 
 @pytest.mark.parametrize('step', [1, 2, 100, 3999, 4000, 4001, 10_000, 100_000])

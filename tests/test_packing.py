@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from conftest import init_params, tiny_config, train_config
-from transformer_jax import train
-from transformer_jax.model import loss
-from transformer_jax.model.attention import segment_positions
-from transformer_jax.training import metrics_log
 from transformer_jax.data.batching import (Batcher, PlanCancelled, Sequences, TokenizedSplit,
                                            _first_fit_decreasing, padding_fraction,
                                            process_rows)
+from transformer_jax.loop import train_loop
+from transformer_jax.model import loss
+from transformer_jax.model.attention import segment_positions
 from transformer_jax.model.transformer import Transformer
+from transformer_jax.training import metrics_log
 
 
 def _pairs(rng, vocab, lengths):
@@ -224,7 +224,7 @@ def test_training_on_packed_batches(tmp_path):
                            'train.num_train_steps': 3, 'train.log_every_steps': 1,
                            'train.eval_every_steps': 3, 'train.num_eval_steps': 1,
                            'train.eval_bleu': False, 'train.checkpoint_every_steps': 3})
-  metrics = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  metrics = train_loop.train_and_evaluate(config, str(tmp_path / 'run'))
   losses = [r['loss'] for r in metrics_log.read(str(tmp_path / 'run' / 'metrics.jsonl'))
             if r['split'] == 'train']
   assert len(losses) == 3 and all(np.isfinite(losses))

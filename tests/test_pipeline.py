@@ -10,10 +10,10 @@ import textwrap
 import numpy as np
 import pytest
 
+from transformer_jax.config import loading
 from transformer_jax.data import batching, builtin_grammar, pipeline, token_store, tokenizer
-from transformer_jax.training import config_lib
 
-tiny = config_lib.import_sibling(__file__, '../configs/tiny')
+tiny = loading.import_sibling(__file__, '../configs/tiny')
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -303,10 +303,10 @@ def test_the_vocabulary_sample_is_seeded_whole_pairs_up_to_the_character_budget(
 
 _PROCESS = textwrap.dedent("""
     import json, sys
+    from transformer_jax.config import loading
     from transformer_jax.data import batching, pipeline, tokenizer
-    from transformer_jax.training import config_lib
     process, workdir = int(sys.argv[1]), sys.argv[2]
-    config = config_lib.import_sibling('{repo}/configs/x', 'tiny').get_config()
+    config = loading.import_sibling('{repo}/configs/x', 'tiny').get_config()
     encoded, read = [], set()
     encode = tokenizer.encode_flat
     tokenizer.encode_flat = lambda *args, **kwargs: (encoded.append(len(args[1])),

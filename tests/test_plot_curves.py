@@ -8,12 +8,13 @@ import sys
 import numpy as np
 import pytest
 
-from transformer_jax.training import config_lib, metrics_log
+from transformer_jax.config import loading
+from transformer_jax.training import metrics_log
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'experiments', 'plot_curves.py')
 # Its flags are defined only when it runs as a script, so loading it defines none.
-plot_curves = config_lib.import_sibling(__file__, '../experiments/plot_curves')
+plot_curves = loading.import_sibling(__file__, '../experiments/plot_curves')
 
 
 def _log(workdir) -> None:

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, 'experiments', 'plot_paper.py')
-plot_paper = config_lib.load_module(SCRIPT)
+plot_paper = loading.load_module(SCRIPT)
 
 
 def test_unscaled_dot_products_saturate_the_softmax_and_scaled_ones_do_not():

@@ -7,10 +7,10 @@ import pytest
 
 from conftest import CORPUS
 from test_datasets import MULTI30K_DIR
+from transformer_jax.config import loading
 from transformer_jax.data import pipeline, preprocessing, tokenizer
-from transformer_jax.training import config_lib
 
-tiny = config_lib.import_sibling(__file__, '../configs/tiny')
+tiny = loading.import_sibling(__file__, '../configs/tiny')
 
 
 @pytest.fixture(scope='module')

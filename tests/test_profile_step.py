@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
 # Its flags are defined only when it runs as a script, so loading it defines none.
-profile_step = config_lib.import_sibling(__file__, '../experiments/profile_step')
+profile_step = loading.import_sibling(__file__, '../experiments/profile_step')
 
 
 def _trace(path, kernels, host_events):

@@ -9,7 +9,7 @@ import sys
 
 import jax
 
-from transformer_jax import provenance
+from transformer_jax.storage import provenance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,10 +56,10 @@ def test_the_platform_is_asked_of_a_child_process(monkeypatch):
 
 
 def _checkout(root) -> str:
-  """A git repository at `root` that holds transformer_jax/provenance.py, committed; its
+  """A git repository at `root` that holds transformer_jax/storage/provenance.py, committed; its
   HEAD."""
-  (root / 'transformer_jax').mkdir(parents=True)
-  (root / 'transformer_jax' / 'provenance.py').write_text('one')
+  (root / 'transformer_jax' / 'storage').mkdir(parents=True)
+  (root / 'transformer_jax' / 'storage' / 'provenance.py').write_text('one')
   _git('init', '-q', cwd=str(root))
   _git('add', '.', cwd=str(root))
   _git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'one', cwd=str(root))
@@ -70,7 +70,7 @@ def test_a_change_to_a_tracked_file_marks_the_commit_dirty(tmp_path):
   head = _checkout(tmp_path)
   (tmp_path / 'untracked.txt').write_text('not part of the commit')
   assert provenance.commit(str(tmp_path / 'transformer_jax')) == head
-  (tmp_path / 'transformer_jax' / 'provenance.py').write_text('two')
+  (tmp_path / 'transformer_jax' / 'storage' / 'provenance.py').write_text('two')
   assert provenance.commit(str(tmp_path)) == head + '-dirty'
 
 

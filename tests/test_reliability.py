@@ -17,9 +17,9 @@ import pytest
 
 from conftest import (REPO, metrics_lines, train_command, train_config, two_process_commands,
                       xla_flags)
-from transformer_jax import train
 from transformer_jax.data import builtin_grammar
 from transformer_jax.decoding.translator import Translator
+from transformer_jax.loop import train_loop
 from transformer_jax.storage import workdirs
 
 pytestmark = pytest.mark.slow
@@ -68,13 +68,13 @@ def test_a_live_run_holds_the_workdir_and_a_killed_ones_lock_is_taken_over(tmp_p
     assert holder.stdout.readline().strip() == 'locked'
     with pytest.raises(RuntimeError, match=rf'in use by another training run .*"pid": '
                                            rf'{holder.pid}'):
-      train.train_and_evaluate(train_config(**_overrides(tmp_path, 4)), str(workdir))
+      train_loop.train_and_evaluate(train_config(**_overrides(tmp_path, 4)), str(workdir))
     assert not os.path.exists(workdir / 'checkpoints')  # stopped before any work
   finally:
     holder.send_signal(signal.SIGKILL)
     holder.wait()
   with caplog.at_level(logging.WARNING):
-    train.train_and_evaluate(train_config(**_overrides(tmp_path, 4)), str(workdir))
+    train_loop.train_and_evaluate(train_config(**_overrides(tmp_path, 4)), str(workdir))
   assert 'left by a run that has ended' in caplog.text and f'"pid": {holder.pid}' in caplog.text
   assert _steps(workdir) == ['4']
   # Ended through Python: the file names no holder, so the next run takes it without a warning.
@@ -90,7 +90,7 @@ def test_a_live_run_holds_the_workdir_and_a_killed_ones_lock_is_taken_over(tmp_p
 
 def test_a_damaged_checkpoint_is_skipped_and_moved_aside(tmp_path):
   workdir = tmp_path / 'run'
-  train.train_and_evaluate(train_config(**_overrides(tmp_path, 8)), str(workdir))
+  train_loop.train_and_evaluate(train_config(**_overrides(tmp_path, 8)), str(workdir))
   assert _steps(workdir) == ['4', '8']
   _truncate(workdir / 'checkpoints' / '8' / 'state')
 
@@ -100,7 +100,7 @@ def test_a_damaged_checkpoint_is_skipped_and_moved_aside(tmp_path):
 
   # Training resumes from step 4, exactly as the first run went on from there.
   first = {r['step']: r['loss'] for r in metrics_lines(workdir) if r['split'] == 'train'}
-  train.train_and_evaluate(train_config(**_overrides(tmp_path, 12)), str(workdir))
+  train_loop.train_and_evaluate(train_config(**_overrides(tmp_path, 12)), str(workdir))
   assert _steps(workdir) == ['12', '4', '8', '8.corrupt']
   resumed = [r for r in metrics_lines(workdir) if r['split'] == 'train'][len(first):]
   assert [r['step'] for r in resumed] == list(range(5, 13))
@@ -112,7 +112,7 @@ def test_a_damaged_checkpoint_is_skipped_and_moved_aside(tmp_path):
     _truncate(workdir / 'checkpoints' / step / 'state')
   with pytest.raises(RuntimeError, match=r'no checkpoint in .*checkpoints can be read; the '
                                          r'newest, 12: '):
-    train.train_and_evaluate(train_config(**_overrides(tmp_path, 16)), str(workdir))
+    train_loop.train_and_evaluate(train_config(**_overrides(tmp_path, 16)), str(workdir))
   assert _steps(workdir) == ['12', '4', '8', '8.corrupt']
   result = subprocess.run([sys.executable, '-m', 'transformer_jax.translate',
                            f'--workdir={workdir}'], input='a dog .\n', capture_output=True,
@@ -266,8 +266,8 @@ def test_bad_corpus_files_stop_training_first_and_a_corrected_rerun_trains(tmp_p
                            'data.validation_files': str(corpus / 'train.{lang}')})
   workdir = tmp_path / 'run'
   with pytest.raises(ValueError, match=f'{corpus / "train.de"}, line {line}: not UTF-8'):
-    train.train_and_evaluate(config, str(workdir))
+    train_loop.train_and_evaluate(config, str(workdir))
   assert os.listdir(workdir) == ['lock']
   (corpus / 'train.de').write_bytes(good)
-  train.train_and_evaluate(config, str(workdir))
+  train_loop.train_and_evaluate(config, str(workdir))
   assert max(r['step'] for r in metrics_lines(workdir)) == 2

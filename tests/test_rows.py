@@ -11,7 +11,7 @@ from conftest import assert_trained_alike, random_tokens, train_config
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import rows
-from transformer_jax.training.trainer import Trainer
+from transformer_jax.training.trainer import RunsTrainer, Trainer
 
 MESH = {'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.model': 2}
 # Three runs differing in every traced field: the seed, the residual and attention dropout,
@@ -100,3 +100,25 @@ def test_runs_that_differ_elsewhere_are_refused_naming_the_field(field, value):
   with pytest.raises(ValueError, match=f'base and other cannot train together: they differ in '
                      f'{field}'):
     rows.check_together(configs, ['base', 'other'])
+
+
+def test_both_trainers_offer_every_member_of_the_loops_contract():
+  # The loop (`loop.train_loop`) trains through `RunsTrainer` alone: one run's `Trainer` and a
+  # group's `RowsTrainer` both have each member it names, and a group restores each row's
+  # checkpoint into one run's state.
+  members = sorted({*RunsTrainer.__annotations__,
+                    *(name for name in vars(RunsTrainer) if not name.startswith('_'))})
+  assert members == ['init_state', 'join', 'model', 'rows_multiple', 'run_abstract_state',
+                     'split', 'train_step', 'train_steps']
+  configs = [train_config(**run) for run in RUNS]
+  model = ShardedModel(configs[0])
+  single, group = Trainer(model), rows.RowsTrainer(model, configs)
+  for trainer in (single, group):
+    assert RunsTrainer in type(trainer).__mro__  # declared, not only alike
+    missing = [name for name in members if not hasattr(trainer, name)]
+    assert not missing, (type(trainer).__name__, missing)
+  assert [(leaf.shape, leaf.dtype, leaf.sharding)
+          for leaf in jax.tree.leaves(group.run_abstract_state)] == [
+              (leaf.shape, leaf.dtype, leaf.sharding)
+              for leaf in jax.tree.leaves(single.run_abstract_state)]
+  assert group.rows_multiple == single.rows_multiple

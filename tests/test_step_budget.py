@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-budget = config_lib.load_module(os.path.join(REPO, 'experiments', 'step_budget.py'))
+budget = loading.load_module(os.path.join(REPO, 'experiments', 'step_budget.py'))
 
 STEPS = np.arange(500, 10001, 500)
 

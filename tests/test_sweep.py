@@ -16,11 +16,13 @@ from flax import traverse_util
 import jax
 import pytest
 
-from transformer_jax import provenance, sweep as sweep_lib
-from transformer_jax.training import checkpointing, config_lib
+from transformer_jax import sweep as sweep_lib
+from transformer_jax.config import loading
+from transformer_jax.storage import provenance
+from transformer_jax.training import checkpointing, config_check
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-table3 = config_lib.import_sibling(__file__, '../configs/table3')
+table3 = loading.import_sibling(__file__, '../configs/table3')
 
 
 def _sweep_file(tmp_path, rows: dict | None = None) -> str:
@@ -33,9 +35,10 @@ def _sweep_file(tmp_path, rows: dict | None = None) -> str:
             'train.num_eval_steps': 1, 'train.checkpoint_every_steps': 20}
   path = tmp_path / 'sweep.py'
   path.write_text(f'''
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
+from transformer_jax.training import config_check
 
-base = config_lib.load_module({os.path.join(REPO, 'configs', 'base.py')!r})
+base = loading.load_module({os.path.join(REPO, 'configs', 'base.py')!r})
 
 ROWS = {rows!r}
 PAPER = {{'small': (4.92, 25.8)}}
@@ -301,6 +304,28 @@ def test_a_group_predicted_to_end_after_the_deadline_is_not_started(tmp_path, mo
   assert [row for row, *_ in ran][3:] == triple
 
 
+def test_each_rows_config_is_checked_once_where_it_enters_the_sweep(tmp_path, monkeypatch):
+  """The sweep's process checks each row's config (with the overrides) once, before anything
+  trains: not again to group the rows, predict a group's time or start its training. (The
+  training command then checks its own --config once: test_train.)"""
+  _fake_rows(tmp_path, monkeypatch)
+  monkeypatch.setattr(sweep_lib, 'run_rows', lambda sweep_path, group, *args: [
+      sweep_lib.run_row(sweep_path, row, *args) for row in group])
+  checked, check = [], config_check.validate
+
+  def counted(config):
+    checked.append((config.seed, config.model.d_ff, config.model.dropout_rate,
+                    config.train.label_smoothing, config.model.attention_dropout_rate))
+    check(config)
+
+  monkeypatch.setattr(config_check, 'validate', counted)
+  sweep_lib.run(_sweep_file(tmp_path, GROUPABLE), str(tmp_path / 'run'), list(GROUPABLE),
+                str(tmp_path / 'results'), ['model.attention_dropout_rate=0.05'], together=2,
+                stop_after_minutes=60)
+  assert len(checked) == len(GROUPABLE) == len(set(checked))
+  assert {row[-1] for row in checked} == {0.05}
+
+
 def test_a_failed_command_names_its_log(tmp_path):
   with pytest.raises(RuntimeError, match='see .*log'):
     sweep_lib._run([sys.executable, '-c', 'raise SystemExit(3)'], str(tmp_path / 'log'))
@@ -316,13 +341,13 @@ def test_unknown_rows_are_an_error_before_training(tmp_path):
 
 
 def test_overrides_are_parsed_as_train_parses_them(tmp_path):
-  sweep = config_lib.load_sweep(_sweep_file(tmp_path))
-  config = sweep_lib.with_overrides(sweep.get_config('wide'),
-                                    ['model.dropout_rate=0.25', 'train.grad_accum_steps=2'])
+  sweep = loading.load_sweep(_sweep_file(tmp_path))
+  config = sweep_lib.row_config(sweep, 'wide',
+                                ['model.dropout_rate=0.25', 'train.grad_accum_steps=2'])
   assert config.model.dropout_rate == 0.25 and config.train.grad_accum_steps == 2
   assert config.model.d_ff == 128  # the row's own change stays
   with pytest.raises(ValueError, match='must be a positive integer'):
-    sweep_lib.with_overrides(sweep.get_config('wide'), ['train.grad_accum_steps=0'])
+    sweep_lib.row_config(sweep, 'wide', ['train.grad_accum_steps=0'])
 
 
 @pytest.mark.slow
@@ -352,14 +377,14 @@ def test_miniature_table3_rows_change_what_the_papers_rows_change():
   (configs/table3.py), widths by the paper's factor, dropout and smoothing to the paper's
   values, N in the paper's direction, steps by the paper's factor (big trains 3 times as long);
 only big's checkpoint spacing, which Table 3's evaluation does not use, is not copied."""
-  mini = config_lib.load_sweep(os.path.join(REPO, 'experiments', 'table3_multi30k.py'))
+  mini = loading.load_sweep(os.path.join(REPO, 'experiments', 'table3_multi30k.py'))
   assert list(mini.ROWS)[:len(table3.ROWS)] == list(table3.ROWS)
   assert mini.PAPER == table3.PAPER
   paper_base, mini_base = _flat(table3.get_config('base')), _flat(mini.get_config('base'))
   for row in table3.ROWS:
     paper = _changes(table3.get_config(row), table3.get_config('base'))
     ours = _changes(mini.get_config(row), mini.get_config('base'))
-    config_lib.validate(mini.get_config(row))
+    config_check.validate(mini.get_config(row))
     paper.pop('train.checkpoint_every_steps', None)  # big's 10-minute checkpoints, likewise
     assert set(ours) == set(paper), row
     for field, value in ours.items():
@@ -385,8 +410,8 @@ def test_regularised_table3_rows_change_what_the_miniatures_rows_change():
   over its base (D1: to 0, D2: +0.1, big: +0.2); every other value as the miniature's row, steps
   by its factor. Every training batch has one packed shape, and the
   steps a call divide every interval the loop acts on."""
-  mini = config_lib.load_sweep(os.path.join(REPO, 'experiments', 'table3_multi30k.py'))
-  ours = config_lib.load_sweep(
+  mini = loading.load_sweep(os.path.join(REPO, 'experiments', 'table3_multi30k.py'))
+  ours = loading.load_sweep(
       os.path.join(REPO, 'experiments', 'table3_multi30k_regularised.py'))
   assert list(ours.ROWS) == list(mini.ROWS)
   base = ours.get_config('base')
@@ -394,7 +419,7 @@ def test_regularised_table3_rows_change_what_the_miniatures_rows_change():
   paper_rate = lambda row: table3.get_config(row.split('_seed')[0]).model.dropout_rate
   for row in ours.ROWS:
     config = ours.get_config(row)
-    config_lib.validate(config)
+    config_check.validate(config)
     changes = _changes(config, base)
     expected = _changes(mini.get_config(row), mini.get_config('base'))
     assert set(changes) == set(expected), row
@@ -424,5 +449,6 @@ GROUPABLE = {'small': {}, 'wide': {'model.d_ff': 128}, 'drop': {'model.dropout_r
     (2, [['small', 'drop'], ['wide'], ['seed2', 'smooth']]),
     (4, [['small', 'drop', 'seed2', 'smooth'], ['wide']])])
 def test_rows_are_grouped_in_order_where_they_can_train_as_one_program(tmp_path, together, want):
-  sweep = config_lib.load_sweep(_sweep_file(tmp_path, GROUPABLE))
-  assert sweep_lib.groups(sweep, list(GROUPABLE), [], together) == want
+  sweep = loading.load_sweep(_sweep_file(tmp_path, GROUPABLE))
+  configs = {row: sweep_lib.row_config(sweep, row, []) for row in GROUPABLE}
+  assert sweep_lib.groups(configs, together) == want

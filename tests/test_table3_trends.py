@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from transformer_jax.training import config_lib
+from transformer_jax.config import loading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-trends = config_lib.load_module(os.path.join(REPO, 'experiments', 'table3_trends.py'))
-table3 = config_lib.import_sibling(__file__, '../configs/table3')
+trends = loading.load_module(os.path.join(REPO, 'experiments', 'table3_trends.py'))
+table3 = loading.import_sibling(__file__, '../configs/table3')
 
 
 def _write_rows(directory, figures: dict, spread: float) -> None:

@@ -18,8 +18,9 @@ import pytest
 
 from conftest import (REPO, metrics_lines, short_run, train_command, train_config,
                       two_process_commands, xla_flags)
-from transformer_jax import train
 from transformer_jax.data import batching
+from transformer_jax.decoding.evaluator import Evaluator
+from transformer_jax.loop import train_loop
 from transformer_jax.training import metrics_log
 from transformer_jax.training.trainer import Trainer
 
@@ -42,7 +43,7 @@ def _losses(workdir: str, split: str = 'train') -> dict[int, float]:
 @pytest.fixture(scope='module')
 def uninterrupted(overrides, tmp_path_factory) -> str:
   workdir = str(tmp_path_factory.mktemp('uninterrupted'))
-  train.train_and_evaluate(train_config(**overrides), workdir)
+  train_loop.train_and_evaluate(train_config(**overrides), workdir)
   return workdir
 
 
@@ -68,11 +69,36 @@ def test_a_finished_run_run_again_says_it_is_complete_and_does_nothing(overrides
   shutil.copytree(uninterrupted, workdir)
   files = {path: path.read_bytes() for path in workdir.rglob('*') if path.is_file()}
   with caplog.at_level(logging.WARNING):
-    assert train.train_and_evaluate(train_config(**overrides), str(workdir)) == {}
+    assert train_loop.train_and_evaluate(train_config(**overrides), str(workdir)) == {}
   assert (f'{workdir}: complete, trained to step {STEPS} of train.num_train_steps={STEPS}: '
           'nothing to do') in capsys.readouterr().out
   assert 'taking over' not in caplog.text  # the finished run left no holder in its lock
   assert {path: path.read_bytes() for path in workdir.rglob('*') if path.is_file()} == files
+
+
+def test_the_training_command_checks_its_config_once(overrides, uninterrupted, tmp_path):
+  """The command's --config, with its overrides, is checked where it enters (the command line),
+  and not again by the loop; the saved config it resumes from is checked where it is read."""
+  workdir = tmp_path / 'run'
+  shutil.copytree(uninterrupted, workdir)
+  counting = ('import runpy, sys\n'
+              'from transformer_jax.training import config_check\n'
+              'check = config_check.validate\n'
+              'def counted(config):\n'
+              '  caller = sys._getframe(1).f_code\n'
+              '  where = caller.co_filename.split("transformer_jax" + "/")[-1]\n'
+              '  print("checked by", where, caller.co_name, flush=True)\n'
+              '  check(config)\n'
+              'config_check.validate = counted\n'
+              'sys.argv = sys.argv[1:]\n'
+              'runpy.run_module("transformer_jax.train", run_name="__main__")\n')
+  command = train_command(overrides, workdir)
+  result = subprocess.run([sys.executable, '-c', counting, 'train', *command[3:]],
+                          capture_output=True, text=True)
+  assert result.returncode == 0, result.stderr
+  assert [line for line in result.stdout.splitlines() if line.startswith('checked by')] == [
+      'checked by cli.py _parse_flags', 'checked by training/checkpointing.py check_compatible']
+  assert 'complete, trained to step' in result.stdout
 
 
 @pytest.mark.slow
@@ -106,7 +132,7 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupt
   with open(metrics) as f:
     logged_before = len(f.readlines())
 
-  train.train_and_evaluate(train_config(**overrides), workdir)
+  train_loop.train_and_evaluate(train_config(**overrides), workdir)
   with open(metrics) as f:
     records = [json.loads(line) for line in f.readlines()[logged_before:]]
   resumed = {r['step']: r['loss'] for r in records if r['split'] == 'train'}
@@ -153,12 +179,12 @@ def test_steps_per_call_trains_as_single_steps_and_resumes_across_k(packed, tmp_
   # preemption under K = 1 leaves a run), resumed with four a call (7 and 8 alone, 9-12 as one).
   single, called, mixed = (str(tmp_path / name) for name in ('single', 'called', 'mixed'))
   k4 = {'train.steps_per_call': 4}
-  train.train_and_evaluate(train_config(**packed), single)
-  train.train_and_evaluate(train_config(**packed, **k4), called)
+  train_loop.train_and_evaluate(train_config(**packed), single)
+  train_loop.train_and_evaluate(train_config(**packed, **k4), called)
   assert not _feed_threads()
-  train.train_and_evaluate(train_config(**{**packed, 'train.num_train_steps': 6}), mixed)
+  train_loop.train_and_evaluate(train_config(**{**packed, 'train.num_train_steps': 6}), mixed)
   logged = len(metrics_lines(mixed))
-  train.train_and_evaluate(train_config(**packed, **k4), mixed)
+  train_loop.train_and_evaluate(train_config(**packed, **k4), mixed)
   # Resumed from step 6's checkpoint (its data loaded at step 6, logging every 4 steps: 8 and
   # 12), not from the start or an older checkpoint.
   resumed = metrics_lines(mixed)[logged:]
@@ -195,7 +221,7 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(overrides, t
   monkeypatch.setattr(Trainer, 'step', poisoned)
   calls = {'train.steps_per_call': k, 'data.pack_length': 16} if k > 1 else {}
   with pytest.raises(FloatingPointError, match='at step 6'):
-    train.train_and_evaluate(train_config(**overrides, **calls), str(tmp_path))
+    train_loop.train_and_evaluate(train_config(**overrides, **calls), str(tmp_path))
   assert os.listdir(tmp_path / 'checkpoints') == ['4']
   assert not _feed_threads()
   # Steps 5-8 ran as one call of four (K is 1 where shapes vary: then the test would not be
@@ -209,19 +235,19 @@ def test_a_non_finite_update_with_a_finite_loss_is_never_saved(overrides, tmp_pa
   # Step 8, a checkpoint step, gets a NaN gradient: its loss (from the parameters before the
   # update) is finite, the parameters after it are not. Logging every 100 steps, only the save
   # at step 8 fetches (and so checks) its metrics.
-  original = Trainer._train_step
+  original = Trainer.step
 
-  def poisoned(self, state, batch):
-    new_state, metrics = original(self, state, batch)
+  def poisoned(self, state, batch, hyper=None):
+    new_state, metrics = original(self, state, batch, hyper)
     bad = state.step == 7
     metrics['grad_norm'] = jax.numpy.where(bad, jax.numpy.nan, metrics['grad_norm'])
     params = jax.tree.map(lambda p: jax.numpy.where(bad, jax.numpy.nan, p), new_state.params)
     return new_state.replace(params=params), metrics
 
-  monkeypatch.setattr(Trainer, '_train_step', poisoned)
+  monkeypatch.setattr(Trainer, 'step', poisoned)
   config = train_config(**{**overrides, 'train.log_every_steps': 100})
   with pytest.raises(FloatingPointError, match='gradient norm nan at step 8'):
-    train.train_and_evaluate(config, str(tmp_path))
+    train_loop.train_and_evaluate(config, str(tmp_path))
   assert os.listdir(tmp_path / 'checkpoints') == ['4']
   params = ocp.StandardCheckpointer().restore(tmp_path / 'checkpoints' / '4' / 'state')['params']
   assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(params))
@@ -232,35 +258,35 @@ def test_a_nan_is_caught_before_an_evaluation_between_logged_steps(overrides, tm
                                                                    monkeypatch):
   # Evaluation at step 6, logging and checkpoints every 100 steps: the NaN of step 5 must stop
   # the run before the dev split is evaluated with its parameters.
-  original = Trainer._train_step
+  original = Trainer.step
 
-  def poisoned(self, state, batch):
-    new_state, metrics = original(self, state, batch)
+  def poisoned(self, state, batch, hyper=None):
+    new_state, metrics = original(self, state, batch, hyper)
     metrics['loss'] = jax.numpy.where(state.step >= 4, jax.numpy.nan, metrics['loss'])
     return new_state, metrics
 
   evaluated = []
-  monkeypatch.setattr(Trainer, '_train_step', poisoned)
-  monkeypatch.setattr(train.evaluate.Evaluator, '__call__',
+  monkeypatch.setattr(Trainer, 'step', poisoned)
+  monkeypatch.setattr(Evaluator, '__call__',
                       lambda self, *args: evaluated.append(args) or {})
   config = train_config(**{**overrides, 'train.log_every_steps': 100,
                            'train.checkpoint_every_steps': 100, 'train.eval_every_steps': 6})
   with pytest.raises(FloatingPointError, match='at step 5'):
-    train.train_and_evaluate(config, str(tmp_path))
+    train_loop.train_and_evaluate(config, str(tmp_path))
   assert not evaluated
 
 
 def test_a_model_of_other_shapes_cannot_resume(overrides, uninterrupted):
   config = train_config(**{**overrides, 'model.d_ff': 128, 'train.num_train_steps': 20})
   with pytest.raises(ValueError, match='model.d_ff 64 -> 128'):
-    train.train_and_evaluate(config, uninterrupted)
+    train_loop.train_and_evaluate(config, uninterrupted)
 
 
 def test_unwritable_workdir_is_reported_first(overrides, tmp_path):
   blocker = tmp_path / 'file'
   blocker.write_text('')
   with pytest.raises(OSError, match='is not a writable directory'):
-    train.train_and_evaluate(train_config(**overrides), str(blocker / 'workdir'))
+    train_loop.train_and_evaluate(train_config(**overrides), str(blocker / 'workdir'))
 
 
 @pytest.mark.slow

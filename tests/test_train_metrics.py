@@ -1,4 +1,4 @@
-"""train._TrainMetrics, the summary of the steps between two logs: loss per target token over
+"""train_metrics.TrainMetrics, the summary of the steps between two logs: loss per target token over
 the steps (from the steps' sums, `Trainer.step`'s metrics), tokens/s and step time without the
 time spent evaluating, the metrics of several steps a call, a NaN named by its step."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tqdm
 
-from transformer_jax import train
+from transformer_jax.loop import train_metrics
 
 
 _BAR = tqdm.tqdm(disable=True)  # the run's progress bar, restarted after each pause
@@ -27,8 +27,8 @@ def _summary(pending) -> dict:
 
 def test_time_spent_evaluating_is_not_counted_in_the_step_time(monkeypatch):
   now = [100.0]
-  monkeypatch.setattr(train.time, 'perf_counter', lambda: now[0])
-  pending = train._TrainMetrics(_BAR)  # pylint: disable=protected-access
+  monkeypatch.setattr(train_metrics.time, 'perf_counter', lambda: now[0])
+  pending = train_metrics.TrainMetrics(_BAR)
   metrics = _sums(loss=2.0, nll=2.0, accuracy=0.5, grad_norm=1.0, learning_rate=1e-3,
                   tokens=300.0)
   for step in (1, 2):
@@ -44,7 +44,7 @@ def test_time_spent_evaluating_is_not_counted_in_the_step_time(monkeypatch):
 
 
 def test_the_logged_loss_is_per_target_token_over_the_steps():
-  pending = train._TrainMetrics(_BAR)  # pylint: disable=protected-access
+  pending = train_metrics.TrainMetrics(_BAR)
   for step, (value, tokens, norm) in enumerate([(1.0, 100.0, 2.0), (4.0, 300.0, 4.0)], 1):
     pending.add(range(step, step + 1), _sums(loss=value, nll=value / 2, accuracy=value / 8,
                                              grad_norm=norm, learning_rate=1e-3 * step,
@@ -68,7 +68,7 @@ def test_a_call_of_several_steps_counts_each_step():
                  tokens=300.0),
            _sums(loss=2.0, nll=1.0, accuracy=0.75, grad_norm=6.0, learning_rate=3e-3,
                  tokens=200.0)]
-  one_by_one, called = train._TrainMetrics(_BAR), train._TrainMetrics(_BAR)  # pylint: disable=protected-access
+  one_by_one, called = train_metrics.TrainMetrics(_BAR), train_metrics.TrainMetrics(_BAR)
   for step, metrics in enumerate(steps, 1):
     one_by_one.add(range(step, step + 1), metrics)
   called.add(range(1, 3), _stacked(steps[:2]))
@@ -81,7 +81,7 @@ def test_a_call_of_several_steps_counts_each_step():
 
 
 def test_a_nan_inside_a_call_is_named_by_its_step():
-  pending = train._TrainMetrics(_BAR)  # pylint: disable=protected-access
+  pending = train_metrics.TrainMetrics(_BAR)
   good = _sums(loss=1.0, nll=1.0, accuracy=0.5, grad_norm=1.0, learning_rate=1e-3, tokens=10.0)
   pending.add(range(9, 13), _stacked([good, good, {**good, 'grad_norm': np.inf}, good]))
   with pytest.raises(FloatingPointError, match='gradient norm inf at step 11'):
@@ -93,11 +93,11 @@ def test_the_progress_bar_leaves_out_compiling_and_evaluation(monkeypatch):
   # bar's elapsed time (its rate and estimate) is the 2 s of steps 2 and 3 (step 1's own second
   # goes with its compiling), not 93 s.
   now = [100.0]
-  monkeypatch.setattr(train.time, 'perf_counter', lambda: now[0])
+  monkeypatch.setattr(train_metrics.time, 'perf_counter', lambda: now[0])
   bar = tqdm.tqdm(total=10, file=io.StringIO(), mininterval=0, miniters=1, smoothing=0)
-  bar._time = lambda: now[0]  # pylint: disable=protected-access
+  bar._time = lambda: now[0]
   bar.start_t = bar.last_print_t = now[0]
-  pending = train._TrainMetrics(bar)  # pylint: disable=protected-access
+  pending = train_metrics.TrainMetrics(bar)
   now[0] += 31.0
   pending.compiled(30.0)
   bar.update(1)

@@ -1,4 +1,4 @@
-"""Runs trained together end to end (`train.train_together`): each workdir is its run's as if
+"""Runs trained together end to end (`train_loop.train_together`): each workdir is its run's as if
 trained alone on the same batches, the group resumes exactly, and a NaN in one run stops the
 group naming that run."""
 
@@ -13,7 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import assert_trained_alike, metrics_lines, short_run, train_config
-from transformer_jax import train
+from transformer_jax.loop import train_loop
 from transformer_jax.training import checkpointing, metrics_log
 from transformer_jax.training.trainer import Trainer
 
@@ -48,7 +48,7 @@ def _params(workdir: str, step: int):
 @pytest.fixture(scope='module')
 def together(overrides, tmp_path_factory) -> list[str]:
   dirs = [str(tmp_path_factory.mktemp(f'run{i}')) for i in range(2)]
-  train.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+  train_loop.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
   return dirs
 
 
@@ -66,7 +66,7 @@ def test_each_workdir_is_its_run_trained_alone_on_the_same_batches(together, ove
     assert os.path.exists(os.path.join(workdir, 'spm.model'))
     assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['12', '8']
     alone = str(tmp_path / os.path.basename(workdir))
-    train.train_and_evaluate(saved, alone)
+    train_loop.train_and_evaluate(saved, alone)
     got, want = _records(workdir, 'train'), _records(alone, 'train')
     assert sorted(got) == list(range(1, STEPS + 1))
     np.testing.assert_allclose([got[s]['loss'] for s in got], [want[s]['loss'] for s in got],
@@ -88,7 +88,7 @@ def test_runs_interrupted_together_resume_exactly(together, overrides, tmp_path)
     shutil.copytree(source, workdir)
     shutil.rmtree(os.path.join(workdir, 'checkpoints', str(STEPS)))
   logged = [len(metrics_lines(workdir)) for workdir in dirs]
-  train.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+  train_loop.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
   for workdir, uninterrupted, before in zip(dirs, together, logged):
     # The call went on from step 8's checkpoint, not from the start.
     resumed = metrics_lines(workdir)[before:]
@@ -111,7 +111,7 @@ def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeyp
   monkeypatch.setattr(Trainer, 'step', poisoned)
   dirs = [str(tmp_path / f'run{i}') for i in range(2)]
   with pytest.raises(FloatingPointError, match=f'at step 6 of {dirs[1]}'):
-    train.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+    train_loop.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
   for workdir in dirs:
     assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['4']
 
@@ -119,6 +119,6 @@ def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeyp
 def test_runs_saved_at_different_steps_are_refused(together, overrides, tmp_path):
   fresh = str(tmp_path / 'fresh')
   with pytest.raises(ValueError, match=f'checkpoints are at {together[0]}: 12, {fresh}: none'):
-    train.train_together([train_config(**overrides, **run) for run in RUNS],
+    train_loop.train_together([train_config(**overrides, **run) for run in RUNS],
                          [together[0], fresh])
   assert not os.path.exists(os.path.join(fresh, 'config.json'))  # refused before any work

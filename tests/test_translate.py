@@ -21,6 +21,7 @@ from conftest import (metrics_lines, text_of_max_length, train_command, two_proc
 from transformer_jax import evaluate, translate
 from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
 from transformer_jax.decoding import bleu, decoding
+from transformer_jax.decoding.evaluator import Evaluator
 from transformer_jax.decoding.translator import Translator
 from transformer_jax.training import checkpointing
 
@@ -348,7 +349,7 @@ def test_the_training_evaluator_names_bleu_of_lowercased_text(workdir, tmp_path)
   for path, lowercased in ((workdir, False), (_lowercasing_copy(workdir, tmp_path), True)):
     translator = Translator(path, beam_size=1, average_last=1)
     data = pipeline.load(translator.config, path, translator.model.batch_shards)
-    metrics = evaluate.Evaluator(translator.model, data)(translator.params, 'validation', 1)
+    metrics = Evaluator(translator.model, data)(translator.params, 'validation', 1)
     assert 0 <= metrics['bleu'] <= 100
     assert metrics.get('bleu_lowercased') == (metrics['bleu'] if lowercased else None)
 
@@ -375,6 +376,7 @@ import jax, numpy as np
 process, port, workdir, sentences = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 jax.config.update('jax_cpu_collectives_implementation', 'gloo')
 jax.distributed.initialize(f'127.0.0.1:{port}', num_processes=2, process_id=process)
+from transformer_jax.decoding.evaluator import Evaluator
 from transformer_jax.decoding.translator import Translator
 from transformer_jax.model import partitioning
 # The data axis alternates between the processes, as a pod's topology-ordered mesh may:
@@ -437,7 +439,7 @@ def test_bleu_during_training_over_two_processes_is_that_of_one_process(corpus, 
   translator = Translator(run, average_last=1)
   assert translator.steps == [151]
   data = pipeline.load(translator.config, run, translator.model.batch_shards)
-  alone = evaluate.Evaluator(translator.model, data)(translator.params, 'validation')
+  alone = Evaluator(translator.model, data)(translator.params, 'validation')
   assert alone['bleu'] > 0  # a model that translates, so that a lost half would show
   assert logged['bleu'] == pytest.approx(alone['bleu'], abs=1e-6)
   assert logged['nll'] == pytest.approx(alone['nll'], rel=1e-5)

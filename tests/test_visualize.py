@@ -13,8 +13,9 @@ import pytest
 from conftest import (SMALL, init_params, perturbed, text_of_max_length, tiny_config,
                       train_config)
 from reference import Reference
-from transformer_jax import train, visualize
+from transformer_jax import visualize
 from transformer_jax.decoding.translator import Translator
+from transformer_jax.loop import train_loop
 from transformer_jax.model.transformer import Transformer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,7 +60,7 @@ def test_a_grid_has_one_heat_map_per_head():
 @pytest.fixture(scope='module')
 def workdir(tmp_path_factory) -> str:
   path = str(tmp_path_factory.mktemp('visualize'))
-  train.train_and_evaluate(train_config(**{
+  train_loop.train_and_evaluate(train_config(**{
       'data.vocab_size': 128,
       'train.num_train_steps': 2, 'train.eval_every_steps': 2, 'train.num_eval_steps': 1,
       'train.eval_bleu': False, 'train.checkpoint_every_steps': 2}), path)

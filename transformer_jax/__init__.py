@@ -1,10 +1,13 @@
 """Attention Is All You Need (Vaswani et al., 2017) in JAX and Flax.
 
 Layers, each importing only those below it (`tests/test_layers.py`):
-  the commands and tools     this folder: train, translate, evaluate, sweep, export, ...
-  decoding/                  search, decoding, translator, bleu
-  training/                  config_lib, trainer, rows, optimizer, checkpointing, feed, ...
-  model/                     the Transformer, its loss, costs and placement on a mesh
+  the commands               this folder: train, translate, evaluate, sweep, export, ...; each
+                             imports libraries and `cli` (the shared command line), no command
+  loop/                      the training loop: steps, checkpoints, dev evaluations
+  decoding/                  search, decoding, translator, bleu, the dev split's evaluator
+  training/                  config_check, trainer, rows, optimizer, checkpointing, feed, ...
+  model/                     the Transformer, its loss, costs, placement on a mesh, Marian names
   data/                      corpora, vocabulary and batches
-  storage/                   atomic writes and workdir locks
+  storage/                   atomic writes, workdir locks, the provenance of results
+  config/                    config files loaded, overridden and flattened
 """

@@ -20,37 +20,23 @@ import threading
 from typing import Callable
 
 from absl import app, flags, logging
-import ml_collections
 
-from transformer_jax.training import config_lib
-
-
-def unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str | None:
-  """The first `--config.<field>=...` argument whose field is not in `config`, if any."""
-  for arg in argv[1:]:
-    if not arg.startswith('--config.'):
-      continue
-    field = arg[len('--config.'):].split('=', 1)[0]
-    node = config
-    for part in field.split('.'):
-      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-        return f'{arg}: config.{field} does not exist'
-      node = node[part]
-  return None
+from transformer_jax.config import fields
+from transformer_jax.training import config_check
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
   try:
     remaining = flags.FLAGS(argv)
     if 'config' in flags.FLAGS and flags.FLAGS.config is not None:
-      config_lib.validate(flags.FLAGS.config)
+      config_check.validate(flags.FLAGS.config)
   except flags.Error as e:  # a config file that raised keeps only its first and last lines
     lines = str(e).strip().splitlines()
     sys.exit(f'error: {lines[0]} {lines[-1]}' if len(lines) > 1 else f'error: {e}')
   except OSError as e:  # a missing config file
     sys.exit(f'error: {e}')
   except (AttributeError, KeyError, TypeError, ValueError) as e:
-    unknown = unknown_override(argv, flags.FLAGS['config'].value)
+    unknown = fields.unknown_override(argv, flags.FLAGS['config'].value)
     sys.exit(f'error: {unknown or e}')
   return remaining
 

@@ -1,22 +1,11 @@
-r"""Scoring a model on a split, during training (`Evaluator`) and after it (`evaluate`, and
-the command below, which scores a trained workdir as the paper did, §6.1).
+r"""Scores a trained workdir on a split as the paper did (§6.1): `evaluate`, and its command.
+
+During training, `decoding.evaluator` scores the dev split.
 
   python -m transformer_jax.evaluate --workdir=DIR --split=test [--json] \
       [--beam_size=4] [--alpha=0.6] [--average_last=5] [--batch_size=64]
 
-`Evaluator`, during training: loss, per-token perplexity (Table 3's PPL), token accuracy, and
-corpus BLEU (sacreBLEU on detokenized text) of translations decoded as `config.decode` says
-(beam search, or greedy with beam_size 1). Its references are the target token ids decoded
-back to text, so BLEU there follows the vocabulary's round trip (SentencePiece's NFKC
-normalisation and unknown characters change a few; docs/data.md) and is computed on
-preprocessed text when `config.data.preprocessing` is set: with 'lowercase_moses', on
-lowercased Moses tokens, so it is logged as `bleu_lowercased` too (the same figure; `bleu` is
-kept for readers of metrics.jsonl). It decodes the loss's batches,
-padded to the bucket of each pair's longer side, so the output cap (padded input length + 50)
-can be a bucket longer than `evaluate`'s, which pads by the source alone: the two BLEU figures
-of one checkpoint can differ slightly, and `evaluate`'s is the one to report.
-
-`evaluate`, after training: a `Translator`'s averaged checkpoints translate every source
+`evaluate`: a `Translator`'s averaged checkpoints translate every source
 sentence of the split (one too long for the model is truncated, with a warning), scored
 against the raw reference text. Reported, each labelled: sacreBLEU on detokenized text with its
 signature; the paper's tokenized, compound-split, cased BLEU; the same lowercased, also without
@@ -33,71 +22,19 @@ The translations go to `DIR/eval/<name>.txt` and the figures to `DIR/eval/<name>
 the name records the split, checkpoints and decoding settings.
 """
 
-import itertools
 import json
 import os
 import time
 
 from absl import flags
 import jax
-import sacrebleu
 
 from transformer_jax import cli
-from transformer_jax.data import batching, datasets, pipeline, preprocessing, tokenizer
-from transformer_jax.data.tokenizer import PAD_ID
-from transformer_jax.decoding import bleu, decoding
+from transformer_jax.data import batching, datasets, pipeline
+from transformer_jax.decoding import bleu, evaluator
 from transformer_jax.decoding.translator import Translator, define_translator_flags
-from transformer_jax.model import loss, partitioning
-from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
 from transformer_jax.training import compilation
-
-
-def _add_sums(totals: dict, sums: dict) -> dict:
-  return {name: totals.get(name, 0.0) + float(sums[name]) for name in loss.SUM_NAMES}
-
-
-def _per_token(totals: dict) -> dict:
-  return {name: float(value) for name, value in loss.per_token(totals).items()}
-
-
-class Evaluator:
-  """Evaluates a split of `data`; decoding compiles once per bucket shape."""
-
-  def __init__(self, model: ShardedModel, data: pipeline.Data):
-    self._model = model
-    self._data = data
-    decode = model.config.decode
-    self._decode = decoding.jit_decode(model, decode.beam_size, decode.alpha,
-                                       decode.max_extra_length)
-    self._lowercased = preprocessing.from_config(model.config.data).lowercases
-
-  def __call__(self, params, split: str, num_batches: int = -1, with_bleu: bool = True
-               ) -> dict:
-    """Metrics over the first `num_batches` batches of `split` (-1: all of it). The batches
-    come shortest bucket first, so a part of a split is a quick check, biased towards short
-    sentences, not an estimate of the whole."""
-    batches = self._data.eval_batches(split, jax.process_index(), jax.process_count())
-    if num_batches > 0:
-      batches = itertools.islice(batches, num_batches)
-    totals = {}
-    hypotheses, references = [], []
-    for local_batch in batches:
-      batch = self._model.put_batch(local_batch)
-      totals = _add_sums(totals, self._model.loss_sums(params, batch))
-      if with_bleu:
-        outputs = partitioning.gather_rows(self._decode(params, batch['inputs']))
-        targets = partitioning.gather_rows(batch['targets'])
-        for output, target in zip(outputs, targets):
-          if target[0] != PAD_ID:  # skip the empty rows that fill a bucket's last batch
-            hypotheses.append(tokenizer.decode(self._data.tokenizer, output))
-            references.append(tokenizer.decode(self._data.tokenizer, target))
-    metrics = _per_token(totals)
-    if with_bleu:
-      metrics['bleu'] = sacrebleu.corpus_bleu(hypotheses, [references]).score
-      if self._lowercased:  # named, so that the log says which BLEU it is
-        metrics['bleu_lowercased'] = metrics['bleu']
-    return metrics
 
 
 def perplexity(translator: Translator, pairs: list[tuple[str, str]], split: str) -> dict:
@@ -109,8 +46,9 @@ def perplexity(translator: Translator, pairs: list[tuple[str, str]], split: str)
                              split)
   totals = {}
   for batch in batching.eval_batches(batcher, jax.process_index(), jax.process_count()):
-    totals = _add_sums(totals, model.loss_sums(translator.params, model.put_batch(batch)))
-  return {'perplexity': _per_token(totals)['perplexity'], 'perplexity_pairs': len(batcher.split),
+    totals = evaluator.add_sums(totals, model.loss_sums(translator.params, model.put_batch(batch)))
+  return {'perplexity': evaluator.per_token(totals)['perplexity'],
+          'perplexity_pairs': len(batcher.split),
           'perplexity_pairs_too_long': batcher.split.num_dropped}
 
 

@@ -1,5 +1,5 @@
 r"""Exports a trained workdir as a Hugging Face `transformers` MarianMT model: the same network
-(`marian.py`), its vocabulary, its decoding settings and a model card.
+(`model/marian.py`), its vocabulary, its decoding settings and a model card.
 
   python -m transformer_jax.export --workdir=DIR --out=HF_DIR [--average_last=5] [--overwrite]
 
@@ -39,9 +39,10 @@ import shutil
 from absl import flags, logging
 import numpy as np
 
-from transformer_jax import cli, marian
+from transformer_jax import cli
 from transformer_jax.data import token_store, tokenizer
 from transformer_jax.data.tokenizer import PAD_ID
+from transformer_jax.model import marian
 from transformer_jax.model import model_config
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
@@ -225,7 +226,7 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
       '',
       'The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017), '
       f'trained with transformer_jax on `{data.dataset}` and exported as a MarianMT model: '
-      'the same network (see transformer_jax/marian.py for the mapping). Parameters: the '
+      'the same network (see transformer_jax/model/marian.py for the mapping). Parameters: the '
       f'average of the checkpoints at steps {steps}.',
       '',
   ]

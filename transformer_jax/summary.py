@@ -16,8 +16,9 @@ from absl import flags
 from ml_collections import config_flags
 
 from transformer_jax import cli
+from transformer_jax.config import loading
 from transformer_jax.model import costs, model_config
-from transformer_jax.training import config_lib
+from transformer_jax.training import config_check
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file, optionally with an argument: file.py:arg.')
@@ -48,14 +49,14 @@ def summarize(config, length: int) -> dict:
 
 def sweep_rows(path: str, overrides: dict, length: int) -> list[dict]:
   """Every row of the sweep file at `path`, with `overrides` applied to each."""
-  sweep = config_lib.load_sweep(path)
+  sweep = loading.load_sweep(path)
   paper = getattr(sweep, 'PAPER', {})
   paper_params = getattr(sweep, 'PAPER_PARAMS', {})
   rows = []
   for row_id in sweep.ROWS:
     config = sweep.get_config(row_id)
     config.update_from_flattened_dict(overrides)
-    config_lib.validate(config)  # the row's config enters here
+    config_check.validate(config)  # the row's config enters here
     m = config.model
     paper_ppl, paper_bleu = paper.get(row_id, (None, None))
     rows.append({

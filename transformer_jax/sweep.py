@@ -25,8 +25,8 @@ table is rewritten: `DIR/table3.md`, `table3.csv` and `table3.png`.
 stops it); each is checked against every row before anything trains, and a row's JSON lists
 the overrides it ran with.
 
-`--together=N` trains up to N rows as one compiled program (`train.train_together`: the train step
-vmapped over the rows' states, `transformer_jax.training.rows`), rows that may share one: they
+`--together=N` trains up to N rows as one compiled program (`train_loop.train_together`: the train
+step vmapped over the rows' states, `transformer_jax.training.rows`), rows that may share one: they
 differ only in the seed, the dropout rates, label smoothing, `train.lr_scale` or
 `train.warmup_steps` (`rows.VARYING`; the seeds of one row, or Table 3's base and D rows). Groups
 are formed in row order (`groups`); a row that fits no group trains alone. A group's rows see the
@@ -70,11 +70,12 @@ import time
 from typing import Any, Iterator
 
 from absl import flags
-from ml_collections import config_flags
 
-from transformer_jax import cli, provenance
-from transformer_jax.storage import atomic
-from transformer_jax.training import checkpointing, config_lib, metrics_log
+from transformer_jax import cli
+from transformer_jax.config import fields, loading
+from transformer_jax.loop import train_loop
+from transformer_jax.storage import atomic, provenance
+from transformer_jax.training import checkpointing, config_check, metrics_log
 from transformer_jax.training.rows import check_together
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
@@ -184,25 +185,13 @@ def _passing_sigterm() -> Iterator[None]:
     signal.signal(signal.SIGTERM, previous)
 
 
-def _override_args(overrides: list[str]) -> list[str]:
-  return [f'--config.{override}' for override in overrides]
-
-
-def with_overrides(config: Any, overrides: list[str]) -> Any:
-  """`config` with `FIELD=VALUE` overrides applied by the parser `train` uses for
-  `--config.FIELD=VALUE`, then validated; raises ValueError naming a bad one."""
-  argv = ['sweep', *_override_args(overrides)]
-  unknown = cli.unknown_override(argv, config)
-  if unknown:
-    raise ValueError(f'--override: {unknown}')
-  flag_values = flags.FlagValues()
-  try:
-    config_flags.DEFINE_config_dict('config', config, flag_values=flag_values, sys_argv=argv)
-    flag_values(argv)
-  except flags.Error as e:
-    raise ValueError(f'--override: {str(e).strip().splitlines()[-1]}') from e
-  config_lib.validate(flag_values.config)
-  return flag_values.config
+def row_config(sweep: Any, row: str, overrides: list[str]) -> Any:
+  """The config of `sweep`'s `row` with `FIELD=VALUE` overrides applied as `train` applies
+  `--config.FIELD=VALUE`, checked: where a row's config enters a process, once (raises
+  ValueError naming a bad override or field)."""
+  config = fields.overridden(sweep.get_config(row), list(overrides))
+  config_check.validate(config)
+  return config
 
 
 def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = (),
@@ -214,7 +203,7 @@ def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = (),
   log_path = os.path.join(workdir, 'sweep.log')
   train_seconds, _ = _run([sys.executable, '-m', 'transformer_jax.train',
                            f'--config={sweep_path}:{row}', f'--workdir={workdir}',
-                           *_override_args(overrides)], log_path,
+                           *[f'--config.{override}' for override in overrides]], log_path,
                           os.path.join(workdir, 'sweep_train_seconds.json'), slot)
   return _evaluated(row, workdir, train_seconds, log_path, overrides, slot, concurrent,
                     device_kind, [row])
@@ -222,7 +211,7 @@ def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = (),
 
 def run_rows(sweep_path: str, rows: list[str], root: str, overrides: list[str] = (),
              slot: Slot = Slot(), concurrent: int = 1, device_kind: str = '') -> list[dict]:
-  """`run_row` of several rows trained together as one program (`train.train_together`, in a
+  """`run_row` of several rows trained together as one program (`train_loop.train_together`, in a
   child process: `--train_together`), each in `root/<row>`; their `train_seconds` are the
   group's, and the log is the first row's."""
   dirs = [os.path.join(root, row) for row in rows]
@@ -265,13 +254,12 @@ def _evaluated(row: str, workdir: str, train_seconds: float, log_path: str,
           'provenance': provenance.record(device_kind)}
 
 
-def groups(sweep: Any, rows: list[str], overrides: list[str], together: int) -> list[list[str]]:
-  """`rows` in groups of at most `together` that can train as one program
-  (`rows.check_together`), in order: each row joins the first group with room whose first row
-  it may train with, or starts a group."""
+def groups(configs: dict[str, Any], together: int) -> list[list[str]]:
+  """The rows of `configs` (row -> config, in order) in groups of at most `together` that can
+  train as one program (`rows.check_together`), in order: each row joins the first group with
+  room whose first row it may train with, or starts a group."""
   formed = []  # (first row's config, rows)
-  for row in rows:
-    config = with_overrides(sweep.get_config(row), list(overrides))
+  for row, config in configs.items():
     for first, group in formed:
       if len(group) < together:
         try:
@@ -377,14 +365,14 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
   if concurrent < 1 or together < 1:
     raise ValueError(f'--concurrent and --together must be at least 1, got {concurrent} and '
                      f'{together}')
-  sweep = config_lib.load_sweep(sweep_path)
+  sweep = loading.load_sweep(sweep_path)
   rows = list(sweep.ROWS) if rows is None else rows
   unknown = [row for row in rows if row not in sweep.ROWS]
   if unknown:
     raise ValueError(f'--rows: {", ".join(unknown)} not in {sweep_path} '
                      f'(rows: {", ".join(sweep.ROWS)})')
-  for row in rows:  # every row's config is valid before anything trains
-    with_overrides(sweep.get_config(row), list(overrides))
+  # Every row's config is checked before anything trains.
+  configs = {row: row_config(sweep, row, overrides) for row in rows}
   results_dir = results_dir or os.path.join(workdir, 'rows')
   os.makedirs(results_dir, exist_ok=True)
   results = {}
@@ -410,7 +398,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
       slot = free.get()
       if deadline is not None:
         # A group resumed (an earlier window's, cut off) has only its steps left to train.
-        steps = with_overrides(sweep.get_config(group[0]), list(overrides)).train.num_train_steps
+        steps = configs[group[0]].train.num_train_steps
         steps -= max(checkpointing.saved_steps(os.path.join(workdir, group[0])), default=0)
         with lock:
           predicted = predicted_seconds(results, len(group), steps, device_kind)
@@ -448,7 +436,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
 
     with _passing_sigterm(), futures.ThreadPoolExecutor(concurrent) as pool:
       done = [pool.submit(run_one, group)
-              for group in groups(sweep, to_run, list(overrides), together)]
+              for group in groups({row: configs[row] for row in to_run}, together)]
     errors = [future.exception() for future in done if future.exception()]
     if errors:
       raise errors[0]
@@ -479,10 +467,9 @@ if __name__ == '__main__':
 
   def main():
     if _TRAIN_TOGETHER.value:
-      from transformer_jax import train  # pylint: disable=import-outside-toplevel
-      sweep = config_lib.load_sweep(_SWEEP.value)
-      train.train_together(
-          [with_overrides(sweep.get_config(row), _OVERRIDE.value) for row in _TRAIN_TOGETHER.value],
+      sweep = loading.load_sweep(_SWEEP.value)
+      train_loop.train_together(
+          [row_config(sweep, row, _OVERRIDE.value) for row in _TRAIN_TOGETHER.value],
           [os.path.join(_WORKDIR.value, row) for row in _TRAIN_TOGETHER.value])
       return
     run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,

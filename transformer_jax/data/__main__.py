@@ -22,9 +22,9 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from transformer_jax import cli
+from transformer_jax.config import fields
 from transformer_jax.data import batching, pipeline
 from transformer_jax.data.tokenizer import PAD_ID
-from transformer_jax.training import config_lib
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.')
 _INSPECT = flags.DEFINE_bool('inspect', False, 'Print statistics of the data pipeline.')
@@ -86,7 +86,7 @@ def main():
   config = _CONFIG.value
   with tempfile.TemporaryDirectory() as scratch:
     stats = inspect(pipeline.load(config, _WORKDIR.value or scratch),
-                    config_lib.shuffle_seed(config), _BATCHES.value)
+                    fields.shuffle_seed(config), _BATCHES.value)
   if _JSON.value:
     print(json.dumps(stats))
     return

@@ -23,7 +23,7 @@ from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import decoding
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.training import checkpointing, compilation, config_lib
+from transformer_jax.training import checkpointing, compilation, config_check
 
 
 class Translator:
@@ -38,7 +38,7 @@ class Translator:
                          ('average_last', average_last)):
       if value is not None:
         config.decode[field] = value
-    config_lib.validate(config)
+    config_check.validate(config)
     if batch_size <= 0:
       raise ValueError(f'--batch_size must be a positive integer, got {batch_size}')
     compilation.use_cache(config)

@@ -66,7 +66,7 @@ class TransformerConfig:
 
 
 def from_config(config) -> TransformerConfig:
-  """The model's config of a run's valid ml_collections config (`config_lib.validate`):
+  """The model's config of a run's valid ml_collections config (`config_check.validate`):
   `config.model`, the vocabulary size and the compute dtype."""
   return TransformerConfig(
       vocab_size=config.data.vocab_size, dtype=jnp.dtype(config.dtype), **config.model.to_dict())

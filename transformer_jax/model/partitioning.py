@@ -72,6 +72,12 @@ def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
   return nn.logical_to_mesh_sharding(PartitionSpec('batch', None), mesh, rules)
 
 
+def stacked(sharding: NamedSharding) -> NamedSharding:
+  """`sharding` with a leading axis, unsplit: of the batches of several steps stacked, or of
+  several runs' states (each device holds every entry's share, as it holds the one's)."""
+  return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
+
+
 def state_shardings(abstract_state: Any, mesh: Mesh, rules) -> Any:
   """Shardings of a (boxed, abstract) state pytree from its logical axis names; leaves without
   names (step counts, keys) are replicated. Checks that every sharded dimension divides evenly

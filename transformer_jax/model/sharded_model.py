@@ -48,8 +48,7 @@ class ShardedModel:
     self.eval_model = Transformer(self.model_config.replace(deterministic=True))
     self.batch_sharding = partitioning.batch_sharding(self.mesh, self.rules)
     self.batch_shards = partitioning.batch_shards(self.mesh, self.rules)
-    self.stacked_batch_sharding = jax.sharding.NamedSharding(
-        self.mesh, jax.sharding.PartitionSpec(None, *self.batch_sharding.spec))
+    self.stacked_batch_sharding = partitioning.stacked(self.batch_sharding)
     boxed = jax.eval_shape(self.boxed_params, jax.random.key(0))
     self.param_sharding = partitioning.state_shardings(boxed, self.mesh, self.rules)
     self.abstract_params = partitioning.placed_shapes(boxed, self.param_sharding)

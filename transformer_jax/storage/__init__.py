@@ -1,2 +1,5 @@
-"""Files that survive crashes: atomic writes (`atomic`) and the workdir's lock and checks
-(`workdirs`). The bottom layer: it imports nothing else of the package."""
+"""What is written to disk: files that survive crashes (`atomic`), the workdir's lock and checks
+(`workdirs`), and where a result came from (`provenance`).
+
+A bottom layer, as `config` is: it imports nothing else of the package.
+"""

@@ -28,12 +28,13 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from transformer_jax.config import fields
 from transformer_jax.data import tokenizer
 from transformer_jax.model import costs, model_config
 from transformer_jax.model.model_config import TransformerConfig
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
-from transformer_jax.training import config_lib
+from transformer_jax.training import config_check
 
 CONFIG_FILENAME = 'config.json'
 # Config fields newer than some saved runs, with the behaviour those runs had. A field added to
@@ -245,7 +246,7 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   learning rate, dropout, ...) are allowed and logged as a warning, naming them.
   Without checkpoints (a run that stopped before its first one), the saved config binds only
   the vocabulary it left behind: if training would reuse the workdir's vocabulary, a data
-  field that defines it must not differ. `config` is a validated one (`train.train_together`
+  field that defines it must not differ. `config` is a validated one (`train_loop.train_together`
   validates it); the saved one is validated here before its parameter shapes are compared."""
   _refuse_exports(workdir)
   path = os.path.join(workdir, CONFIG_FILENAME)
@@ -267,7 +268,7 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
                        'delete it to learn a new one, use a new --workdir, or the same data '
                        'config')
     return
-  config_lib.validate(saved)  # it comes from a file: validated where the check first needs it
+  config_check.validate(saved)  # it comes from a file: validated where the check first needs it
   if (_parameter_shapes(model_config.from_config(saved))
       != _parameter_shapes(model_config.from_config(config))):
     shaping = [n for n in changed if n.startswith('model.') or n == 'data.vocab_size']
@@ -302,7 +303,7 @@ def _changed_fields(saved: ml_collections.ConfigDict, config: ml_collections.Con
                     ) -> dict[str, tuple[Any, Any]]:
   """{field: (saved value, new value)} for every leaf field that differs, in name order
   (compared as written to JSON)."""
-  before, after = (config_lib.flatten(c) for c in (saved, config))
+  before, after = (fields.flatten(c) for c in (saved, config))
   return {name: (before.get(name), after.get(name))
           for name in sorted(before.keys() | after.keys()) if before.get(name) != after.get(name)}
 
@@ -311,7 +312,7 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   """The resolved config a training run saved in `workdir`, validated (it enters from a
   file)."""
   config = read_config(workdir)
-  config_lib.validate(config)
+  config_check.validate(config)
   return config
 
 

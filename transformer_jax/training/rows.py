@@ -12,11 +12,11 @@ parameters and the dropout key), the dropout rates, label smoothing and the lear
 and warmup, none of which changes a shape or the program's structure. Their values enter the program
 as traced scalars, one a row (`Trainer.step`'s `hyper`); fields equal in every run stay constants,
 so that a group whose runs differ only in the seed compiles the single run's program under `vmap`.
-`RowsTrainer` only vmaps `Trainer`'s `initial_state` and `step`, and offers the loop `Trainer`'s
-interface (`split` and `join` between a group's state and its runs'), so that `train.py` trains one
-run and a group alike. Every run sees the same batches; each row's step is the step its run would
-take alone on those batches (`tests/test_rows.py`). A small model leaves most of an accelerator idle
-and its host dispatching; R rows a step give the device R times the work per dispatch.
+`RowsTrainer` only vmaps `Trainer`'s `initial_state` and `step`; both are a `RunsTrainer`, the
+interface the training loop trains one run and a group through. Every run sees the same batches;
+each row's step is the step its run would take alone on those batches (`tests/test_rows.py`). A
+small model leaves most of an accelerator idle and its host dispatching; R rows a step give the
+device R times the work per dispatch.
 """
 
 import copy
@@ -25,9 +25,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from transformer_jax.config import fields
+from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.training import config_lib
-from transformer_jax.training.trainer import TRACEABLE, TrainState, Trainer
+from transformer_jax.training.trainer import TRACEABLE, RunsTrainer, TrainState, Trainer
+from transformer_jax.training.trainer import jit_steps
 
 # The config fields that may differ among runs trained together.
 VARYING = ('seed', *TRACEABLE)
@@ -36,9 +38,9 @@ VARYING = ('seed', *TRACEABLE)
 def check_together(configs: list[ml_collections.ConfigDict], names: list[str]) -> None:
   """Raises ValueError naming the first field outside `VARYING` in which two of the runs
   (named by `names`) differ."""
-  first = config_lib.flatten(configs[0])
+  first = fields.flatten(configs[0])
   for config, name in zip(configs[1:], names[1:]):
-    other = config_lib.flatten(config)
+    other = fields.flatten(config)
     for field in sorted(set(first) | set(other)):
       if field not in VARYING and first.get(field) != other.get(field):
         raise ValueError(
@@ -50,7 +52,7 @@ def check_together(configs: list[ml_collections.ConfigDict], names: list[str]) -
 def hyperparameters(configs: list[ml_collections.ConfigDict]) -> dict[str, jax.Array]:
   """The `VARYING` fields (the seed apart) whose values differ among `configs`: field ->
   (rows,) float32 values."""
-  flats = [config_lib.flatten(config) for config in configs]
+  flats = [fields.flatten(config) for config in configs]
   return {field: jnp.asarray([flat[field] for flat in flats], jnp.float32)
           for field in VARYING[1:] if len({flat[field] for flat in flats}) > 1}
 
@@ -63,23 +65,18 @@ def sharing_batches(configs: list[ml_collections.ConfigDict], names: list[str]
   if len(configs) == 1:
     return configs
   check_together(configs, names)
-  seed = config_lib.shuffle_seed(configs[0])
+  seed = fields.shuffle_seed(configs[0])
   configs = [copy.deepcopy(config) for config in configs]
   for config in configs:
     config.data.shuffle_seed = seed
   return configs
 
 
-def _with_rows(sharding: jax.sharding.NamedSharding) -> jax.sharding.NamedSharding:
-  """`sharding` with a leading row axis, unsplit."""
-  return jax.sharding.NamedSharding(sharding.mesh,
-                                    jax.sharding.PartitionSpec(None, *sharding.spec))
-
-
-class RowsTrainer:
+class RowsTrainer(RunsTrainer):
   """The train step of `configs` (runs of `model.config`'s shapes, `check_together`) as one
   program on `model`'s mesh, the row axis of every state leaf unsplit (each device holds
-  every row's share of a parameter, as it would hold the one run's)."""
+  every row's share of a parameter, as it would hold the one run's): several runs'
+  `RunsTrainer`."""
 
   def __init__(self, model: ShardedModel, configs: list[ml_collections.ConfigDict],
                names: list[str] | None = None):
@@ -92,7 +89,7 @@ class RowsTrainer:
     self.model = model
     self.seeds = jnp.asarray([config.seed for config in configs], jnp.uint32)
     self.hyper = hyperparameters(configs)
-    self.state_sharding = jax.tree.map(_with_rows, trainer.state_sharding)
+    self.state_sharding = jax.tree.map(partitioning.stacked, trainer.state_sharding)
     self.run_abstract_state = trainer.abstract_state
     self._stack = jax.jit(lambda states: jax.tree.map(lambda *leaves: jnp.stack(leaves), *states),
                           out_shardings=self.state_sharding)
@@ -106,22 +103,9 @@ class RowsTrainer:
         lambda state: tuple(jax.tree.map(lambda leaf, row=row: leaf[row], state)
                             for row in range(rows)),
         out_shardings=(trainer.state_sharding,) * rows)
-    update = jax.vmap(trainer.step, in_axes=(0, None, 0))
-
-    def step(state, batch, hyper):
-      with model.on_mesh():
-        return update(state, batch, hyper)
-
-    def steps(state, batches, hyper):
-      with model.on_mesh():
-        return jax.lax.scan(lambda s, batch: update(s, batch, hyper), state, batches)
-
-    self._step = jax.jit(step, in_shardings=(self.state_sharding, model.batch_sharding,
-                                             replicated),
-                         out_shardings=(self.state_sharding, None), donate_argnums=0)
-    self._steps = jax.jit(steps, in_shardings=(self.state_sharding,
-                                               model.stacked_batch_sharding, replicated),
-                          out_shardings=(self.state_sharding, None), donate_argnums=0)
+    # Every row's step on the same batch, its `hyper` values its own.
+    self._step, self._steps = jit_steps(model, jax.vmap(trainer.step, in_axes=(0, None, 0)),
+                                        self.state_sharding, replicated)
 
   def init_state(self) -> TrainState:
     """Every row's state at step 0, from its own seed."""

@@ -7,9 +7,10 @@ on a `ShardedModel`.
   state, metrics = trainer.train_steps(state, batches)   # K steps, batches stacked: (K, rows, ..)
 
 `step` is the optimizer step itself, a pure function of the state and a batch; the jitted
-`train_step` and `train_steps` run it on the mesh (and `rows.RowsTrainer` vmaps it over several
-runs). Its metrics are sums over the batch's target tokens (`loss.SUM_NAMES`), as evaluation's
-are, with the gradient norm and the learning rate; per-token figures are derived on the host
+`train_step` and `train_steps` run it on the mesh (`jit_steps`), and `rows.RowsTrainer` vmaps it
+over several runs; both trainers are a `RunsTrainer`, what the training loop needs. Its metrics
+are sums over the batch's target tokens (`loss.SUM_NAMES`), as evaluation's are, with the
+gradient norm and the learning rate; per-token figures are derived on the host
 (`loss.per_token`), over however many steps are logged together.
 
 One optimizer step sees `config.data.tokens_per_batch` tokens per side, split into
@@ -17,6 +18,8 @@ One optimizer step sees `config.data.tokens_per_batch` tokens per side, split in
 the loss is normalised by the number of non-padding target tokens of the whole batch, so the
 update is the same however the batch is split.
 """
+
+from typing import Callable, Protocol
 
 import flax.linen as nn
 from flax.training import train_state
@@ -43,6 +46,61 @@ class TrainState(train_state.TrainState):
   dropout_key: jax.Array
 
 
+class RunsTrainer(Protocol):
+  """What the training loop (`loop.train_loop`) needs of a trainer: `Trainer` trains one run,
+  `rows.RowsTrainer` several as one program, and the loop is the same for both. It keeps one
+  state, whatever that holds; but each run has its own checkpoints, so the loop saves the
+  runs' states `split` from it and resumes from their checkpoints `join`ed into it, each
+  restored into `run_abstract_state` (for one run both are the identity).
+
+    model                the `ShardedModel` the runs share
+    rows_multiple        a training batch's rows are a multiple of this
+    run_abstract_state   one run's state: shapes, dtypes and shardings, what a checkpoint holds
+  """
+
+  model: ShardedModel
+  rows_multiple: int
+  run_abstract_state: TrainState
+
+  def init_state(self) -> TrainState:
+    """The state at step 0, created in its shards."""
+
+  def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+    """One optimizer step on `batch`; the metrics of `Trainer.step`."""
+
+  def train_steps(self, state: TrainState, batches: dict) -> tuple[TrainState, dict]:
+    """One step on each of the stacked `batches` (leading axis), one call; metrics stacked."""
+
+  def split(self, state: TrainState) -> list[TrainState]:
+    """The state of each run, as one run's `Trainer` holds it."""
+
+  def join(self, states: list[TrainState]) -> TrainState:
+    """`split`'s inverse: the runs' states (restored checkpoints) as the trainer's state."""
+
+
+def jit_steps(model: ShardedModel, step: Callable, state_sharding, *arg_shardings
+              ) -> tuple[Callable, Callable]:
+  """`step(state, batch, *args) -> (state, metrics)` jitted on `model`'s mesh for the two calls
+  of `RunsTrainer`: `train_step`, one step a call, and `train_steps`, as many steps as the
+  batches stack (leading axis) in one program, scanned, so the host dispatches once for all of
+  them (`train.steps_per_call`); their metrics come stacked. The state is donated: updated in
+  place, its buffers reused."""
+
+  def one(state, batch, *args):
+    with model.on_mesh():
+      return step(state, batch, *args)
+
+  def many(state, batches, *args):
+    with model.on_mesh():
+      return jax.lax.scan(lambda carry, batch: step(carry, batch, *args), state, batches)
+
+  placed = {'out_shardings': (state_sharding, None), 'donate_argnums': 0}
+  return (jax.jit(one, in_shardings=(state_sharding, model.batch_sharding, *arg_shardings),
+                  **placed),
+          jax.jit(many, in_shardings=(state_sharding, model.stacked_batch_sharding,
+                                      *arg_shardings), **placed))
+
+
 def _micro_batches(batch: dict, k: int) -> dict:
   """(rows, length) -> (k, rows / k, length), micro-batch i holding rows i, i + k, i + 2k, ...
   Every device's block of rows then holds its share of each micro-batch, so the split moves
@@ -51,8 +109,9 @@ def _micro_batches(batch: dict, k: int) -> dict:
           for name, value in batch.items()}
 
 
-class Trainer:
-  """The optimizer and the jitted train step of `model.config` on `model`'s mesh."""
+class Trainer(RunsTrainer):
+  """The optimizer and the jitted train step of `model.config` on `model`'s mesh: one run's
+  `RunsTrainer`."""
 
   def __init__(self, model: ShardedModel):
     self.model = model
@@ -63,13 +122,9 @@ class Trainer:
     abstract_state = jax.eval_shape(self._boxed_state)
     self.state_sharding = partitioning.state_shardings(abstract_state, model.mesh, model.rules)
     self.abstract_state = partitioning.placed_shapes(abstract_state, self.state_sharding)
+    self.run_abstract_state = self.abstract_state
     self._init = jax.jit(self.initial_state, out_shardings=self.state_sharding)
-    self.train_step = jax.jit(
-        self._train_step, in_shardings=(self.state_sharding, model.batch_sharding),
-        out_shardings=(self.state_sharding, None), donate_argnums=0)
-    self.train_steps = jax.jit(
-        self._train_steps, in_shardings=(self.state_sharding, model.stacked_batch_sharding),
-        out_shardings=(self.state_sharding, None), donate_argnums=0)
+    self.train_step, self.train_steps = jit_steps(model, self.step, self.state_sharding)
 
   @property
   def rows_multiple(self) -> int:
@@ -96,17 +151,12 @@ class Trainer:
     """The state at step 0, created directly in its shards."""
     return self._init()
 
-  @property
-  def run_abstract_state(self) -> TrainState:
-    """The shapes and shardings of one run's state (what its checkpoint holds): the state's."""
-    return self.abstract_state
-
   def split(self, state: TrainState) -> list[TrainState]:
-    """The state of each run the state holds: this one (`rows.RowsTrainer` holds several)."""
+    """The one run's state (`RunsTrainer.split`)."""
     return [state]
 
   def join(self, states: list[TrainState]) -> TrainState:
-    """`split`'s inverse: the state of `states`' one run."""
+    """The one run's state (`RunsTrainer.join`)."""
     (state,) = states
     return state
 
@@ -128,17 +178,6 @@ class Trainer:
     return (module, hyper.get('train.label_smoothing', self.config.train.label_smoothing),
             optimizer.adam(self.config, schedule), schedule)
 
-  def _train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-    with self.model.on_mesh():
-      return self.step(state, batch)
-
-  def _train_steps(self, state: TrainState, batches: dict) -> tuple[TrainState, dict]:
-    """As many steps as `batches` stacks (leading axis), in one program: the host dispatches
-    once for all of them (`train.steps_per_call`). Each step is `_train_step`'s, its dropout
-    drawn from its own step number; the metrics come stacked, one entry per step."""
-    with self.model.on_mesh():
-      return jax.lax.scan(self.step, state, batches)
-
   def step(self, state: TrainState, batch: dict, hyper: dict | None = None
            ) -> tuple[TrainState, dict]:
     """One optimizer step (§5.3), with `hyper`'s traced values of `TRACEABLE` fields in place
@@ -152,10 +191,9 @@ class Trainer:
         lambda params, micro_batch, key: self._loss_sums(params, micro_batch, key, module,
                                                          label_smoothing), has_aux=True)
     k = self.config.train.grad_accum_steps
-    micro = jax.lax.with_sharding_constraint(
-        _micro_batches(batch, k),
-        jax.sharding.NamedSharding(self.model.mesh, jax.sharding.PartitionSpec(
-            None, *self.model.batch_sharding.spec)))
+    # Micro-batches stacked along a leading axis, each split over the devices as a batch is.
+    micro = jax.lax.with_sharding_constraint(_micro_batches(batch, k),
+                                             self.model.stacked_batch_sharding)
 
     def accumulate(carry, xs):
       index, micro_batch = xs

@@ -17,7 +17,7 @@ import sys
 PACKAGES = ('jax', 'jaxlib', 'flax', 'optax', 'orbax-checkpoint', 'numpy', 'sacrebleu', 'torch',
             'transformers')
 # The checkout this module was imported from, if it was one (not an installed copy).
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def processor() -> str:
@@ -38,12 +38,13 @@ def commit(directory: str | None = None) -> str | None:
   """The git commit of the checkout of this project that holds `directory`, '-dirty' appended
   when tracked files differ from it. By default the checkout this package was imported from,
   or, for an installed copy, the one the command runs in (the working directory). None where
-  there is none: a git repository counts only if it holds transformer_jax/provenance.py (an
-  installed copy may sit inside some other project's repository)."""
+  there is none: a git repository counts only if it holds this file
+  (transformer_jax/storage/provenance.py: an installed copy may sit inside some other project's
+  repository)."""
   for candidate in [directory] if directory else [_ROOT, os.getcwd()]:
     try:
       top = _git(candidate, 'rev-parse', '--show-toplevel')
-      if not os.path.isfile(os.path.join(top, 'transformer_jax', 'provenance.py')):
+      if not os.path.isfile(os.path.join(top, 'transformer_jax', 'storage', 'provenance.py')):
         continue
       changed = _git(top, 'status', '--porcelain', '--untracked-files=no')
       return _git(top, 'rev-parse', 'HEAD') + ('-dirty' if changed else '')

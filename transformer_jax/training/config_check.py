@@ -1,24 +1,15 @@
-"""Config files: loading them from any directory, checking them, flattening them.
+"""A config's values checked (`validate`) before any long work starts, each error naming the
+offending field.
 
-Configs live in `configs/` (documented field by field in `configs/base.py`). A config file is
-a Python file with `get_config()` (or `get_config(arg)`, loaded as `file.py:arg`); it imports
-the config files it builds on with `import_sibling`, by path, so that it works from any
-working directory and from an installed package. `validate` runs before any long work starts
-and names the offending field in its error.
-
-A config is validated where it enters: a command's `--config` and its overrides (`cli.run`), a sweep
-row with its overrides (`sweep.with_overrides`, `summary.sweep_rows`), a workdir's saved config
-(`checkpointing.load_config`; `Translator`, after its own overrides), and training called from
-Python (`train.train_and_evaluate`, `train.train_together`: the training command reaches them too,
-and the check, cheap, runs again there). Every other function that takes a config
-(`model_config.from_config`, `ShardedModel`, `Trainer`, `pipeline.load`, `benchmark.run`,
-`summary.summarize`, ...) takes a valid one.
+A config is validated once, in the process it enters, where it enters: a command's `--config`
+with its `--config.<field>=...` overrides (`cli.run`); a sweep row with the sweep's overrides
+(`sweep.run`, its group's child process, `summary.sweep_rows`); a workdir's saved config
+(`checkpointing.load_config`, `checkpointing.check_compatible` when a run resumes, `Translator`
+after its own decoding settings). Every function that takes a config
+(`train_loop.train_and_evaluate`, `model_config.from_config`, `ShardedModel`, `Trainer`,
+`pipeline.load`, `benchmark.run`, ...) takes a valid one: a script that builds a config calls
+`validate` on it once.
 """
-
-import importlib.util
-import json
-import os
-import types
 
 import ml_collections
 
@@ -178,57 +169,3 @@ def _check_axis_rules(rules) -> None:
                        f'rule: the logical axis is one of {partitioning.LOGICAL_AXES}, named '
                        f'once, and the mesh axes None or from {partitioning.MESH_AXES}')
     seen.add(rule[0])
-
-
-def load_module(path: str) -> types.ModuleType:
-  """The Python file at `path` as a new module object (nothing is added to sys.modules)."""
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f'{path}: no such file')
-  name = os.path.splitext(os.path.basename(path))[0]
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-def import_sibling(file: str, name: str) -> types.ModuleType:
-  """The Python file `name`.py beside `file` (a caller's `__file__`) as a module; `name` may be
-  a path relative to that directory, e.g. '../configs/multi30k'."""
-  return load_module(os.path.join(os.path.dirname(os.path.abspath(file)), f'{name}.py'))
-
-
-def load_sweep(path: str) -> types.ModuleType:
-  """A sweep file (`ROWS` and `get_config(row)`; see `transformer_jax.sweep`) as a module."""
-  module = load_module(path)
-  for name in ('ROWS', 'get_config'):
-    if not hasattr(module, name):
-      raise ValueError(f'{path} defines no {name} (it is not a sweep file)')
-  return module
-
-
-def flatten(config: ml_collections.ConfigDict) -> dict:
-  """Every leaf field of `config` by its dotted name ('model.d_ff'), valued as written to JSON
-  (tuples as lists): how runs and saved configs are compared field by field."""
-  flat = {}
-
-  def walk(node: dict, prefix: str) -> None:
-    for name, value in node.items():
-      if isinstance(value, dict):
-        walk(value, f'{prefix}{name}.')
-      else:
-        flat[prefix + name] = value
-
-  walk(json.loads(config.to_json_best_effort()), '')
-  return flat
-
-
-def shuffle_seed(config: ml_collections.ConfigDict) -> int:
-  """The seed of the training batches' order: `data.shuffle_seed`, or `seed` if it is None."""
-  return config.seed if config.data.shuffle_seed is None else config.data.shuffle_seed
-
-
-def from_file(spec: str) -> ml_collections.ConfigDict:
-  """The config of a config file, 'path.py' or 'path.py:arg' (as `--config=` takes it)."""
-  path, _, arg = spec.partition(':')
-  module = load_module(path)
-  return module.get_config(arg) if arg else module.get_config()

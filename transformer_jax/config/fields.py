@@ -1,0 +1,67 @@
+"""A config's fields by dotted name ('model.d_ff'): overridden as the command line does, and
+flattened to compare configs field by field.
+
+`overridden` and `unknown_override` read `FIELD=VALUE` overrides; `flatten` gives every leaf
+field; `shuffle_seed` is the one field that falls back on another.
+"""
+
+import json
+
+from absl import flags
+import ml_collections
+from ml_collections import config_flags
+
+
+def unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str | None:
+  """The first `--config.<field>=...` argument of `argv` whose field is not in `config`, if
+  any."""
+  for arg in argv[1:]:
+    if not arg.startswith('--config.'):
+      continue
+    field = arg[len('--config.'):].split('=', 1)[0]
+    node = config
+    for part in field.split('.'):
+      if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+        return f'{arg}: config.{field} does not exist'
+      node = node[part]
+  return None
+
+
+def overridden(config: ml_collections.ConfigDict, overrides: list[str]
+               ) -> ml_collections.ConfigDict:
+  """`config` with `FIELD=VALUE` overrides applied by the parser that reads a command's
+  `--config.FIELD=VALUE` (so each value is typed as the field is); raises ValueError naming a
+  field that does not exist or a value that does not parse. The values are not checked
+  (`training.config_check`)."""
+  argv = ['overrides', *(f'--config.{override}' for override in overrides)]
+  unknown = unknown_override(argv, config)
+  if unknown:
+    raise ValueError(f'--override: {unknown}')
+  flag_values = flags.FlagValues()
+  try:
+    config_flags.DEFINE_config_dict('config', config, flag_values=flag_values, sys_argv=argv)
+    flag_values(argv)
+  except flags.Error as e:
+    raise ValueError(f'--override: {str(e).strip().splitlines()[-1]}') from e
+  return flag_values.config
+
+
+def flatten(config: ml_collections.ConfigDict) -> dict:
+  """Every leaf field of `config` by its dotted name ('model.d_ff'), valued as written to JSON
+  (tuples as lists): how runs and saved configs are compared field by field."""
+  flat = {}
+
+  def walk(node: dict, prefix: str) -> None:
+    for name, value in node.items():
+      if isinstance(value, dict):
+        walk(value, f'{prefix}{name}.')
+      else:
+        flat[prefix + name] = value
+
+  walk(json.loads(config.to_json_best_effort()), '')
+  return flat
+
+
+def shuffle_seed(config: ml_collections.ConfigDict) -> int:
+  """The seed of the training batches' order: `data.shuffle_seed`, or `seed` if it is None."""
+  return config.seed if config.data.shuffle_seed is None else config.data.shuffle_seed

@@ -1,0 +1,269 @@
+"""Training with the paper's recipe (§5) on every available device: `train_and_evaluate`, the
+loop that trains one run or several as one program (`train_together`) and evaluates them.
+
+The training command (`transformer_jax.train`) calls `train_and_evaluate`; a notebook or script
+calls it with a valid config (`loading.from_file('configs/base.py')`, fields overridden as
+needed, then `config_check.validate`) and a workdir.
+Restarting with the same workdir resumes from its latest checkpoint: parameters, optimizer
+state, step, dropout key and the data iterator's position are restored, so the resumed run
+continues exactly as the uninterrupted one would have. Everything that can be wrong with the
+input (config, workdir, mesh, dataset) is reported before anything is compiled.
+
+The host never holds the devices up (`feed`): a background thread assembles and places the
+batches a few calls ahead (`data.prefetch`), and `train.steps_per_call` steps run as one
+compiled call, so the host dispatches once for all of them. Logging, checkpoints, evaluation
+and preemption happen between calls.
+
+Compiling is reported apart from training (`compilation`): each batch shape's first step
+prints and logs (metrics.jsonl, split 'compile') how long its train step took to compile, or
+to load from the persistent compilation cache; the 'train' records' step time and tokens/s
+leave it out and give it as `compile_seconds`, and the 'validation' records give evaluation's
+(and the evaluation's wall time, `seconds`).
+"""
+
+import contextlib
+import os
+import time
+
+import jax
+import ml_collections
+import tqdm
+
+from transformer_jax.config import fields
+from transformer_jax.data import datasets, pipeline, tokenizer
+from transformer_jax.decoding.evaluator import Evaluator
+from transformer_jax.loop import train_metrics
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.storage import atomic, workdirs
+from transformer_jax.training import checkpointing, compilation, feed, metrics_log, preemption
+from transformer_jax.training import rows
+from transformer_jax.training.trainer import RunsTrainer, Trainer
+
+
+def _initialize_distributed(config: ml_collections.ConfigDict) -> None:
+  parallel = config.parallel
+  # CPU processes exchange data through gloo; accelerators use their own collectives.
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  jax.distributed.initialize(coordinator_address=parallel.coordinator_address,
+                             num_processes=parallel.num_processes,
+                             process_id=parallel.process_id)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains for `config.train.num_train_steps` steps (resuming from `workdir`) and returns
+  the last dev-split metrics ({} if the run had no step left). Holds the workdir's lock
+  throughout (`workdirs.lock`); on SIGTERM saves a checkpoint at the next step boundary and
+  returns (`preemption`). `config` is a valid one (`config_check`: checked where it enters)."""
+  return train_together([config], [workdir])[0]
+
+
+def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[dict]:
+  """`train_and_evaluate` of several runs as one program (`rows`), run i in `dirs[i]`: each
+  workdir gets its run's config, vocabulary, checkpoints, metrics.jsonl and evaluations as if
+  the run had trained alone, on the batches of the first run's `data.shuffle_seed` (or seed),
+  which is written into every run's config. They resume together, from one step; a NaN in any
+  run stops them all, naming it, with every run's last good checkpoint kept. The configs are
+  valid ones (`config_check`)."""
+  if len(set(map(os.path.abspath, dirs))) != len(dirs):
+    raise ValueError(f'runs trained together need a workdir each, got {dirs}')
+  configs = rows.sharing_batches([datasets.with_absolute_files(c) for c in configs], dirs)
+  compilation.use_cache(configs[0])
+  if configs[0].parallel.distributed:
+    _initialize_distributed(configs[0])
+  with contextlib.ExitStack() as locks:
+    for workdir in dirs:
+      workdirs.check_writable(workdir)
+      locks.enter_context(workdirs.lock(workdir))
+    return _train(configs, dirs)
+
+
+def _load_data(configs: list[ml_collections.ConfigDict], dirs: list[str], rows_multiple: int):
+  """The datasets and vocabulary (`pipeline.load`, in the first workdir); process 0 learns
+  the vocabulary and writes each run's config (and vocabulary) into its workdir, the other
+  processes then read the vocabulary from there."""
+
+  def load_and_save():
+    data = pipeline.load(configs[0], dirs[0], rows_multiple)
+    for config, workdir in zip(configs, dirs):
+      checkpointing.write_config(config, workdir)
+      if workdir != dirs[0] and not config.data.spm_model:
+        atomic.copy(os.path.join(dirs[0], tokenizer.MODEL_FILENAME),
+                    os.path.join(workdir, tokenizer.MODEL_FILENAME))
+    return data
+
+  data = workdirs.on_lead(load_and_save, 'prepare the data and vocabulary')
+  if jax.process_index() != 0:
+    data = pipeline.load(configs[0], dirs[0], rows_multiple)
+  return data
+
+
+def _latest_step(dirs: list[str]) -> int | None:
+  """The step the runs resume from (None: from scratch). Runs trained together resume from one
+  step: refused before any work otherwise."""
+  steps = [max(checkpointing.saved_steps(workdir), default=None) for workdir in dirs]
+  if len(set(steps)) > 1:
+    raise ValueError('runs trained together resume from one step; their latest checkpoints '
+                     'are at ' + ', '.join(f'{d}: {s or "none"}' for d, s in zip(dirs, steps))
+                     + ': train them apart, or the missing ones in new workdirs')
+  return steps[0]
+
+
+def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: RunsTrainer):
+  """(step, state, data position) of the runs' latest checkpoints (of one step,
+  `_latest_step`), joined into the trainer's state; None when there are none."""
+  restored = [c.restore_latest(trainer.run_abstract_state) for c in checkpoints]
+  if restored[0] is None:
+    return None
+  return restored[0][0], trainer.join([r[1] for r in restored]), restored[0][2]
+
+
+def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[dict]:
+  startup = compilation.so_far()
+  config = configs[0]
+  lead = jax.process_index() == 0
+  for run_config, workdir in zip(configs, dirs):
+    checkpointing.check_compatible(run_config, workdir)
+  latest = _latest_step(dirs)
+  if latest is not None and latest >= config.train.num_train_steps:
+    if lead:
+      print(f'{", ".join(dirs)}: complete, trained to step {latest} of '
+            f'train.num_train_steps={config.train.num_train_steps}: nothing to do (raise '
+            'train.num_train_steps to train further)', flush=True)
+    return [{} for _ in dirs]
+  model = ShardedModel(config)
+  # One run, or several as one program (`rows`): the loop below is the same for both.
+  trainer: RunsTrainer = (Trainer(model) if len(configs) == 1
+                          else rows.RowsTrainer(model, configs, dirs))
+  data = _load_data(configs, dirs, trainer.rows_multiple)
+  labels = [f'{workdir}: ' if len(dirs) > 1 else '' for workdir in dirs]
+
+  train = config.train
+  # Closed in reverse order however the run ends: the progress bar, the metrics logs, then the
+  # checkpoints (`close` waits for the saves under way).
+  with contextlib.ExitStack() as cleanup:
+    checkpoints = []
+    for workdir in dirs:
+      checkpoints.append(checkpointing.Checkpoints(workdir, train.keep_checkpoints,
+                                                   train.checkpoint_every_steps))
+      cleanup.callback(checkpoints[-1].close)
+    iterator = data.train_iterator(fields.shuffle_seed(config), jax.process_index(),
+                                   jax.process_count())
+    cleanup.callback(iterator.close)
+    restored = _restore(checkpoints, trainer)
+    if restored is None:
+      start, state = 0, trainer.init_state()
+    else:
+      start, state, data_state = restored
+      iterator.set_state(data_state)
+      if lead:
+        print(f'Resumed from step {start} of {", ".join(dirs)}', flush=True)
+    calls = cleanup.enter_context(feed.Feed(
+        iterator, model, _steps_per_call(config, data, lead), start, train.num_train_steps,
+        config.data.prefetch))
+    evaluators = _evaluators(configs, model, data)
+    logs = [metrics_log.MetricsLog(workdir) for workdir in dirs]
+    for log in logs:
+      cleanup.callback(log.close)
+      log.write(start, 'data', data.seconds)
+    if lead:
+      print(f'step {start}: data loaded: {pipeline.loading(data.seconds)}', flush=True)
+    _log_compiles(logs, start, 'startup', compilation.so_far() - startup)
+    progress = tqdm.tqdm(total=train.num_train_steps, initial=start, disable=not lead,
+                         unit='step', dynamic_ncols=True)
+    cleanup.callback(progress.close)
+    pending = train_metrics.TrainMetrics(progress)
+    eval_metrics = [{} for _ in dirs]
+    with preemption.Notice() as notice:
+      for call in calls:
+        step = call.steps[-1]
+        before = compilation.so_far()
+        if len(call.steps) == 1:
+          state, metrics = trainer.train_step(state, call.batch)
+        else:
+          state, metrics = trainer.train_steps(state, call.batch)
+        compiled = compilation.so_far() - before  # a new batch shape: its step compiled
+        if compiled:
+          pending.compiled(compiled.seconds)
+          _log_compiles(logs, step, f'train step, batches of {call.shape}', compiled,
+                        progress.write)
+        pending.add(call.steps, metrics)
+        progress.update(len(call.steps))
+        last = step == train.num_train_steps
+        preempted = notice.reached(step)
+        save = step % train.checkpoint_every_steps == 0 or last or preempted
+        evaluate_now = (step % train.eval_every_steps == 0 or last) and not preempted
+        # A multiple of log_every_steps among the call's steps.
+        logged = step // train.log_every_steps > (call.steps[0] - 1) // train.log_every_steps
+        # Fetching the metrics checks the steps for NaN, so no bad state is saved or evaluated.
+        if logged or save or evaluate_now:
+          summaries = pending.summaries(dirs)
+          for log, summary in zip(logs, summaries):
+            log.write(step, 'train', summary)
+          progress.set_postfix(loss=f'{summaries[0]["loss"]:.3f}',
+                               lr=f'{summaries[0]["learning_rate"]:.2e}',
+                               tok_s=f'{summaries[0]["target_tokens_per_second"]:.0f}')
+        # Saved before evaluating, so that a failed evaluation loses no training.
+        if save:
+          with pending.paused():
+            for run_checkpoints, run_state in zip(checkpoints, trainer.split(state)):
+              run_checkpoints.save(step, run_state, calls.get_state())
+        if evaluate_now:
+          for i, (evaluator, log, run_state) in enumerate(zip(evaluators, logs,
+                                                              trainer.split(state))):
+            with pending.paused():
+              before, start_time = compilation.so_far(), time.perf_counter()
+              eval_metrics[i] = evaluator(run_state.params, 'validation',
+                                          train.num_eval_steps, train.eval_bleu)
+              eval_metrics[i].update(seconds=time.perf_counter() - start_time,
+                                     compile_seconds=(compilation.so_far() - before).seconds)
+            log.write(step, 'validation', eval_metrics[i])
+            if lead:
+              progress.write(labels[i] + f'step {step} validation ' + ' '.join(
+                  f'{name}={value:.4g}' for name, value in eval_metrics[i].items()))
+        if preempted:
+          for run_checkpoints in checkpoints:
+            run_checkpoints.wait()
+          if lead:
+            progress.write(f'Preempted (SIGTERM): saved step {step} in {", ".join(dirs)}; run '
+                           'the same command again to resume')
+          break
+    _log_compiles(logs, progress.n, 'the whole run', compilation.so_far() - startup,
+                  progress.write)
+  return eval_metrics
+
+
+def _evaluators(configs: list[ml_collections.ConfigDict], model: ShardedModel,
+                data: pipeline.Data) -> list[Evaluator]:
+  """An evaluator for each run, shared by runs of one label smoothing (the only field of
+  `rows.VARYING` that evaluation reads: the reported loss)."""
+  shared = {}
+  for config in configs:
+    smoothing = config.train.label_smoothing
+    if smoothing not in shared:
+      shared[smoothing] = Evaluator(
+          model if smoothing == model.config.train.label_smoothing
+          else ShardedModel(config, model.mesh), data)
+  return [shared[config.train.label_smoothing] for config in configs]
+
+
+def _steps_per_call(config: ml_collections.ConfigDict, data: pipeline.Data, lead: bool) -> int:
+  """`train.steps_per_call`, or 1 when training batches come in several shapes (they cannot be
+  stacked), said on process 0."""
+  k, lengths = config.train.steps_per_call, data.batchers['train'].train_lengths()
+  if k > 1 and len(lengths) > 1:
+    if lead:
+      print(f'train.steps_per_call={k} runs one step a call: training batches have rows of '
+            f'{len(lengths)} lengths ({", ".join(map(str, lengths))}); with '
+            'data.pack_length=data.max_length they have one', flush=True)
+    return 1
+  return k
+
+
+def _log_compiles(logs: list[metrics_log.MetricsLog], step: int, what: str,
+                  compiled: compilation.Compiles, write=print) -> None:
+  """Records in each metrics.jsonl, and prints on process 0, what `what` compiled at `step`."""
+  for log in logs:
+    log.write(step, 'compile', {'what': what, 'seconds': compiled.seconds,
+                                'compiled': compiled.compiled, 'loaded': compiled.loaded})
+  if jax.process_index() == 0:
+    write(f'step {step}: {what}: {compiled.describe()}')
