@@ -47,7 +47,7 @@ def get_config() -> ml_collections.ConfigDict:
   # paper's code) draws them Glorot-uniform as blocks of one fused Q/K/V projection (variance
   # 1/(2·d_model) in self-attention); 'separate' draws each on its own (d_model, h·d_k) shape
   # (variance 1/d_model), with which the post-norm model stalled on Multi30k
-  # (experiments/results/postnorm.md). attention_bias adds biases to the four attention
+  # (experiments/postnorm/README.md). attention_bias adds biases to the four attention
   # projections (the paper's equations have none; tensor2tensor v1's convolutions and fairseq do).
   config.model.qkv_init = 'fused'
   config.model.attention_bias = False

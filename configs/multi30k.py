@@ -12,14 +12,14 @@ with the paper's recipe (§3.1 post-norm, Adam and eq. 3, label smoothing 0.1, a
 vocabulary) and tensor2tensor v1's fused Q/K/V initialisation (the base config's default).
 With Q/K/V drawn separately the post-norm model stalled (test2016 9.5 BLEU) and an earlier
 version of this config used pre-norm instead; with the fused initialisation post-norm trains
-as well as that pre-norm model at equal steps (experiments/results/postnorm.md).
+as well as that pre-norm model at equal steps (experiments/postnorm/README.md).
 The text is lowercased and Moses-tokenized before the vocabulary is learned, as the published
 model's was (its 41.0 is lowercased BLEU), so `evaluate` reports lowercased BLEU only;
 --config.data.preprocessing=none trains on the raw, cased text instead, as the base config
 does. 29000 sentence pairs make 146 batches of 4096 tokens per side, so the 12000 steps are
 about 82 epochs; a checkpoint every 200 steps (about 1.4 epochs), the last 10 kept for
 averaging. Warmup is 1000 steps: the paper's 4000 would spend most of this run warming up.
-Measured results and their commands: experiments/results/multi30k.md. As shipped: test2016
+Measured results and their commands: experiments/multi30k/README.md. As shipped: test2016
 lowercased tokenized BLEU without compound splitting 40.23, 40.57, 40.56 and 41.17 over four
 seeds, mean 40.63, published 41.0. With the decoder start vector of
 --config.model.decoder_start=learned, the default then: 40.56 with compounds split, 40.55 at

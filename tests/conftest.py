@@ -45,12 +45,12 @@ import ml_collections
 import numpy as np
 import pytest
 
-from transformer_jax.config import loading
+from transformer_jax.config import checks, loading
 from transformer_jax.data import builtin_grammar
 from transformer_jax.model.model_config import TransformerConfig
 from transformer_jax.model.transformer import Transformer
 from transformer_jax.storage import atomic
-from transformer_jax.training import compilation, config_check
+from transformer_jax.training import compilation
 
 base = loading.import_sibling(__file__, '../configs/base')
 
@@ -187,7 +187,7 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
   ({'model.d_ff': 64}) replaced."""
   config = base.get_config()
   config.update_from_flattened_dict({**SMALL, **overrides})
-  config_check.validate(config)  # where the test's config enters
+  checks.validate(config)  # where the test's config enters
   return config
 
 

@@ -5,10 +5,10 @@ import json
 import ml_collections
 import pytest
 
-from transformer_jax.config import fields, loading
+from transformer_jax.config import checks, choices, fields, loading
 from transformer_jax.data import batching, pipeline
 from transformer_jax.model import costs, model_config
-from transformer_jax.training import checkpointing, config_check
+from transformer_jax.training import checkpointing
 
 base = loading.import_sibling(__file__, '../configs/base')
 big = loading.import_sibling(__file__, '../configs/big')
@@ -98,7 +98,7 @@ def test_big_config_is_the_big_row_but_for_averaging():
   assert big.get_config().to_dict() == row.to_dict()
 
 
-@pytest.mark.parametrize('buckets', batching.BUCKETS)
+@pytest.mark.parametrize('buckets', choices.BUCKETS)
 @pytest.mark.parametrize('module', [base, big])
 def test_the_fused_loss_chunk_pads_no_bucket(module, buckets):
   # loss.projected_loss_sums pads the target length up to a multiple of the chunk.
@@ -111,7 +111,7 @@ def test_the_fused_loss_chunk_pads_no_bucket(module, buckets):
 @pytest.mark.parametrize('module', [tiny, multi30k])
 def test_demo_configs_are_valid_and_keep_the_papers_optimizer(module):
   config = module.get_config()
-  config_check.validate(config)
+  checks.validate(config)
   assert (config.train.adam_b1, config.train.adam_b2, config.train.adam_eps) == (0.9, 0.98, 1e-9)
   assert config.train.lr_scale == 1.0 and config.train.label_smoothing == 0.1
 
@@ -132,10 +132,10 @@ def test_multi30k_config_trains_and_evaluates_its_headline_recipe_without_overri
   assert (config.decode.beam_size, config.decode.average_last, config.decode.alpha) == (5, 10, 0.6)
 
 
-@pytest.mark.parametrize('sweep, steps', [('table3_multi30k', 4000), ('postnorm_multi30k', 4000)])
+@pytest.mark.parametrize('sweep, steps', [('table3_multi30k', 4000), ('postnorm', 4000)])
 def test_multi30k_sweeps_pin_the_cased_text_and_steps_they_ran_with(sweep, steps):
   """Built on configs/multi30k.py, they keep its values of the time whatever it ships now."""
-  module = loading.import_sibling(__file__, f'../experiments/{sweep}')
+  module = loading.import_sibling(__file__, f'../experiments/{sweep}/sweep')
   for row in module.ROWS:
     config = module.get_config(row)
     assert config.data.preprocessing == 'none', row
@@ -144,7 +144,7 @@ def test_multi30k_sweeps_pin_the_cased_text_and_steps_they_ran_with(sweep, steps
 
 def test_the_table3_sweep_batches_as_its_committed_rows_on_any_platform(monkeypatch):
   monkeypatch.setattr(pipeline, 'on_accelerator', lambda: True)
-  module = loading.import_sibling(__file__, '../experiments/table3_multi30k')
+  module = loading.import_sibling(__file__, '../experiments/table3_multi30k/sweep')
   for row in module.ROWS:
     config = module.get_config(row)
     assert (pipeline.buckets(config), pipeline.pack_length(config)) == ('fine', 0), row
@@ -157,11 +157,11 @@ def test_the_table3_sweep_batches_as_its_committed_rows_on_any_platform(monkeypa
 def test_jax_attention_needs_equal_head_widths_and_no_attention_dropout(field, value, message):
   config = base.get_config()
   config.update_from_flattened_dict({field: value})
-  config_check.validate(config)  # eq. (1) written out takes both
+  checks.validate(config)  # eq. (1) written out takes both
   config.model.attention_impl = 'cudnn'
   with pytest.raises(ValueError, match=r"config.model.attention_impl='cudnn' \(jax.nn."
                      rf"dot_product_attention\) needs config.model.d_k = d_v .*{message}"):
-    config_check.validate(config)
+    checks.validate(config)
 
 
 def test_unknown_row_is_an_error():
@@ -205,7 +205,7 @@ def test_invalid_values_name_the_field(field, value, message):
   config = base.get_config()
   config.update_from_flattened_dict({field: value})
   with pytest.raises(ValueError, match=message):
-    config_check.validate(config)
+    checks.validate(config)
 
 
 @pytest.mark.parametrize('field', ['checkpoint_every_steps', 'eval_every_steps'])
@@ -213,11 +213,11 @@ def test_checkpoints_and_evaluations_fall_between_calls(field):
   # base: checkpoints every 1500 steps, evaluations every 1000, both multiples of 4 and 500.
   config = base.get_config()
   config.update_from_flattened_dict({'train.steps_per_call': 4})
-  config_check.validate(config)
+  checks.validate(config)
   config.update_from_flattened_dict({f'train.{field}': 1002})
   with pytest.raises(ValueError, match=f'config.train.{field}=1002 must be a multiple of '
                                        'config.train.steps_per_call=4'):
-    config_check.validate(config)
+    checks.validate(config)
 
 
 @pytest.mark.parametrize('fields, message', [
@@ -239,11 +239,11 @@ def test_a_files_dataset_names_its_missing_or_malformed_field(fields, message):
   config = base.get_config()
   config.update_from_flattened_dict({'data.dataset': 'files', **fields})
   with pytest.raises(ValueError, match=message):
-    config_check.validate(config)
+    checks.validate(config)
   config.update_from_flattened_dict({'data.train_files': 'c/train.{lang}',
                                      'data.validation_files': 'c/valid.{lang}',
                                      'data.test_files': None, 'data.tfds_data_dir': None})
-  config_check.validate(config)  # the test split is optional
+  checks.validate(config)  # the test split is optional
 
 
 def test_a_model_config_built_directly_rejects_an_unknown_option():
@@ -252,10 +252,10 @@ def test_a_model_config_built_directly_rejects_an_unknown_option():
     model_config.TransformerConfig(vocab_size=8, norm_position='Pre')
 
 
-@pytest.mark.parametrize('field', model_config.CHOICES)
+@pytest.mark.parametrize('field', choices.MODEL)
 def test_string_options_default_to_their_first_choice_here_and_in_base(field):
   default = model_config.TransformerConfig(vocab_size=8)
-  assert getattr(default, field) == base.get_config().model[field] == model_config.CHOICES[field][0]
+  assert getattr(default, field) == base.get_config().model[field] == choices.MODEL[field][0]
 
 
 def test_a_field_that_does_not_exist_cannot_be_set():

@@ -18,9 +18,8 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = sorted(
     os.path.relpath(path, REPO)
-    for pattern in ('*.md', 'docs/*.md', 'experiments/*.md', 'experiments/results/*.md',
-                    'experiments/results/notes/*.md',
-                    'tests/*.md')
+    for pattern in ('*.md', 'docs/*.md', 'experiments/*.md', 'experiments/*/*.md',
+                    'experiments/*/*/*.md', 'tests/*.md')
     for path in glob.glob(os.path.join(REPO, pattern)))
 LINK = re.compile(r'\[[^\]]*\]\(([^)\s]+)\)')
 
@@ -59,7 +58,7 @@ def test_code_blocks_are_not_prose():
 
 def test_the_pages_are_found():
   assert {'README.md', 'docs/faithfulness.md', 'experiments/README.md',
-          'experiments/results/multi30k.md', 'tests/README.md'} <= set(PAGES)
+          'experiments/multi30k/README.md', 'tests/README.md'} <= set(PAGES)
 
 
 def test_faithfulness_names_tests_that_exist():
@@ -102,9 +101,9 @@ _READ: list[str] = []
 
 
 def _load(path: str):
-  """A machine-written result by its repo-relative path under experiments/results/: a JSON
-  file's value, or a JSONL file's records as a list. A hand-written page is no source."""
-  assert path.startswith('experiments/results/') and path.endswith(('.json', '.jsonl')), path
+  """A machine-written result by its repo-relative path under experiments/: a JSON file's
+  value, or a JSONL file's records as a list. A hand-written page is no source."""
+  assert path.startswith('experiments/') and path.endswith(('.json', '.jsonl')), path
   _READ.append(path)
   text = _read(path)
   if path.endswith('.jsonl'):
@@ -122,23 +121,23 @@ def _record(path: str, **fields) -> dict:
 @functools.cache
 def _table3_trends_module():
   spec = importlib.util.spec_from_file_location(
-      'table3_trends', os.path.join(REPO, 'experiments', 'table3_trends.py'))
+      'table3_trends', os.path.join(REPO, 'experiments', 'table3_multi30k', 'trends.py'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
 
 
 def _table3() -> tuple[dict, list]:
-  """The miniature Table 3 as experiments/table3_trends.py reads the sweep's row JSONs:
+  """The miniature Table 3 as experiments/table3_multi30k/trends.py reads the sweep's row JSONs:
   ({row: {'ppl': [...], 'bleu': [...]}, one entry per seed}, [(trend, True / False / None)])."""
-  directory = 'experiments/results/table3_multi30k'
+  directory = 'experiments/table3_multi30k/rows'
   _READ.append(directory)
   trends = _table3_trends_module()
   rows = trends.load(os.path.join(REPO, directory))
   return rows, trends.trends(rows)
 
 
-_M30K_SEEDS = [f'experiments/results/multi30k_postnorm_lowercase_zero_start_12k{seed}_test.json'
+_M30K_SEEDS = [f'experiments/multi30k/postnorm_lowercase_zero_start_12k{seed}_test.json'
                for seed in ('', '_seed1', '_seed2', '_seed3')]  # seeds 0-3, as `evaluate` wrote
 
 
@@ -146,19 +145,19 @@ def _m30k_bleu() -> list[float]:
   return [_load(path)['bleu_tokenized_lowercase_unsplit'] for path in _M30K_SEEDS]
 
 
-_POSTNORM = 'experiments/results/postnorm/post_fused.json'
-_TINY_LOG = 'experiments/results/quickstart_tiny/metrics.jsonl'
-_TINY_TIMES = 'experiments/results/compile_time_tiny_cpu.json'
-_TINY_CPUS = 'experiments/results/quickstart_variation'  # one JSON per CPU type
-_M30K_TIMES = 'experiments/results/compile_time_multi30k_cpu.json'
-_LOOP = 'experiments/results/loop_speed_cpu.json'
-_LOOP_K8 = 'experiments/results/loop_speed_k8_cpu.json'
-_LOSS_CHUNK = 'experiments/results/loss_chunk_cpu.jsonl'
-_DATA_SCALE = 'experiments/results/data_scale.json'
-_H100 = 'experiments/results/h100/window_2026-11-27.jsonl'
-_H200 = 'experiments/results/h200/fused_loss/benchmarks.jsonl'
-_H200_WINDOW = 'experiments/results/h200/window_2026-11-28b.jsonl'
-_HF = 'experiments/results/hf_export_cpu.json'
+_POSTNORM = 'experiments/postnorm/rows/post_fused.json'
+_TINY_LOG = 'experiments/quickstart/tiny/metrics.jsonl'
+_TINY_TIMES = 'experiments/speed/compile_time_tiny_cpu.json'
+_TINY_CPUS = 'experiments/quickstart/variation'  # one JSON per CPU type
+_M30K_TIMES = 'experiments/speed/compile_time_multi30k_cpu.json'
+_LOOP = 'experiments/speed/loop_cpu.json'
+_LOOP_K8 = 'experiments/speed/loop_k8_cpu.json'
+_LOSS_CHUNK = 'experiments/speed/loss_chunk_cpu.jsonl'
+_DATA_SCALE = 'experiments/data_scale/data_scale.json'
+_H100 = 'experiments/gpu/h100/window_2026-11-27.jsonl'
+_H200 = 'experiments/gpu/h200/fused_loss/benchmarks.jsonl'
+_H200_WINDOW = 'experiments/gpu/h200/window_2026-11-28b.jsonl'
+_HF = 'experiments/hf_export/cpu.json'
 
 
 def _ct2_one_thread(result: int) -> dict:
@@ -231,16 +230,16 @@ SOURCES = {
     ],
     'Four sweep rows as one program': [
         ('1.22', lambda: (lambda r: r['together'] / r['apart'])(
-            _load('experiments/results/together_speed_cpu.json')['rows_per_hour'])),
+            _load('experiments/speed/together_cpu.json')['rows_per_hour'])),
     ],
     'The training loop against': [
         ('1.03', lambda: _load(_LOOP)['loop_over_benchmark']['K=1']),
         ('1.01', lambda: _load(_LOOP_K8)['loop_over_benchmark']['K=8']),
     ],
     'Training throughput against PyTorch': [
-        ('1.45', lambda: _load('experiments/results/throughput_cpu.json')['shapes']['tiny'][
+        ('1.45', lambda: _load('experiments/speed/throughput_cpu.json')['shapes']['tiny'][
             'speedup']),
-        ('1.59', lambda: _load('experiments/results/throughput_cpu.json')['shapes']['base'][
+        ('1.59', lambda: _load('experiments/speed/throughput_cpu.json')['shapes']['base'][
             'speedup']),
     ],
     'The projection and loss fused': [
@@ -248,7 +247,7 @@ SOURCES = {
         ('0.681', lambda: _loss_chunk_median(0)),
     ],
     'Sequence packing': [
-        ('1.16', lambda: _load('experiments/results/packing_speed_cpu.json')['runs']['32'][
+        ('1.16', lambda: _load('experiments/speed/packing_cpu.json')['runs']['32'][
             'ratio']),
     ],
     'Your own corpus at WMT14': [
@@ -370,3 +369,32 @@ def test_the_readme_is_a_short_guide_without_commit_hashes():
   hashes = [word for word in re.findall(r'\b[0-9a-f]{7,40}\b', prose)
             if re.search(r'\d', word) and re.search(r'[a-f]', word)]
   assert not hashes, hashes
+
+
+# A repository path named in a page's text: a script, config, result or folder.
+REPO_PATH = re.compile(r'(?<![\w/.-])((?:experiments|configs|docs|tests)/[\w./-]*[\w/])([*{<]?)')
+
+
+@pytest.mark.parametrize('page', PAGES)
+def test_the_paths_a_page_names_exist(page):
+  """Each `experiments/...`, `configs/...`, `docs/...` or `tests/...` path a page names (in its
+  commands too: they work pasted into a fresh clone) exists; of a pattern (`*`, `{a,b}`,
+  `<name>`), its folder."""
+  missing = []
+  for path, pattern in REPO_PATH.findall(_read(page)):
+    if pattern:
+      path = os.path.dirname(path)
+    if not os.path.exists(os.path.join(REPO, path)):
+      missing.append(path)
+  assert not missing, f'{page} names paths that do not exist: {sorted(set(missing))}'
+
+
+def test_the_guides_in_docs_hold_no_dates():
+  """docs/ are guides: a dated investigation lives with its experiment (experiments/*/README.md).
+  A date in a file name or a link's target (a window's log, a note's heading) is no narrative."""
+  dated = []
+  for page in (p for p in PAGES if p.startswith('docs/')):
+    text = re.sub(r'\]\([^)]*\)', '](', _read(page))
+    dated += [f'{page}: {date}'
+              for date in re.findall(r'(?<![\w/-])20\d\d-\d\d-\d\d(?![\w.])', text)]
+  assert not dated, dated

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import init_params, perturbed, random_tokens, tiny_config
 from reference import Reference, sinusoid
-from transformer_jax.model import partitioning
+from transformer_jax.config import choices
 from transformer_jax.model.transformer import Transformer
 
 
@@ -230,9 +230,9 @@ def test_every_parameter_has_logical_axis_names():
     assert isinstance(leaf, nn.LogicallyPartitioned), leaf
     assert len(leaf.names) == len(leaf.value.shape)
     named |= set(leaf.names)
-  # The axes the config's rules may name (checked by config_check.validate): the parameters' and
+  # The axes the config's rules may name (checked by checks.validate): the parameters' and
   # the batch's, no other.
-  assert named | {'batch'} == set(partitioning.LOGICAL_AXES)
+  assert named | {'batch'} == set(choices.LOGICAL_AXES)
 
 
 def test_learned_positions_reject_sequences_longer_than_the_table():

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import init_params, tiny_config, train_config
 from transformer_jax.data.batching import (Batcher, PlanCancelled, Sequences, TokenizedSplit,
-                                           _first_fit_decreasing, padding_fraction,
+                                           first_fit_decreasing, padding_fraction,
                                            process_rows)
 from transformer_jax.loop import train_loop
 from transformer_jax.model import loss
@@ -170,7 +170,7 @@ def test_packing_is_first_fit_decreasing(length):
       used.append((0, 0))
     expected[r].append(i)
     used[r] = (used[r][0] + sources[i], used[r][1] + targets[i])
-  assert _first_fit_decreasing(order, sources, targets, length) == expected
+  assert first_fit_decreasing(order, sources, targets, length) == expected
 
 
 def test_packing_stops_soon_after_it_is_cancelled():
@@ -180,7 +180,7 @@ def test_packing_stops_soon_after_it_is_cancelled():
   threading.Timer(0.5, cancel.set).start()
   start = time.perf_counter()
   with pytest.raises(PlanCancelled):
-    _first_fit_decreasing(np.arange(len(sources)), sources, targets, 64, cancel)
+    first_fit_decreasing(np.arange(len(sources)), sources, targets, 64, cancel)
   # Placing all 2M pairs lasts far longer.
   assert time.perf_counter() - start < 2.0
 

@@ -1,4 +1,4 @@
-"""experiments/plot_curves.py draws what metrics.jsonl holds, a resumed run's repeated steps
+"""experiments/tools/plot_curves.py draws what metrics.jsonl holds, a resumed run's repeated steps
 once (the last record), and writes a PNG from the command line."""
 
 import os
@@ -12,9 +12,9 @@ from transformer_jax.config import loading
 from transformer_jax.training import metrics_log
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO, 'experiments', 'plot_curves.py')
+SCRIPT = os.path.join(REPO, 'experiments', 'tools', 'plot_curves.py')
 # Its flags are defined only when it runs as a script, so loading it defines none.
-plot_curves = loading.import_sibling(__file__, '../experiments/plot_curves')
+plot_curves = loading.import_sibling(__file__, '../experiments/tools/plot_curves')
 
 
 def _log(workdir) -> None:

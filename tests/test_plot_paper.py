@@ -1,4 +1,4 @@
-"""experiments/plot_paper.py: §3.2.1's argument holds in its numbers (unscaled dot products
+"""experiments/paper_figures/plot_paper.py: §3.2.1's argument holds in its numbers (unscaled dot products
 saturate the softmax as d_k grows and starve its gradient; scaled ones do not), and the command
 writes its three figures."""
 
@@ -11,7 +11,7 @@ import pytest
 from transformer_jax.config import loading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(REPO, 'experiments', 'plot_paper.py')
+SCRIPT = os.path.join(REPO, 'experiments', 'paper_figures', 'plot_paper.py')
 plot_paper = loading.load_module(SCRIPT)
 
 

@@ -1,4 +1,4 @@
-"""experiments/profile_step.py: kernel time per step from a Perfetto trace, by kernel and kind."""
+"""experiments/gpu/profile_step.py: kernel time per step from a Perfetto trace, by kernel and kind."""
 
 import gzip
 import json
@@ -8,7 +8,7 @@ import pytest
 from transformer_jax.config import loading
 
 # Its flags are defined only when it runs as a script, so loading it defines none.
-profile_step = loading.import_sibling(__file__, '../experiments/profile_step')
+profile_step = loading.import_sibling(__file__, '../experiments/gpu/profile_step')
 
 
 def _trace(path, kernels, host_events):

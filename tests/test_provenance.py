@@ -93,20 +93,23 @@ def test_no_commit_outside_a_checkout_of_this_project(tmp_path, monkeypatch):
 
 
 def test_every_experiment_that_writes_json_records_its_provenance():
-  """A source check: each script of experiments/ that writes JSON calls `provenance.record`
-  (the sweep's rows: test_sweep.py)."""
-  scripts = sorted(glob.glob(os.path.join(REPO, 'experiments', '*.py')))
-  writers = [path for path in scripts if 'json.dump' in open(path).read()]
+  """A source check: each script of experiments/ that writes JSON calls `provenance.record`,
+  itself or through `tools/measure.py`'s `write` (the sweep's rows: test_sweep.py)."""
+  scripts = sorted(glob.glob(os.path.join(REPO, 'experiments', '**', '*.py'), recursive=True))
+  writers = [path for path in scripts
+             if any(call in open(path).read() for call in ('json.dump', 'measure.write('))]
   assert len(writers) >= 10
-  assert [os.path.basename(path) for path in writers
-          if 'provenance.record(' not in open(path).read()] == []
+  assert [os.path.relpath(path, REPO) for path in writers
+          if not any(call in open(path).read()
+                     for call in ('provenance.record(', 'measure.write('))] == []
 
 
 def test_a_durations_file_records_the_commit_that_measured_it(tmp_path):
   log = tmp_path / 'log'
   log.write_text('1.50s call     tests/test_a.py::test_one\n1 passed in 1.60s\n')
-  subprocess.run([sys.executable, os.path.join(REPO, 'experiments', 'test_durations.py'),
-                  str(log), f'--json={tmp_path / "d.json"}'], check=True, capture_output=True)
+  script = os.path.join(REPO, 'experiments', 'test_durations', 'durations.py')
+  subprocess.run([sys.executable, script, str(log), f'--json={tmp_path / "d.json"}'], check=True,
+                 capture_output=True)
   written = json.loads((tmp_path / 'd.json').read_text())
   assert written['tests'] == {'tests/test_a.py::test_one': 1.5}
   assert written['provenance']['commit'] == checkout_commit()

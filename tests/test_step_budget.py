@@ -1,4 +1,4 @@
-"""experiments/step_budget.py: the fit recovers a power law's change over the last 20% of a
+"""experiments/table3_regularised/step_budget.py: the fit recovers a power law's change over the last 20% of a
 budget, the budget proposed is the smallest that meets the 1% criterion, and the curves that
 rise, are left out or were cut off do not count."""
 
@@ -11,7 +11,8 @@ import pytest
 from transformer_jax.config import loading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-budget = loading.load_module(os.path.join(REPO, 'experiments', 'step_budget.py'))
+budget = loading.load_module(
+    os.path.join(REPO, 'experiments', 'table3_regularised', 'step_budget.py'))
 
 STEPS = np.arange(500, 10001, 500)
 

@@ -17,9 +17,9 @@ import jax
 import pytest
 
 from transformer_jax import sweep as sweep_lib
-from transformer_jax.config import loading
+from transformer_jax.config import checks, loading
 from transformer_jax.storage import provenance
-from transformer_jax.training import checkpointing, config_check
+from transformer_jax.training import checkpointing
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 table3 = loading.import_sibling(__file__, '../configs/table3')
@@ -35,8 +35,7 @@ def _sweep_file(tmp_path, rows: dict | None = None) -> str:
             'train.num_eval_steps': 1, 'train.checkpoint_every_steps': 20}
   path = tmp_path / 'sweep.py'
   path.write_text(f'''
-from transformer_jax.config import loading
-from transformer_jax.training import config_check
+from transformer_jax.config import checks, loading
 
 base = loading.load_module({os.path.join(REPO, 'configs', 'base.py')!r})
 
@@ -311,14 +310,14 @@ def test_each_rows_config_is_checked_once_where_it_enters_the_sweep(tmp_path, mo
   _fake_rows(tmp_path, monkeypatch)
   monkeypatch.setattr(sweep_lib, 'run_rows', lambda sweep_path, group, *args: [
       sweep_lib.run_row(sweep_path, row, *args) for row in group])
-  checked, check = [], config_check.validate
+  checked, check = [], checks.validate
 
   def counted(config):
     checked.append((config.seed, config.model.d_ff, config.model.dropout_rate,
                     config.train.label_smoothing, config.model.attention_dropout_rate))
     check(config)
 
-  monkeypatch.setattr(config_check, 'validate', counted)
+  monkeypatch.setattr(checks, 'validate', counted)
   sweep_lib.run(_sweep_file(tmp_path, GROUPABLE), str(tmp_path / 'run'), list(GROUPABLE),
                 str(tmp_path / 'results'), ['model.attention_dropout_rate=0.05'], together=2,
                 stop_after_minutes=60)
@@ -373,18 +372,18 @@ def _changes(config, base) -> dict:
 
 
 def test_miniature_table3_rows_change_what_the_papers_rows_change():
-  """Each row of experiments/table3_multi30k.py changes the same fields as the paper's row
+  """Each row of experiments/table3_multi30k/sweep.py changes the same fields as the paper's row
   (configs/table3.py), widths by the paper's factor, dropout and smoothing to the paper's
   values, N in the paper's direction, steps by the paper's factor (big trains 3 times as long);
 only big's checkpoint spacing, which Table 3's evaluation does not use, is not copied."""
-  mini = loading.load_sweep(os.path.join(REPO, 'experiments', 'table3_multi30k.py'))
+  mini = loading.load_sweep(os.path.join(REPO, 'experiments', 'table3_multi30k', 'sweep.py'))
   assert list(mini.ROWS)[:len(table3.ROWS)] == list(table3.ROWS)
   assert mini.PAPER == table3.PAPER
   paper_base, mini_base = _flat(table3.get_config('base')), _flat(mini.get_config('base'))
   for row in table3.ROWS:
     paper = _changes(table3.get_config(row), table3.get_config('base'))
     ours = _changes(mini.get_config(row), mini.get_config('base'))
-    config_check.validate(mini.get_config(row))
+    checks.validate(mini.get_config(row))
     paper.pop('train.checkpoint_every_steps', None)  # big's 10-minute checkpoints, likewise
     assert set(ours) == set(paper), row
     for field, value in ours.items():
@@ -405,21 +404,21 @@ only big's checkpoint spacing, which Table 3's evaluation does not use, is not c
 
 
 def test_regularised_table3_rows_change_what_the_miniatures_rows_change():
-  """experiments/table3_multi30k_regularised.py: each row changes the fields that
+  """experiments/table3_regularised/sweep.py: each row changes the fields that
   table3_multi30k.py's row changes, around a base at P_drop 0.3; P_drop by the paper's increase
   over its base (D1: to 0, D2: +0.1, big: +0.2); every other value as the miniature's row, steps
   by its factor. Every training batch has one packed shape, and the
   steps a call divide every interval the loop acts on."""
-  mini = loading.load_sweep(os.path.join(REPO, 'experiments', 'table3_multi30k.py'))
+  mini = loading.load_sweep(os.path.join(REPO, 'experiments', 'table3_multi30k', 'sweep.py'))
   ours = loading.load_sweep(
-      os.path.join(REPO, 'experiments', 'table3_multi30k_regularised.py'))
+      os.path.join(REPO, 'experiments', 'table3_regularised', 'sweep.py'))
   assert list(ours.ROWS) == list(mini.ROWS)
   base = ours.get_config('base')
   assert base.model.dropout_rate == 0.3
   paper_rate = lambda row: table3.get_config(row.split('_seed')[0]).model.dropout_rate
   for row in ours.ROWS:
     config = ours.get_config(row)
-    config_check.validate(config)
+    checks.validate(config)
     changes = _changes(config, base)
     expected = _changes(mini.get_config(row), mini.get_config('base'))
     assert set(changes) == set(expected), row

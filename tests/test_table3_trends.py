@@ -1,4 +1,4 @@
-"""experiments/table3_trends.py: the paper's own Table 3 shows all eight of its trends under
+"""experiments/table3_multi30k/trends.py: the paper's own Table 3 shows all eight of its trends under
 the script's rules, and a trend fails or waits when the rows say so."""
 
 import json
@@ -9,7 +9,8 @@ import pytest
 from transformer_jax.config import loading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-trends = loading.load_module(os.path.join(REPO, 'experiments', 'table3_trends.py'))
+trends = loading.load_module(
+    os.path.join(REPO, 'experiments', 'table3_multi30k', 'trends.py'))
 table3 = loading.import_sibling(__file__, '../configs/table3')
 
 

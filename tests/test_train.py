@@ -82,14 +82,14 @@ def test_the_training_command_checks_its_config_once(overrides, uninterrupted, t
   workdir = tmp_path / 'run'
   shutil.copytree(uninterrupted, workdir)
   counting = ('import runpy, sys\n'
-              'from transformer_jax.training import config_check\n'
-              'check = config_check.validate\n'
+              'from transformer_jax.config import checks\n'
+              'check = checks.validate\n'
               'def counted(config):\n'
               '  caller = sys._getframe(1).f_code\n'
               '  where = caller.co_filename.split("transformer_jax" + "/")[-1]\n'
               '  print("checked by", where, caller.co_name, flush=True)\n'
               '  check(config)\n'
-              'config_check.validate = counted\n'
+              'checks.validate = counted\n'
               'sys.argv = sys.argv[1:]\n'
               'runpy.run_module("transformer_jax.train", run_name="__main__")\n')
   command = train_command(overrides, workdir)

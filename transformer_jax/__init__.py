@@ -5,9 +5,9 @@ Layers, each importing only those below it (`tests/test_layers.py`):
                              imports libraries and `cli` (the shared command line), no command
   loop/                      the training loop: steps, checkpoints, dev evaluations
   decoding/                  search, decoding, translator, bleu, the dev split's evaluator
-  training/                  config_check, trainer, rows, optimizer, checkpointing, feed, ...
+  training/                  trainer, rows, optimizer, checkpointing, feed, ...
   model/                     the Transformer, its loss, costs, placement on a mesh, Marian names
   data/                      corpora, vocabulary and batches
   storage/                   atomic writes, workdir locks, the provenance of results
-  config/                    config files loaded, overridden and flattened
+  config/                    config files loaded, overridden, flattened and checked
 """

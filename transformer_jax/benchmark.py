@@ -69,7 +69,7 @@ def matmul_peak(dtype, sizes=None) -> float:
     jax.block_until_ready(matmul(a, b))
     # Back to back, like the steps: a wait after each product adds the host's dispatch to
     # every one, and the peak comes out low
-    # (experiments/results/notes/2026-11-performance-gpu.md).
+    # (experiments/gpu/README.md).
     best = max(best, 2 * n**3 / _pipelined_seconds(lambda: matmul(a, b), 20))
   return best
 

@@ -21,15 +21,14 @@ from typing import Callable
 
 from absl import app, flags, logging
 
-from transformer_jax.config import fields
-from transformer_jax.training import config_check
+from transformer_jax.config import checks, fields
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
   try:
     remaining = flags.FLAGS(argv)
     if 'config' in flags.FLAGS and flags.FLAGS.config is not None:
-      config_check.validate(flags.FLAGS.config)
+      checks.validate(flags.FLAGS.config)
   except flags.Error as e:  # a config file that raised keeps only its first and last lines
     lines = str(e).strip().splitlines()
     sys.exit(f'error: {lines[0]} {lines[-1]}' if len(lines) > 1 else f'error: {e}')

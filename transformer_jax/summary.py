@@ -16,9 +16,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from transformer_jax import cli
-from transformer_jax.config import loading
+from transformer_jax.config import checks, loading
 from transformer_jax.model import costs, model_config
-from transformer_jax.training import config_check
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file, optionally with an argument: file.py:arg.')
@@ -56,7 +55,7 @@ def sweep_rows(path: str, overrides: dict, length: int) -> list[dict]:
   for row_id in sweep.ROWS:
     config = sweep.get_config(row_id)
     config.update_from_flattened_dict(overrides)
-    config_check.validate(config)  # the row's config enters here
+    checks.validate(config)  # the row's config enters here
     m = config.model
     paper_ppl, paper_bleu = paper.get(row_id, (None, None))
     rows.append({

@@ -1,8 +1,8 @@
 r"""Runs the rows of a sweep, one or several at a time, and tabulates them beside the paper's
 figures.
 
-  python -m transformer_jax.sweep --sweep=experiments/table3_multi30k.py --workdir=DIR \
-      [--rows=A1,C3] [--results=experiments/results/table3_multi30k] [--concurrent=K] \
+  python -m transformer_jax.sweep --sweep=experiments/table3_multi30k/sweep.py --workdir=DIR \
+      [--rows=A1,C3] [--results=experiments/table3_multi30k/rows] [--concurrent=K] \
       [--together=N] [--stop_after_minutes=M] \
       [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
 
@@ -72,10 +72,10 @@ from typing import Any, Iterator
 from absl import flags
 
 from transformer_jax import cli
-from transformer_jax.config import fields, loading
+from transformer_jax.config import checks, fields, loading
 from transformer_jax.loop import train_loop
 from transformer_jax.storage import atomic, provenance
-from transformer_jax.training import checkpointing, config_check, metrics_log
+from transformer_jax.training import checkpointing, metrics_log
 from transformer_jax.training.rows import check_together
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
@@ -190,7 +190,7 @@ def row_config(sweep: Any, row: str, overrides: list[str]) -> Any:
   `--config.FIELD=VALUE`, checked: where a row's config enters a process, once (raises
   ValueError naming a bad override or field)."""
   config = fields.overridden(sweep.get_config(row), list(overrides))
-  config_check.validate(config)
+  checks.validate(config)
   return config
 
 

@@ -1,5 +1,6 @@
-"""Config files and fields: loading (`loading`), overriding and flattening (`fields`).
+"""Configs: files loaded (`loading`), fields overridden and flattened (`fields`), values checked
+(`checks`) against the choices each field may take (`choices`).
 
-The bottom layer: it imports nothing else of the package. Checking a config's values is
-`training.config_check`'s.
+The bottom layer: it imports nothing else of the package; the data and model modules take their
+fields' choices from it.
 """

@@ -32,7 +32,7 @@ def overridden(config: ml_collections.ConfigDict, overrides: list[str]
   """`config` with `FIELD=VALUE` overrides applied by the parser that reads a command's
   `--config.FIELD=VALUE` (so each value is typed as the field is); raises ValueError naming a
   field that does not exist or a value that does not parse. The values are not checked
-  (`training.config_check`)."""
+  (`checks`)."""
   argv = ['overrides', *(f'--config.{override}' for override in overrides)]
   unknown = unknown_override(argv, config)
   if unknown:

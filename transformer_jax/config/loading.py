@@ -5,7 +5,7 @@ Python file with `get_config()` (or `get_config(arg)`, loaded as `file.py:arg`);
 config files it builds on with `import_sibling`, by path, so that it works from any working
 directory and from an installed package. A sweep file is a config file whose `get_config(row)`
 gives each row's config (`transformer_jax.sweep`). Loading checks no value: a config is checked
-where it enters a process (`training.config_check`).
+where it enters a process (`checks`).
 """
 
 import importlib.util

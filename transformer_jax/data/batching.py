@@ -42,8 +42,6 @@ import numpy as np
 
 from transformer_jax.data.tokenizer import PAD_ID
 
-
-BUCKETS = ('fine', 'coarse')
 PLANNER_THREAD = 'transformer_jax-plan'  # the name of TrainIterator's planning thread
 _CANCEL_EVERY = 4096  # pairs placed by first-fit decreasing between looks at its cancel event
 
@@ -198,7 +196,7 @@ class Batcher:
     packing = bool(self.pack_length) and seed is not None
     if packing:
       fits = np.maximum(sources[order], targets[order]) <= self.pack_length
-      rows = _first_fit_decreasing(order[fits], sources, targets, self.pack_length, cancel)
+      rows = first_fit_decreasing(order[fits], sources, targets, self.pack_length, cancel)
       _stop_if_cancelled(cancel)
       batches += self._batches(self.pack_length, [rows[i] for i in rng.permutation(len(rows))])
       order = order[~fits]
@@ -295,7 +293,7 @@ def _stop_if_cancelled(cancel: threading.Event | None) -> None:
     raise PlanCancelled
 
 
-def _first_fit_decreasing(order: np.ndarray, sources: np.ndarray, targets: np.ndarray,
+def first_fit_decreasing(order: np.ndarray, sources: np.ndarray, targets: np.ndarray,
                           length: int, cancel: threading.Event | None = None) -> list[list[int]]:
   """Rows of pair indices, each row's sources and targets within `length` tokens: the pairs,
   longest first (ties in `order`), each join the first row with room on both sides, or open a

@@ -9,7 +9,7 @@
   lowercase, so only lowercased BLEU compares them with raw references.
 """
 
-CHOICES = ('none', 'lowercase_moses')
+from transformer_jax.config.choices import PREPROCESSING as CHOICES
 
 
 class Preprocessing:

@@ -14,7 +14,7 @@
 - `tokenized_lowercase_unsplit`: lowercased Moses tokens without the compound splitting, the
   figure Multi30k papers report: the published 41.0 text-only baseline scored 12103 reference
   tokens on test2016, the count of this tokenization (12241 split). The splitting added 0.01
-  to 0.08 there in our runs (experiments/results/multi30k.md).
+  to 0.08 there in our runs (experiments/multi30k/README.md).
 """
 
 import re

@@ -18,12 +18,13 @@ from absl import flags, logging
 import numpy as np
 import tqdm
 
+from transformer_jax.config import checks
 from transformer_jax.data import batching, pipeline, preprocessing, tokenizer
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import decoding
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.training import checkpointing, compilation, config_check
+from transformer_jax.training import checkpointing, compilation
 
 
 class Translator:
@@ -38,7 +39,7 @@ class Translator:
                          ('average_last', average_last)):
       if value is not None:
         config.decode[field] = value
-    config_check.validate(config)
+    checks.validate(config)
     if batch_size <= 0:
       raise ValueError(f'--batch_size must be a positive integer, got {batch_size}')
     compilation.use_cache(config)

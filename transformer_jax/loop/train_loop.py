@@ -3,7 +3,7 @@ loop that trains one run or several as one program (`train_together`) and evalua
 
 The training command (`transformer_jax.train`) calls `train_and_evaluate`; a notebook or script
 calls it with a valid config (`loading.from_file('configs/base.py')`, fields overridden as
-needed, then `config_check.validate`) and a workdir.
+needed, then `checks.validate`) and a workdir.
 Restarting with the same workdir resumes from its latest checkpoint: parameters, optimizer
 state, step, dropout key and the data iterator's position are restored, so the resumed run
 continues exactly as the uninterrupted one would have. Everything that can be wrong with the
@@ -53,7 +53,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains for `config.train.num_train_steps` steps (resuming from `workdir`) and returns
   the last dev-split metrics ({} if the run had no step left). Holds the workdir's lock
   throughout (`workdirs.lock`); on SIGTERM saves a checkpoint at the next step boundary and
-  returns (`preemption`). `config` is a valid one (`config_check`: checked where it enters)."""
+  returns (`preemption`). `config` is a valid one (`checks`: checked where it enters)."""
   return train_together([config], [workdir])[0]
 
 
@@ -63,7 +63,7 @@ def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str]) ->
   the run had trained alone, on the batches of the first run's `data.shuffle_seed` (or seed),
   which is written into every run's config. They resume together, from one step; a NaN in any
   run stops them all, naming it, with every run's last good checkpoint kept. The configs are
-  valid ones (`config_check`)."""
+  valid ones (`checks`)."""
   if len(set(map(os.path.abspath, dirs))) != len(dirs):
     raise ValueError(f'runs trained together need a workdir each, got {dirs}')
   configs = rows.sharing_batches([datasets.with_absolute_files(c) for c in configs], dirs)

@@ -137,7 +137,7 @@ def attention_over_blocks(query, keys, values, mask):
   copy. Returns (n, q, h, d_v) and the weights (n, h, q, sum k_i)."""
   # Heads-major (n, h, q, d) operands and results: the batched products' layout that XLA's
   # CPU backend runs best at decoding's shapes
-  # (experiments/results/notes/2026-11-decoding-speed.md).
+  # (experiments/decoding/README.md).
   query = jnp.swapaxes(query * jnp.asarray(query.shape[-1] ** -0.5, query.dtype), 1, 2)
   scores = jnp.concatenate([jnp.einsum('nhqd,nhdk->nhqk', query, key,
                                        preferred_element_type=jnp.float32) for key in keys], -1)

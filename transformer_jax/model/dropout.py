@@ -13,7 +13,7 @@ model's sites that dimension is the positions of (b, length, d) activations or t
 is the heads, which tensor parallelism splits (the bits are the same however the array is
 split, and that mask has only b · h elements). Concatenated, the halves fuse into the mask on
 XLA's CPU backend, where a bitcast of each word to two uint16 made a copy; the dimension
-split was chosen by measurement (experiments/results/notes/2026-11-performance-cpu.md).
+split was chosen by measurement (experiments/speed/README.md).
 
 The rate may also be a traced scalar, one row's of several trained as one program
 (`transformer_jax.training.rows`): the threshold is then rounded in float32, which gives the same

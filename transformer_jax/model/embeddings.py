@@ -106,7 +106,7 @@ class Embeddings(nn.Module):
     sqrt(d_model). role: 'source' or 'target'."""
     scale = jnp.asarray(self.config.d_model**0.5, self.config.dtype)
     # Gathered from the parameter-dtype matrix, then cast, so that the gradient's scatter-add
-    # accumulates in float32, not bfloat16 (experiments/results/notes/2026-11-performance-gpu.md).
+    # accumulates in float32, not bfloat16 (experiments/gpu/README.md).
     embedded = jnp.take(self._table(role), tokens, axis=0).astype(self.config.dtype) * scale
     if self.config.decoder_start == 'zero':
       embedded = jnp.where((tokens != PAD_ID)[..., None], embedded, 0)
@@ -141,14 +141,14 @@ def _project_backward(residuals, g):
   y, table = residuals
   # The products take the logit gradient in the compute dtype, as they would the gradient of a
   # compute-dtype output: float32 with bfloat16 operands would run them at float32's cost
-  # (TF32 on a GPU; experiments/results/notes/2026-11-performance-gpu.md). Their results are
+  # (TF32 on a GPU; experiments/gpu/README.md). Their results are
   # wanted in the compute dtype, so none asks for a float32 result (XLA's CPU backend has no
   # bfloat16 x bfloat16 -> float32 kernel for the table's product over (b, t)).
   g = g.astype(y.dtype)
   dy = jnp.einsum('btv,vd->btd', g, table)
   # (y^T g)^T rather than g^T y: otherwise XLA's CPU backend copies the (b·t, vocab) logit
   # gradient into a transposed layout for this product
-  # (experiments/results/notes/2026-11-performance-cpu.md).
+  # (experiments/speed/README.md).
   dtable = jnp.einsum('btd,btv->dv', y, g).T
   return dy.astype(y.dtype), dtable.astype(table.dtype)
 

@@ -44,7 +44,7 @@ def _sums_and_logit_gradient(logits: jax.Array, targets: jax.Array, label_smooth
   logits = logits.astype(jnp.float32)
   # log p_v = logit_v - logsumexp(logits). Written out from the logsumexp so that no
   # (b, t, vocab) array of log-probabilities is materialised
-  # (experiments/results/notes/2026-11-performance-cpu.md).
+  # (experiments/speed/README.md).
   peak = jax.lax.stop_gradient(jnp.max(logits, axis=-1))
   exp = jnp.exp(logits - peak[..., None])
   total = jnp.sum(exp, axis=-1)

@@ -11,15 +11,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-# The values each string option takes (the first is the default).
-CHOICES = {
-    'position_encoding': ('sinusoid', 'learned'),
-    'norm_position': ('post', 'pre'),
-    'norm_type': ('layer_norm', 'scale_norm'),
-    'qkv_init': ('fused', 'separate'),
-    'decoder_start': ('zero', 'learned'),
-    'attention_impl': ('explicit', 'xla', 'cudnn'),
-}
+from transformer_jax.config.choices import MODEL as CHOICES  # each string option's values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +58,7 @@ class TransformerConfig:
 
 
 def from_config(config) -> TransformerConfig:
-  """The model's config of a run's valid ml_collections config (`config_check.validate`):
+  """The model's config of a run's valid ml_collections config (`checks.validate`):
   `config.model`, the vocabulary size and the compute dtype."""
   return TransformerConfig(
       vocab_size=config.data.vocab_size, dtype=jnp.dtype(config.dtype), **config.model.to_dict())

@@ -18,9 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import ml_collections
 import numpy as np
 
-MESH_AXES = ('data', 'fsdp', 'model')
-# The logical axes that parameters and activations name, which `axis_rules` maps.
-LOGICAL_AXES = ('batch', 'vocab', 'embed', 'heads', 'kv', 'mlp', 'position')
+from transformer_jax.config.choices import MESH_AXES, mesh_axis_names
 
 
 def mesh_shape(config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int, int]:
@@ -50,11 +48,6 @@ def axis_rules(config: ml_collections.ConfigDict) -> tuple:
   """(logical axis, mesh axes) pairs; mesh axes read back from JSON as a list become a tuple."""
   return tuple((logical, tuple(mesh_axes) if isinstance(mesh_axes, list) else mesh_axes)
                for logical, mesh_axes in config.parallel.axis_rules)
-
-
-def mesh_axis_names(axes) -> tuple:
-  """The mesh axis names of a rule's `axes`: None, one name, or a tuple (a list from JSON)."""
-  return () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
 
 
 def _ways(mesh: Mesh, axes) -> int:

@@ -28,13 +28,12 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from transformer_jax.config import fields
+from transformer_jax.config import checks, fields
 from transformer_jax.data import tokenizer
 from transformer_jax.model import costs, model_config
 from transformer_jax.model.model_config import TransformerConfig
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
-from transformer_jax.training import config_check
 
 CONFIG_FILENAME = 'config.json'
 # Config fields newer than some saved runs, with the behaviour those runs had. A field added to
@@ -268,7 +267,7 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
                        'delete it to learn a new one, use a new --workdir, or the same data '
                        'config')
     return
-  config_check.validate(saved)  # it comes from a file: validated where the check first needs it
+  checks.validate(saved)  # it comes from a file: validated where the check first needs it
   if (_parameter_shapes(model_config.from_config(saved))
       != _parameter_shapes(model_config.from_config(config))):
     shaping = [n for n in changed if n.startswith('model.') or n == 'data.vocab_size']
@@ -312,7 +311,7 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   """The resolved config a training run saved in `workdir`, validated (it enters from a
   file)."""
   config = read_config(workdir)
-  config_check.validate(config)
+  checks.validate(config)
   return config
 
 

@@ -10,7 +10,7 @@ placed on the devices by a background thread, a few calls ahead of the training 
 A call holds `steps_per_call` (K) steps when it starts at a multiple of K and K steps remain
 before `end`; otherwise one step (a run resumed at a step that is not a multiple of K, or the
 last steps of a run), so calls end at multiples of K and checkpoints and evaluations, at
-multiples of K too (`config_check.validate`), fall between calls. K batches stack along a leading
+multiples of K too (`checks.validate`), fall between calls. K batches stack along a leading
 axis (`Trainer.train_steps`); one batch goes alone (`Trainer.train_step`).
 
 The thread is grain's `ThreadPrefetchDatasetIterator`: it keeps `ahead` calls ready and
