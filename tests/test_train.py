@@ -76,6 +76,7 @@ def test_a_finished_run_run_again_says_it_is_complete_and_does_nothing(overrides
   assert {path: path.read_bytes() for path in workdir.rglob('*') if path.is_file()} == files
 
 
+@pytest.mark.slow
 def test_the_training_command_checks_its_config_once(overrides, uninterrupted, tmp_path):
   """The command's --config, with its overrides, is checked where it enters (the command line),
   and not again by the loop; the saved config it resumes from is checked where it is read."""

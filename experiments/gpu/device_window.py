@@ -76,6 +76,14 @@ _REHEARSE = flags.DEFINE_bool('rehearse', False, 'configs/tiny.py for base and b
 
 _THIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _REGULARISED = 'experiments/table3_regularised/rows'
+
+
+def _regularised_rows() -> str:
+  """Where the regularised sweep's finished rows go: its results folder, or for a rehearsal (tiny
+  rows, not results) a folder of the workdir, so that no rehearsal row is taken for a real one."""
+  if _REHEARSE.value:
+    return os.path.join(_WORKDIR.value, 'table3_regularised_rows')
+  return os.path.join(_THIS, _REGULARISED)
 # The sweep's rows that decide the most trends first: base's seeds, which every trend is judged
 # against, with the D rows that share their program; the rest in the sweep's order.
 _FIRST_ROWS = ('base', 'D1', 'D2', 'D3', 'D4', 'base_seed1', 'base_seed2', 'D1_seed1', 'D2_seed1',
@@ -113,7 +121,7 @@ def _parts(result: str) -> dict[str, list[str]]:
       'table3_regularised': [py, '-m', 'transformer_jax.sweep',
                              '--sweep=experiments/table3_regularised/sweep.py',
                              f'--workdir={os.path.join(_WORKDIR.value, "table3_regularised")}',
-                             f'--results={_REGULARISED}', f'--together={_TOGETHER.value}',
+                             f'--results={_regularised_rows()}', f'--together={_TOGETHER.value}',
                              f'--concurrent={_CONCURRENT.value}',
                              f'--override=data.manual_dir={manual_dir}',
                              *(_REHEARSAL_SWEEP if small else [_sweep_rows()])],
@@ -261,7 +269,7 @@ def main(argv):
     # A session of its own, so that the deadline stops the part's child processes too.
     process = subprocess.Popen(command, cwd=_THIS, stdout=subprocess.PIPE, stderr=log,
                                text=True, start_new_session=True)
-    rows = (_Collector(os.path.join(_THIS, _REGULARISED),
+    rows = (_Collector(_regularised_rows(),
                        os.path.join(_OUT.value, 'table3_regularised.jsonl'))
             if name == 'table3_regularised' else None)
     try:
