@@ -122,7 +122,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
   workdir = tmp_path / 'row'
 
   def fake_run(command, log_path, timing_path=None, slot=None):
-    assert command[2] == 'transformer_jax.train', f'ran {command[2]} after an unfinished run'
+    assert '--train_together=row' in command, f'ran {command[2:4]} after an unfinished run'
     checkpointing.write_config(train_config(**{'train.num_train_steps': 20}), str(workdir))
     for step in ('10', '12', '20.orbax-checkpoint-tmp-1'):  # step 20 never finished writing
       os.makedirs(workdir / 'checkpoints' / step)
@@ -130,7 +130,25 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
 
   monkeypatch.setattr(sweep_lib, '_run', fake_run)
   with pytest.raises(RuntimeError, match='row stopped at step 12 of 20'):
-    sweep_lib.run_row('sweep.py', 'row', str(workdir))
+    sweep_lib.run_group('sweep.py', ['row'], str(tmp_path))
+
+
+def test_a_row_trains_as_a_group_of_one_and_a_failed_group_names_its_rows(tmp_path, monkeypatch):
+  # One route for a row and a group: the child that trains the group (`--train_together`).
+  commands = []
+
+  def failing(command, log_path, timing_path=None, slot=None):
+    commands.append(command)
+    raise RuntimeError(f'transformer_jax.sweep failed (exit 1); see {log_path}')
+
+  monkeypatch.setattr(sweep_lib, '_run', failing)
+  for rows in (['wide'], ['small', 'drop']):
+    with pytest.raises(RuntimeError, match=f'training {", ".join(rows)}: .* see .*sweep.log'):
+      sweep_lib.run_group('sweep.py', rows, str(tmp_path))
+  assert [c[2:5] for c in commands] == [
+      ['transformer_jax.sweep', '--sweep=sweep.py', f'--workdir={tmp_path}'],
+      ['transformer_jax.sweep', '--sweep=sweep.py', f'--workdir={tmp_path}']]
+  assert [c[5] for c in commands] == ['--train_together=wide', '--train_together=small,drop']
 
 
 def test_training_time_is_saved_while_it_runs_and_adds_up_over_attempts(tmp_path, monkeypatch):
@@ -198,25 +216,29 @@ def test_a_command_runs_on_its_slots_cores_and_environment(tmp_path):
 
 
 def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
-  """sweep.run with run_row replaced by a row that takes 0.3 s (or fails, for `fail`); returns
-  the (row, start, end, slot) of each row that ran."""
+  """sweep.run with run_group replaced by rows that take 0.3 s each (or fail, for `fail`);
+  returns the (row, start, end, slot) of each row that ran."""
   ran, lock = [], threading.Lock()
   monkeypatch.setattr(provenance, 'platform', lambda: ('cpu', 'cpu'))
   monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1})
   monkeypatch.setattr(sweep_lib, 'write_table', lambda *args: None)
 
-  def fake_row(sweep_path, row, workdir, overrides, slot, concurrent, device_kind):
-    start = time.perf_counter()
-    time.sleep(0.3)
-    with lock:
-      ran.append((row, start, time.perf_counter(), slot))
-    if row == fail:
-      raise RuntimeError(f'{row} failed')
-    return {'row': row, 'perplexity': 5.0, 'bleu_tokenized': 30.0, 'train_seconds': 0.3,
-            'steps': 20, 'eval_seconds': 0.0, 'together': {'rows': [row]},
-            'provenance': {'machine': {'device': device_kind}}}
+  def fake_group(sweep_path, group, root, overrides, slot, concurrent, device_kind):
+    finished = []
+    for row in group:
+      start = time.perf_counter()
+      time.sleep(0.3)
+      with lock:
+        ran.append((row, start, time.perf_counter(), slot))
+      if row == fail:
+        raise RuntimeError(f'{row} failed')
+      finished.append({'row': row, 'perplexity': 5.0, 'bleu_tokenized': 30.0,
+                       'train_seconds': 0.3, 'steps': 20, 'eval_seconds': 0.0,
+                       'together': {'rows': group},
+                       'provenance': {'machine': {'device': device_kind}}})
+    return finished
 
-  monkeypatch.setattr(sweep_lib, 'run_row', fake_row)
+  monkeypatch.setattr(sweep_lib, 'run_group', fake_group)
   return ran
 
 
@@ -271,8 +293,6 @@ def test_a_group_predicted_to_end_after_the_deadline_is_not_started(tmp_path, mo
   a size never measured starts; the steps a cut-off group has already trained are not counted
   again."""
   ran = _fake_rows(tmp_path, monkeypatch)
-  monkeypatch.setattr(sweep_lib, 'run_rows', lambda sweep_path, group, *args: [
-      sweep_lib.run_row(sweep_path, row, *args) for row in group])
   results = tmp_path / 'results'
   results.mkdir()
   rows = {'x': {}, 'x_seed1': {'seed': 1}, 'y': {'model.d_ff': 96}, 'pair': {},
@@ -308,8 +328,6 @@ def test_each_rows_config_is_checked_once_where_it_enters_the_sweep(tmp_path, mo
   trains: not again to group the rows, predict a group's time or start its training. (The
   training command then checks its own --config once: test_train.)"""
   _fake_rows(tmp_path, monkeypatch)
-  monkeypatch.setattr(sweep_lib, 'run_rows', lambda sweep_path, group, *args: [
-      sweep_lib.run_row(sweep_path, row, *args) for row in group])
   checked, check = [], checks.validate
 
   def counted(config):

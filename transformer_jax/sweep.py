@@ -9,8 +9,8 @@ figures.
 A sweep file is a config file whose `get_config(row)` gives each row's config, with
     ROWS   the row ids, in table order (a dict or a sequence);
     PAPER  optional: {row: (perplexity, BLEU)}, the published figures to print beside ours.
-Each row trains in `DIR/<row>` (`python -m transformer_jax.train --config=SWEEP:ROW`) and is
-then evaluated on the dev split as Table 3 was: beam 4, α 0.6, no checkpoint averaging,
+Each row trains in `DIR/<row>`, in a child process that trains its group (below; a row alone is a
+group of one: the sweep has one route), and is then evaluated on the dev split as Table 3 was: beam 4, α 0.6, no checkpoint averaging,
 per-token perplexity (`python -m transformer_jax.evaluate --split=validation`). Its figures,
 with the dev perplexities logged during training, go to `<results>/<row>.json` (default
 `DIR/rows/`); a row whose JSON exists is skipped, so a
@@ -194,35 +194,25 @@ def row_config(sweep: Any, row: str, overrides: list[str]) -> Any:
   return config
 
 
-def run_row(sweep_path: str, row: str, workdir: str, overrides: list[str] = (),
-            slot: Slot = Slot(), concurrent: int = 1, device_kind: str = '') -> dict:
-  """Trains (or resumes) and evaluates one row in `slot` (one of `concurrent`); returns its
-  figures. Its `train_seconds` are the wall time of every training attempt, dev evaluations
-  during training included."""
-  os.makedirs(workdir, exist_ok=True)
-  log_path = os.path.join(workdir, 'sweep.log')
-  train_seconds, _ = _run([sys.executable, '-m', 'transformer_jax.train',
-                           f'--config={sweep_path}:{row}', f'--workdir={workdir}',
-                           *[f'--config.{override}' for override in overrides]], log_path,
-                          os.path.join(workdir, 'sweep_train_seconds.json'), slot)
-  return _evaluated(row, workdir, train_seconds, log_path, overrides, slot, concurrent,
-                    device_kind, [row])
-
-
-def run_rows(sweep_path: str, rows: list[str], root: str, overrides: list[str] = (),
-             slot: Slot = Slot(), concurrent: int = 1, device_kind: str = '') -> list[dict]:
-  """`run_row` of several rows trained together as one program (`train_loop.train_together`, in a
-  child process: `--train_together`), each in `root/<row>`; their `train_seconds` are the
-  group's, and the log is the first row's."""
+def run_group(sweep_path: str, rows: list[str], root: str, overrides: list[str] = (),
+              slot: Slot = Slot(), concurrent: int = 1, device_kind: str = '') -> list[dict]:
+  """Trains (or resumes) `rows` as one program (`train_loop.train_together`; a row alone is a
+  group of one) in a child process (`--train_together`), each in `root/<row>`, in `slot` (one of
+  `concurrent`), then evaluates each; returns their figures. Their `train_seconds` are the
+  group's: the wall time of every training attempt, dev evaluations during training included.
+  The log is the first row's."""
   dirs = [os.path.join(root, row) for row in rows]
   for workdir in dirs:
     os.makedirs(workdir, exist_ok=True)
   log_path = os.path.join(dirs[0], 'sweep.log')
-  train_seconds, _ = _run([sys.executable, '-m', 'transformer_jax.sweep',
-                           f'--sweep={sweep_path}', f'--workdir={root}',
-                           f'--train_together={",".join(rows)}',
-                           *[f'--override={override}' for override in overrides]], log_path,
-                          os.path.join(dirs[0], 'sweep_train_seconds.json'), slot)
+  try:
+    train_seconds, _ = _run([sys.executable, '-m', 'transformer_jax.sweep',
+                             f'--sweep={sweep_path}', f'--workdir={root}',
+                             f'--train_together={",".join(rows)}',
+                             *[f'--override={override}' for override in overrides]], log_path,
+                            os.path.join(dirs[0], 'sweep_train_seconds.json'), slot)
+  except RuntimeError as e:  # the rows named, whichever of them failed
+    raise RuntimeError(f'training {", ".join(rows)}: {e}') from e
   return [_evaluated(row, workdir, train_seconds, log_path, overrides, slot, concurrent,
                      device_kind, rows) for row, workdir in zip(rows, dirs)]
 
@@ -414,12 +404,8 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None, results_dir: str 
       try:
         print(f'{", ".join(group)}: training in {workdir}/'
               + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}'), flush=True)
-        if len(group) == 1:
-          finished = [run_row(sweep_path, group[0], os.path.join(workdir, group[0]), overrides,
-                              slot, concurrent, device_kind)]
-        else:
-          finished = run_rows(sweep_path, group, workdir, overrides, slot, concurrent,
-                              device_kind)
+        finished = run_group(sweep_path, group, workdir, overrides, slot, concurrent,
+                             device_kind)
       except BaseException:
         failed.set()
         raise
@@ -463,7 +449,7 @@ if __name__ == '__main__':
   _STOP_AFTER = flags.DEFINE_float('stop_after_minutes', None, 'Start no group predicted to end '
                                    'later than this, from the start (module docstring).')
   _TRAIN_TOGETHER = flags.DEFINE_list('train_together', None, 'Internal: trains these rows as '
-                                      'one program in this process (`run_rows`).')
+                                      'one program in this process (`run_group`).')
 
   def main():
     if _TRAIN_TOGETHER.value:
