@@ -133,7 +133,7 @@ def test_fsdp_splits_the_step_and_gathers_parameters():
   def flops(config, devices):
     model = ShardedModel(config, partitioning.make_mesh(config, devices))
     trainer = Trainer(model)
-    compiled = trainer.train_step.lower(trainer.abstract_state,
+    compiled = trainer.train_step.lower(trainer.run_abstract_state,
                                         model.put_batch(_batch(16, 12, 64))).compile()
     return compiled.cost_analysis()['flops']
 

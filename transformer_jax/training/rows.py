@@ -90,7 +90,7 @@ class RowsTrainer(RunsTrainer):
     self.seeds = jnp.asarray([config.seed for config in configs], jnp.uint32)
     self.hyper = hyperparameters(configs)
     self.state_sharding = jax.tree.map(partitioning.stacked, trainer.state_sharding)
-    self.run_abstract_state = trainer.abstract_state
+    self.run_abstract_state = trainer.run_abstract_state
     self._stack = jax.jit(lambda states: jax.tree.map(lambda *leaves: jnp.stack(leaves), *states),
                           out_shardings=self.state_sharding)
     self.rows_multiple = trainer.rows_multiple

@@ -121,8 +121,7 @@ class Trainer(RunsTrainer):
     self.dropout_prng_impl = self.config.train.dropout_prng_impl
     abstract_state = jax.eval_shape(self._boxed_state)
     self.state_sharding = partitioning.state_shardings(abstract_state, model.mesh, model.rules)
-    self.abstract_state = partitioning.placed_shapes(abstract_state, self.state_sharding)
-    self.run_abstract_state = self.abstract_state
+    self.run_abstract_state = partitioning.placed_shapes(abstract_state, self.state_sharding)
     self._init = jax.jit(self.initial_state, out_shardings=self.state_sharding)
     self.train_step, self.train_steps = jit_steps(model, self.step, self.state_sharding)
 
