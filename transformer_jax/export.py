@@ -42,6 +42,7 @@ import numpy as np
 from transformer_jax import cli
 from transformer_jax.data import token_store, tokenizer
 from transformer_jax.data.tokenizer import PAD_ID
+from transformer_jax.decoding import translator
 from transformer_jax.model import marian
 from transformer_jax.model import model_config
 from transformer_jax.model.sharded_model import ShardedModel
@@ -207,6 +208,7 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
   """README.md of the exported model: what it is, how to use it, how it was trained and
   scored."""
   data, model, decode = config.data, config.model, config.decode
+  lengths = translator.bucket_lengths(config)
   if mean_length is None:
     penalty = (f'{decode.alpha}, the run\'s α: no encoded training split was found to adapt it '
                'to')
@@ -255,16 +257,35 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
   lines += [
       '## Use',
       '',
+      'transformer_jax\'s `translate` caps each output at its source\'s length bucket plus '
+      f'{decode.max_extra_length} tokens (`decode.max_extra_length`; §6.1 allows the input '
+      'length + 50, the input padded to its bucket): a source of n tokens (`</s>` included) is '
+      f'padded to the first of {lengths} that is at least n. `max_output_tokens` gives that cap, '
+      'so that the lines below translate as `translate` does even where a sentence runs on to '
+      'it:',
+      '',
       '```python',
-      'import transformers',
-      'model = transformers.MarianMTModel.from_pretrained(PATH)',
-      'tokenizer = transformers.MarianTokenizer.from_pretrained(PATH)',
-      'batch = tokenizer(texts, return_tensors="pt", padding=True)',
-      'outputs = tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True)',
+      'import bisect',
+      f'LENGTHS = {lengths}',
+      'def max_output_tokens(ids):',
+      f'    return LENGTHS[bisect.bisect_left(LENGTHS, len(ids))] + {decode.max_extra_length}',
       '```',
       '',
-      f'`generate` defaults to the run\'s decoding settings: beam {decode.beam_size}, at most '
-      f'{data.max_length + decode.max_extra_length} output tokens, length penalty {penalty}. '
+      '```python',
+      'import torch, transformers',
+      'model = transformers.MarianMTModel.from_pretrained(PATH)',
+      'tokenizer = transformers.MarianTokenizer.from_pretrained(PATH)',
+      'outputs = []',
+      'for ids in tokenizer(texts)["input_ids"]:',
+      '    # max_length counts the start symbol as well',
+      '    generated = model.generate(input_ids=torch.tensor([ids]), '
+      'max_length=max_output_tokens(ids) + 1)',
+      '    outputs += tokenizer.batch_decode(generated, skip_special_tokens=True)',
+      '```',
+      '',
+      f'`generate` defaults to the run\'s other decoding settings: beam {decode.beam_size}, '
+      f'length penalty {penalty}; without `max_length`, at most '
+      f'{data.max_length + decode.max_extra_length} output tokens, the longest source\'s cap. '
       'No exponent gives the paper\'s penalty exactly, so beam search can rank hypotheses of '
       'different lengths differently from transformer_jax; greedy decoding (`num_beams=1`) '
       'gives its translations.',
@@ -279,16 +300,20 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
       'The vocabulary is numbered as Opus-MT models number theirs (`<pad>` last), so '
       'CTranslate2\'s converter takes this directory as it is '
       '(`ct2-transformers-converter --model PATH --output_dir CT2_PATH`). Its model keeps no '
-      'decoding settings: pass the length penalty, and the beam size, to each call:',
+      'decoding settings: pass the beam size, the length penalty and the length cap '
+      '(`max_output_tokens`, above) to each call:',
       '',
       '```python',
       'import ctranslate2, transformers',
       'translator = ctranslate2.Translator(CT2_PATH)',
       'tokenizer = transformers.MarianTokenizer.from_pretrained(PATH)',
-      'tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(texts)["input_ids"]]',
-      f'results = translator.translate_batch(tokens, beam_size={decode.beam_size}, '
-      f'length_penalty={length_penalty(decode.alpha, mean_length):.4f})',
-      'outputs = [tokenizer.convert_tokens_to_string(r.hypotheses[0]) for r in results]',
+      'outputs = []',
+      'for ids in tokenizer(texts)["input_ids"]:',
+      f'    result = translator.translate_batch([tokenizer.convert_ids_to_tokens(ids)], '
+      f'beam_size={decode.beam_size}, length_penalty='
+      f'{length_penalty(decode.alpha, mean_length):.4f}, '
+      'max_decoding_length=max_output_tokens(ids))[0]',
+      '    outputs.append(tokenizer.convert_tokens_to_string(result.hypotheses[0]))',
       '```',
       '',
       '## Model',

@@ -27,6 +27,12 @@ from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import checkpointing, compilation
 
 
+def bucket_lengths(config) -> list[int]:
+  """The lengths a source is padded to, the shortest that holds it: decoding's input shapes,
+  and with `config.decode.max_extra_length` its length cap (§6.1: input length + 50)."""
+  return batching.bucket_lengths(config.data.max_length, pipeline.buckets(config))
+
+
 class Translator:
   """The parameters of a workdir's last `average_last` checkpoints, averaged (§6.1), on every
   device, with the decoding settings of `config.decode` unless given here."""
@@ -56,7 +62,7 @@ class Translator:
                       len(self.steps), self.steps, config.decode.average_last)
     shards = self.model.batch_shards
     self.rows = -(-batch_size // shards) * shards
-    self.lengths = batching.bucket_lengths(config.data.max_length, pipeline.buckets(config))
+    self.lengths = bucket_lengths(config)
     decode = config.decode
     self._decode = decoding.jit_decode(self.model, decode.beam_size, decode.alpha,
                                        decode.max_extra_length, cached)
