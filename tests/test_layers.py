@@ -18,7 +18,7 @@ MODULES_PAGE = os.path.join(os.path.dirname(PACKAGE), 'docs', 'modules.md')
 # at its top sit the commands (train, translate, evaluate, sweep, export, ..., and
 # `data/__main__.py`), each importing libraries, never another command, and `cli`, the
 # command line that every command shares.
-LIBRARIES = ('config', 'storage', 'data', 'model', 'training', 'decoding', 'loop')
+LIBRARIES = ('config', 'storage', 'data', 'model', 'training', 'decoding', 'loop', 'sweep')
 MAY_IMPORT = {
     'config': set(),
     'storage': set(),
@@ -27,11 +27,12 @@ MAY_IMPORT = {
     'training': {'config', 'storage', 'data', 'model'},
     'decoding': {'config', 'storage', 'data', 'model', 'training'},
     'loop': {'config', 'storage', 'data', 'model', 'training', 'decoding'},
+    'sweep': {'config', 'storage', 'data', 'model', 'training', 'decoding', 'loop'},
     'cli': {'config'},
     'commands': {*LIBRARIES, 'cli'},
 }
 # The map's order: the top layer first, as a reader meets the package.
-ORDER = ('commands', 'cli', 'loop', 'decoding', 'training', 'model', 'data', 'storage', 'config')
+ORDER = ('commands', 'cli', 'sweep', 'loop', 'decoding', 'training', 'model', 'data', 'storage', 'config')
 MAP_START = ('<!-- module map: the first paragraph of each docstring; '
              'python tests/test_layers.py --write -->')
 MAP_END = '<!-- end of the module map -->'

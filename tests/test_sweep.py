@@ -1,13 +1,12 @@
-"""The sweep runner: rows trained and evaluated, figures tabulated, finished rows skipped; the
-miniature Table 3 sweep scales the paper's rows faithfully."""
+"""The sweep: rows trained and evaluated in one process, a group as one program, figures
+tabulated, finished rows skipped, groups planned for a deadline; the miniature Table 3 sweep
+scales the paper's rows faithfully."""
 
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 
 from conftest import SMALL, train_config
@@ -16,9 +15,10 @@ from flax import traverse_util
 import jax
 import pytest
 
-from transformer_jax import sweep as sweep_lib
 from transformer_jax.config import checks, loading
-from transformer_jax.storage import provenance
+from transformer_jax.data import pipeline
+from transformer_jax.decoding import translator as translator_lib
+from transformer_jax.sweep import plan, results as tables, run as sweep_run
 from transformer_jax.training import checkpointing
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,14 +26,15 @@ table3 = loading.import_sibling(__file__, '../configs/table3')
 
 
 def _sweep_file(tmp_path, rows: dict | None = None) -> str:
-  """A sweep file of rows 'small' and 'wide' (d_ff 128), or of `rows` (row -> fields), on the
-  session's corpus (its dev split, which each row's evaluation decodes whole, of 64
-  sentences)."""
+  """A sweep file, `table3_tiny/sweep.py`, of rows 'small' and 'wide' (d_ff 128), or of `rows`
+  (row -> fields), on the session's corpus (its dev split, which each row's evaluation decodes
+  whole, of 64 sentences)."""
   rows = rows or {'small': {}, 'wide': {'model.d_ff': 128}}
   fields = {**SMALL, 'train.num_train_steps': 20,
             'train.log_every_steps': 10, 'train.eval_every_steps': 20, 'train.eval_bleu': False,
             'train.num_eval_steps': 1, 'train.checkpoint_every_steps': 20}
-  path = tmp_path / 'sweep.py'
+  path = tmp_path / 'table3_tiny' / 'sweep.py'
+  path.parent.mkdir(exist_ok=True)
   path.write_text(f'''
 from transformer_jax.config import checks, loading
 
@@ -57,42 +58,66 @@ def _sweep(*args) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_rows_run_side_by_side_and_together_are_tabulated_and_skipped_when_done(tmp_path):
-  """One sweep: rows small and drop trained as one program (`--together=2`) beside row wide
-  (`--concurrent=2`), each group on its own core (or half of them), an override in every row;
-  each row evaluated in its own workdir and tabulated; a second run trains nothing."""
+def test_groups_train_and_evaluate_in_the_sweeps_process_and_are_skipped_when_done(
+    tmp_path, monkeypatch):
+  """One sweep in this process: rows small and drop trained and evaluated as one program
+  (`--together=2`), then row wide alone, an override in every row, no process started for a
+  group or a row's evaluation, the data and vocabulary loaded once (the three rows share the
+  data config and seed); each row evaluated in its own workdir as Table 3 was, and tabulated
+  under the sweep file's name. The command, run again, trains nothing."""
   sweep, workdir, results = (_sweep_file(tmp_path, GROUPABLE), tmp_path / 'run',
                              tmp_path / 'results')
-  rows = '--rows=small,drop,wide'
-  done = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}', rows,
-                '--override=model.attention_dropout_rate=0.05', '--together=2',
-                '--concurrent=2')
-  assert done.returncode == 0, done.stderr[-3000:]
+  started, loads, group_translators = [], [], []
+  popen, load, rows_translator = subprocess.Popen, pipeline.load, translator_lib.RowsTranslator
+
+  def spied_popen(args, *rest, **kwargs):
+    started.append(args)
+    return popen(args, *rest, **kwargs)
+
+  def spied_load(*args, **kwargs):
+    loads.append(args[1])
+    return load(*args, **kwargs)
+
+  def spied_rows_translator(workdirs, **settings):
+    group_translators.append((list(workdirs), settings))
+    return rows_translator(workdirs, **settings)
+
+  monkeypatch.setattr(subprocess, 'Popen', spied_popen)
+  monkeypatch.setattr(pipeline, 'load', spied_load)
+  monkeypatch.setattr(sweep_run, 'RowsTranslator', spied_rows_translator)
+  sweep_run.run(sweep, str(workdir), ['small', 'drop', 'wide'], str(results),
+                ['model.attention_dropout_rate=0.05'], together=2)
+  # No Python process: only tools (git for the provenance's commit, matplotlib's fc-list).
+  assert not [args for args in started
+              if os.path.basename(str(args[0])).startswith('python') or args[0] == sys.executable]
+  assert loads == [str(workdir / 'small')]
+  assert group_translators == [([str(workdir / 'small'), str(workdir / 'drop')],
+                                sweep_run.EVALUATION)]
   assert sorted(os.listdir(results)) == ['drop.json', 'small.json', 'wide.json']
   figures = {}
   for row in ('small', 'drop', 'wide'):
     with open(results / f'{row}.json') as f:
       figures[row] = json.load(f)
   small, drop, wide = figures['small'], figures['drop'], figures['wide']
-  # The groups, side by side, each in a slot of its own.
-  assert all(figures[row]['concurrent']['rows'] == 2 for row in figures)
-  assert small['concurrent']['cores'] == drop['concurrent']['cores']
-  cores = [row['concurrent']['cores'] for row in (small, wide)]
-  assert sorted(sum(cores, [])) == sorted(os.sched_getaffinity(0)) and all(cores)
-  assert 'training in' in done.stdout and '{small,drop}' in done.stdout
   for row in ('small', 'drop'):
     assert figures[row]['together'] == {'rows': ['small', 'drop'], 'shuffle_seed': 0}
   assert wide['together'] == {'rows': ['wide'], 'shuffle_seed': None}  # its own order
+  assert all(figures[row]['evaluated_together'] for row in figures)
+  assert small['eval_seconds'] == drop['eval_seconds']  # the group's evaluation
   assert drop['model']['dropout_rate'] == 0.3 and small['model']['dropout_rate'] == 0.1
   assert small['train_seconds'] == drop['train_seconds']
   assert small['perplexity'] != drop['perplexity']
+  # Each workdir has the vocabulary it was trained and evaluated with.
+  vocabulary = (workdir / 'small' / 'spm.model').read_bytes()
+  assert all((workdir / row / 'spm.model').read_bytes() == vocabulary for row in ('drop', 'wide'))
   # Every row's figures, with the override and where they came from.
   for result in figures.values():
     assert result['model']['attention_dropout_rate'] == 0.05
     assert result['overrides'] == ['model.attention_dropout_rate=0.05']
     assert result['checkpoint_steps'] == [20] and result['perplexity'] > 1
-  assert wide['model']['d_ff'] == 128 and wide['steps'] == 20 and wide['beam_size'] == 4
-  assert wide['split'] == 'validation' and 0 <= wide['bleu_tokenized'] <= 100
+    assert (result['beam_size'], result['alpha'], result['split']) == (4, 0.6, 'validation')
+  assert wide['model']['d_ff'] == 128 and wide['steps'] == 20
+  assert 0 <= wide['bleu_tokenized'] <= 100
   assert wide['provenance']['machine']['device'] == jax.devices()[0].device_kind
   assert wide['provenance']['machine']['processor']
   assert wide['provenance']['commit'] == checkout_commit()
@@ -101,135 +126,92 @@ def test_rows_run_side_by_side_and_together_are_tabulated_and_skipped_when_done(
   assert wide['dev_curve'] == [{'step': r['step'], 'perplexity': r['perplexity']}
                                for r in logged if r['split'] == 'validation']
   assert [point['step'] for point in wide['dev_curve']] == [20]
-  with open(workdir / 'table3.csv') as f:
+  assert 'data loaded' in (workdir / 'small' / 'sweep.log').read_text()  # what the group printed
+  with open(workdir / 'table3_tiny.csv') as f:
     table = list(csv.DictReader(f))
   assert [r['row'] for r in table] == ['small', 'wide', 'drop']  # the sweep's order
   assert table[0]['paper_bleu'] == '25.8' and table[1]['paper_bleu'] == ''
   assert float(table[1]['dev_ppl']) == round(wide['perplexity'], 2)
-  assert '| small |' in (workdir / 'table3.md').read_text()
-  assert (workdir / 'table3.png').stat().st_size > 0
+  assert '| small |' in (workdir / 'table3_tiny.md').read_text()
+  assert (workdir / 'table3_tiny.png').stat().st_size > 0
 
-  # A second run finds the rows done and trains nothing.
+  # The command, run again, finds the rows done and trains nothing.
   mtime = os.path.getmtime(results / 'small.json')
-  again = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}', rows)
+  again = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}',
+                 '--rows=small,drop,wide')
   assert again.returncode == 0, again.stderr[-3000:]
   assert again.stdout.count('done already') == 3
   assert os.path.getmtime(results / 'small.json') == mtime
 
 
-def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypatch):
-  # What a preempted training run leaves: exit status 0, checkpoints short of the last step.
-  workdir = tmp_path / 'row'
+def test_a_removed_flag_names_what_replaces_it(tmp_path):
+  result = _sweep(f'--sweep={_sweep_file(tmp_path)}', f'--workdir={tmp_path / "run"}',
+                  '--concurrent=2')
+  assert result.returncode != 0
+  assert '--concurrent was removed' in result.stderr and '--together' in result.stderr
+  assert not (tmp_path / 'run').exists()
 
-  def fake_run(command, log_path, timing_path=None, slot=None):
-    assert '--train_together=row' in command, f'ran {command[2:4]} after an unfinished run'
-    checkpointing.write_config(train_config(**{'train.num_train_steps': 20}), str(workdir))
+
+def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypatch):
+  # What a preempted training run leaves: it returns, with checkpoints short of the last step.
+  workdir = tmp_path / 'row'
+  config = train_config(**{'train.num_train_steps': 20})
+
+  def preempted(configs, dirs, loaded):
+    assert dirs == [str(workdir)]
+    checkpointing.write_config(config, str(workdir))
     for step in ('10', '12', '20.orbax-checkpoint-tmp-1'):  # step 20 never finished writing
       os.makedirs(workdir / 'checkpoints' / step)
-    return 1.0, ''
+    return [{}]
 
-  monkeypatch.setattr(sweep_lib, '_run', fake_run)
-  with pytest.raises(RuntimeError, match='row stopped at step 12 of 20'):
-    sweep_lib.run_group('sweep.py', ['row'], str(tmp_path))
+  def evaluated(*args, **kwargs):
+    raise AssertionError('evaluated an unfinished row')
+
+  monkeypatch.setattr(sweep_run.train_loop, 'train_together', preempted)
+  monkeypatch.setattr(sweep_run, 'Translator', evaluated)
+  with pytest.raises(RuntimeError, match='row stopped at step 12 of 20 .*run the sweep again'):
+    sweep_run.run_group(['row'], {'row': config}, str(tmp_path), [], 'cpu', {})
 
 
-def test_a_row_trains_as_a_group_of_one_and_a_failed_group_names_its_rows(tmp_path, monkeypatch):
-  # One route for a row and a group: the child that trains the group (`--train_together`).
-  commands = []
+def test_a_failed_group_names_its_rows_and_its_log_holds_what_it_printed(tmp_path,
+                                                                        monkeypatch):
+  def failing(configs, dirs, loaded):
+    print('step 3: something printed')
+    raise ValueError('a NaN')
 
-  def failing(command, log_path, timing_path=None, slot=None):
-    commands.append(command)
-    raise RuntimeError(f'transformer_jax.sweep failed (exit 1); see {log_path}')
-
-  monkeypatch.setattr(sweep_lib, '_run', failing)
-  for rows in (['wide'], ['small', 'drop']):
-    with pytest.raises(RuntimeError, match=f'training {", ".join(rows)}: .* see .*sweep.log'):
-      sweep_lib.run_group('sweep.py', rows, str(tmp_path))
-  assert [c[2:5] for c in commands] == [
-      ['transformer_jax.sweep', '--sweep=sweep.py', f'--workdir={tmp_path}'],
-      ['transformer_jax.sweep', '--sweep=sweep.py', f'--workdir={tmp_path}']]
-  assert [c[5] for c in commands] == ['--train_together=wide', '--train_together=small,drop']
+  monkeypatch.setattr(sweep_run.train_loop, 'train_together', failing)
+  config = train_config()
+  with pytest.raises(RuntimeError, match='training small, drop: a NaN'):
+    sweep_run.run_group(['small', 'drop'], {'small': config, 'drop': config}, str(tmp_path),
+                        [], 'cpu', {})
+  assert 'step 3: something printed' in (tmp_path / 'small' / 'sweep.log').read_text()
 
 
 def test_training_time_is_saved_while_it_runs_and_adds_up_over_attempts(tmp_path, monkeypatch):
-  # A runner killed part-way loses nothing but the last few seconds: the child reads the
-  # timing file while it runs and finds an earlier attempt's 100 s plus its own time so far.
-  monkeypatch.setattr(sweep_lib, 'SAVE_SECONDS_EVERY', 0.05)
+  # A sweep killed part-way loses nothing but the last few seconds: the file holds an earlier
+  # attempt's 100 s plus this one's time so far, while it runs.
+  monkeypatch.setattr(sweep_run, 'SAVE_SECONDS_EVERY', 0.05)
   timing = tmp_path / 'seconds.json'
   timing.write_text('100.0')
-  child = ('import json, sys, time; time.sleep(1.0); '
-           f'print(json.load(open({str(timing)!r})))')
-  seconds, output = sweep_lib._run([sys.executable, '-c', child], str(tmp_path / 'log'),
-                                   str(timing))
-  seen = float(output)
-  assert 100.5 < seen < seconds
-  assert json.loads(timing.read_text()) == seconds
-  assert str(seen) in (tmp_path / 'log').read_text()  # stdout is kept in the log too
-
-
-def test_a_sigterm_to_the_sweep_reaches_the_running_command(tmp_path):
-  # The child exits 3 on SIGTERM, 0 if it never gets one; the sweep process itself survives.
-  # A handler of the test's own catches the signal should it not be passed on.
-  ready = tmp_path / 'ready'
-  child = ('import pathlib, signal, sys, time; '
-           'signal.signal(signal.SIGTERM, lambda *_: sys.exit(3)); '
-           f'pathlib.Path({str(ready)!r}).touch(); time.sleep(20)')
-  caught = []
-
-  def record(*_):
-    caught.append(True)
-
-  previous = signal.signal(signal.SIGTERM, record)
-
-  def terminate_when_ready():
-    while not ready.exists():
-      time.sleep(0.01)
-    os.kill(os.getpid(), signal.SIGTERM)
-
-  threading.Thread(target=terminate_when_ready, daemon=True).start()
-  try:
-    with pytest.raises(RuntimeError, match=r'failed \(exit 3\)'):
-      sweep_lib._run([sys.executable, '-c', child], str(tmp_path / 'log'))
-    assert not caught
-    assert signal.getsignal(signal.SIGTERM) is record  # the sweep's handler is gone again
-  finally:
-    signal.signal(signal.SIGTERM, previous)
-
-
-def test_slots_split_the_cores_or_the_accelerators_memory(monkeypatch):
-  monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3, 5})
-  assert [slot.cores for slot in sweep_lib.slots(2, 'cpu')] == [(0, 1), (2, 3, 5)]
-  assert sweep_lib.slots(1, 'cpu') == [sweep_lib.Slot()]  # alone: every core, as without
-  with pytest.raises(ValueError, match='--concurrent=6: more rows at once than the 5 CPU cores'):
-    sweep_lib.slots(6, 'cpu')
-  gpu = sweep_lib.slots(4, 'gpu')
-  assert len(gpu) == 4 and all(slot.cores is None for slot in gpu)
-  assert all(dict(slot.env) == {'XLA_PYTHON_CLIENT_MEM_FRACTION': '0.225'} for slot in gpu)
-
-
-def test_a_command_runs_on_its_slots_cores_and_environment(tmp_path):
-  slot = sweep_lib.Slot(cores=(0,), env=(('XLA_PYTHON_CLIENT_MEM_FRACTION', '0.450'),))
-  child = ('import os; print(sorted(os.sched_getaffinity(0)), '
-           'os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"])')
-  _, output = sweep_lib._run([sys.executable, '-c', child], str(tmp_path / 'log'), slot=slot)
-  assert output.split() == ['[0]', '0.450']
+  with sweep_run._timed(str(timing)) as seconds:  # pylint: disable=protected-access
+    time.sleep(0.5)
+    seen = json.loads(timing.read_text())
+  assert 100.3 < seen < seconds() == json.loads(timing.read_text())
+  time.sleep(0.1)
+  assert seconds() == json.loads(timing.read_text())  # the block's time, not counted on
 
 
 def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
-  """sweep.run with run_group replaced by rows that take 0.3 s each (or fail, for `fail`);
-  returns the (row, start, end, slot) of each row that ran."""
-  ran, lock = [], threading.Lock()
-  monkeypatch.setattr(provenance, 'platform', lambda: ('cpu', 'cpu'))
-  monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1})
-  monkeypatch.setattr(sweep_lib, 'write_table', lambda *args: None)
+  """run.run with run_group replaced by rows that take 0.05 s each (or fail, for `fail`);
+  returns the rows that ran, in order."""
+  ran = []
+  monkeypatch.setattr(tables, 'write_table', lambda *args: None)
 
-  def fake_group(sweep_path, group, root, overrides, slot, concurrent, device_kind):
+  def fake_group(group, configs, workdir, overrides, device_kind, loaded):
     finished = []
     for row in group:
-      start = time.perf_counter()
-      time.sleep(0.3)
-      with lock:
-        ran.append((row, start, time.perf_counter(), slot))
+      time.sleep(0.05)
+      ran.append(row)
       if row == fail:
         raise RuntimeError(f'{row} failed')
       finished.append({'row': row, 'perplexity': 5.0, 'bleu_tokenized': 30.0,
@@ -238,60 +220,72 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
                        'provenance': {'machine': {'device': device_kind}}})
     return finished
 
-  monkeypatch.setattr(sweep_lib, 'run_group', fake_group)
+  monkeypatch.setattr(sweep_run, 'run_group', fake_group)
   return ran
-
-
-def _overlapping(ran) -> bool:
-  return any(a[1] < b[2] and b[1] < a[2] for a in ran for b in ran if a is not b)
-
-
-@pytest.mark.parametrize('concurrent', [1, 2])
-def test_rows_run_side_by_side_each_in_its_own_slot(tmp_path, monkeypatch, concurrent):
-  ran = _fake_rows(tmp_path, monkeypatch)
-  results = sweep_lib.run(_sweep_file(tmp_path), str(tmp_path / 'run'), ['small', 'wide'],
-                          str(tmp_path / 'results'), concurrent=concurrent)
-  assert sorted(results) == ['small', 'wide']
-  assert sorted(os.listdir(tmp_path / 'results')) == ['small.json', 'wide.json']
-  assert _overlapping(ran) == (concurrent == 2)
-  if concurrent == 2:
-    assert sorted(slot.cores for *_, slot in ran) == [(0,), (1,)]
 
 
 def test_after_a_failed_row_no_new_row_starts(tmp_path, monkeypatch):
   ran = _fake_rows(tmp_path, monkeypatch, fail='small')
   with pytest.raises(RuntimeError, match='small failed'):
-    sweep_lib.run(_sweep_file(tmp_path), str(tmp_path / 'run'), ['small', 'wide'],
-                  str(tmp_path / 'results'), concurrent=1)
-  assert [row for row, *_ in ran] == ['small']
+    sweep_run.run(_sweep_file(tmp_path), str(tmp_path / 'run'), ['small', 'wide'],
+                  str(tmp_path / 'results'))
+  assert ran == ['small']
   assert not os.path.exists(tmp_path / 'results' / 'small.json')
 
 
 def _finished(group: list[str], train_seconds: float, steps: int, eval_seconds: float,
-              device: str = 'cpu') -> dict:
-  """The JSONs of a group's rows as the sweep writes them, with what the prediction reads."""
+              device: str = 'cpu', together: bool = False) -> dict:
+  """The JSONs of a group's rows as the sweep writes them, with what the prediction reads
+  (rows evaluated one by one, or `together` as one program: its time in each)."""
   return {row: {'row': row, 'train_seconds': train_seconds, 'steps': steps,
                 'eval_seconds': eval_seconds, 'together': {'rows': group},
+                **({'evaluated_together': True} if together else {}),
                 'provenance': {'machine': {'device': device}}} for row in group}
 
 
 def test_a_groups_time_is_predicted_from_the_slowest_finished_group_of_its_size():
   results = {**_finished(['a', 'b'], 100.0, 1000, 10.0), **_finished(['c', 'd'], 150.0, 1000, 5.0),
              **_finished(['e', 'f'], 900.0, 1000, 5.0, device='H200'),
-             **_finished(['g'], 50.0, 1000, 3.0)}
+             **_finished(['g'], 50.0, 1000, 3.0),
+             **_finished(['h', 'i', 'j'], 90.0, 1000, 12.0, together=True)}
   # (c, d): 0.15 s a step for 2000 steps, and two evaluations of 5 s; (a, b) gives 220 s.
-  assert sweep_lib.predicted_seconds(results, 2, 2000, 'cpu') == pytest.approx(310.0)
-  assert sweep_lib.predicted_seconds(results, 2, 2000, 'H200') == pytest.approx(1810.0)
-  assert sweep_lib.predicted_seconds(results, 1, 500, 'cpu') == pytest.approx(28.0)
-  assert sweep_lib.predicted_seconds(results, 3, 2000, 'cpu') is None  # no group of 3 yet
-  assert sweep_lib.predicted_seconds({}, 2, 2000, 'cpu') is None
+  assert plan.predicted_seconds(results, 2, 2000, 'cpu') == pytest.approx(310.0)
+  assert plan.predicted_seconds(results, 2, 2000, 'H200') == pytest.approx(1810.0)
+  assert plan.predicted_seconds(results, 1, 500, 'cpu') == pytest.approx(28.0)
+  # Evaluated as one program: its 12 s counted once, not a row.
+  assert plan.predicted_seconds(results, 3, 2000, 'cpu') == pytest.approx(192.0)
+  assert plan.predicted_seconds(results, 4, 2000, 'cpu') is None  # no group of 4 yet
+  assert plan.predicted_seconds({}, 2, 2000, 'cpu') is None
+
+
+def test_the_plan_finishes_the_most_rows_in_the_time_given():
+  """The groups whose predicted times fit with the most rows, the fewest seconds among equals,
+  in row order, then those not predicted; the others passed over. Brute force over every
+  subset is the reference."""
+  import itertools  # pylint: disable=import-outside-toplevel
+  groups = [['a', 'a1'], ['b'], ['c', 'c1', 'c2'], ['d'], ['e', 'e1'], ['u', 'u1']]
+  seconds = {('a', 'a1'): 50.0, ('b',): 40.0, ('c', 'c1', 'c2'): 70.0, ('d',): 25.5,
+             ('e', 'e1'): 120.0, ('u', 'u1'): None}
+  for budget in (0, 30, 60, 100, 140, 200, 400):
+    chosen = plan.plan(groups, seconds, budget)
+    known = [g for g in groups if seconds[tuple(g)] is not None]
+    fits = [subset for k in range(len(known) + 1) for subset in itertools.combinations(known, k)
+            if sum(-(-seconds[tuple(g)] // 1) for g in subset) <= budget]
+    best = max(fits, key=lambda subset: (sum(map(len, subset)),
+                                         -sum(seconds[tuple(g)] for g in subset)))
+    assert chosen.start == [g for g in known if g in best] + [['u', 'u1']], budget
+    assert chosen.passed_over == [g for g in known if g not in best], budget
+  assert plan.plan(groups, seconds, None).start == groups  # no deadline: all, in order
+  text = plan.plan(groups, seconds, 100).describe(100)
+  assert 'c, c1, c2: 70 s predicted' in text and 'u, u1: not predicted' in text
+  assert text.index('not expected to finish') < text.index('a, a1: 50 s predicted')
 
 
 def test_a_group_predicted_to_end_after_the_deadline_is_not_started(tmp_path, monkeypatch, capsys):
-  """With --stop_after_minutes, a group that the finished groups of its size on this device say
-  would end too late is passed over (named), a smaller one after it still starts, and a group of
-  a size never measured starts; the steps a cut-off group has already trained are not counted
-  again."""
+  """With --stop_after_minutes, the plan printed first; a group that the finished groups of its
+  size on this device say would end too late is passed over (named), a smaller one still
+  starts, and a group of a size never measured starts; the steps a cut-off group has already
+  trained are not counted again."""
   ran = _fake_rows(tmp_path, monkeypatch)
   results = tmp_path / 'results'
   results.mkdir()
@@ -299,34 +293,34 @@ def test_a_group_predicted_to_end_after_the_deadline_is_not_started(tmp_path, mo
           'pair_seed1': {'seed': 1}, 'wide': {'model.d_ff': 128},
           **{f'triple_seed{i}': {'seed': i} for i in (2, 3, 4)}}
   sweep = _sweep_file(tmp_path, rows)
+  device = jax.devices()[0].device_kind
   # Groups finished earlier on this device: two rows of 20 steps in 130 s; one row in 10 s.
-  for name, result in {**_finished(['x', 'x_seed1'], 120.0, 20, 5.0),
-                       **_finished(['y'], 8.0, 20, 2.0)}.items():
+  for name, result in {**_finished(['x', 'x_seed1'], 120.0, 20, 5.0, device),
+                       **_finished(['y'], 8.0, 20, 2.0, device)}.items():
     (results / f'{name}.json').write_text(json.dumps(result))
-  sweep_lib.run(sweep, str(tmp_path / 'run'), ['pair', 'pair_seed1', 'wide'], str(results),
+  sweep_run.run(sweep, str(tmp_path / 'run'), ['pair', 'pair_seed1', 'wide'], str(results),
                 together=2, stop_after_minutes=1.0)
-  assert [row for row, *_ in ran] == ['wide']  # 130 s > 60 s left; 10 s fit
+  assert ran == ['wide']  # 130 s > 60 s left; 10 s fit
   out = capsys.readouterr().out
-  assert ('pair, pair_seed1: not started: a group of 2 rows with 20 steps to train takes '
-          '130 s') in out
+  assert out.index('plan for') < out.index('wide: training in')
+  assert 'not expected to finish, not started:\n  pair, pair_seed1: 130 s predicted' in out
   assert 'not started before --stop_after_minutes=1: pair, pair_seed1' in out
   # Cut off at step 15 in an earlier call: 5 steps left, 40 s predicted, so it starts.
   monkeypatch.setattr(checkpointing, 'saved_steps', lambda workdir: [15] if 'pair' in workdir
                       else [])
-  sweep_lib.run(sweep, str(tmp_path / 'run'), ['pair', 'pair_seed1', 'wide'], str(results),
+  sweep_run.run(sweep, str(tmp_path / 'run'), ['pair', 'pair_seed1', 'wide'], str(results),
                 together=2, stop_after_minutes=1.0)
-  assert [row for row, *_ in ran] == ['wide', 'pair', 'pair_seed1']
+  assert ran == ['wide', 'pair', 'pair_seed1']
   # A size not measured on this device (no group of 3 has finished) starts.
   triple = [f'triple_seed{i}' for i in (2, 3, 4)]
-  sweep_lib.run(sweep, str(tmp_path / 'run'), triple, str(results), together=3,
+  sweep_run.run(sweep, str(tmp_path / 'run'), triple, str(results), together=3,
                 stop_after_minutes=0.01)
-  assert [row for row, *_ in ran][3:] == triple
+  assert ran[3:] == triple
 
 
 def test_each_rows_config_is_checked_once_where_it_enters_the_sweep(tmp_path, monkeypatch):
-  """The sweep's process checks each row's config (with the overrides) once, before anything
-  trains: not again to group the rows, predict a group's time or start its training. (The
-  training command then checks its own --config once: test_train.)"""
+  """The sweep checks each row's config (with the overrides) once, before anything trains:
+  not again to group the rows, predict a group's time or start its training."""
   _fake_rows(tmp_path, monkeypatch)
   checked, check = [], checks.validate
 
@@ -336,16 +330,16 @@ def test_each_rows_config_is_checked_once_where_it_enters_the_sweep(tmp_path, mo
     check(config)
 
   monkeypatch.setattr(checks, 'validate', counted)
-  sweep_lib.run(_sweep_file(tmp_path, GROUPABLE), str(tmp_path / 'run'), list(GROUPABLE),
+  sweep_run.run(_sweep_file(tmp_path, GROUPABLE), str(tmp_path / 'run'), list(GROUPABLE),
                 str(tmp_path / 'results'), ['model.attention_dropout_rate=0.05'], together=2,
                 stop_after_minutes=60)
   assert len(checked) == len(GROUPABLE) == len(set(checked))
   assert {row[-1] for row in checked} == {0.05}
 
 
-def test_a_failed_command_names_its_log(tmp_path):
-  with pytest.raises(RuntimeError, match='see .*log'):
-    sweep_lib._run([sys.executable, '-c', 'raise SystemExit(3)'], str(tmp_path / 'log'))
+def test_the_tables_are_named_after_the_sweep_file():
+  assert tables.table_name('experiments/table3_regularised/sweep.py') == 'table3_regularised'
+  assert tables.table_name('/tmp/my_rows.py') == 'my_rows'
 
 
 @pytest.mark.slow
@@ -359,12 +353,11 @@ def test_unknown_rows_are_an_error_before_training(tmp_path):
 
 def test_overrides_are_parsed_as_train_parses_them(tmp_path):
   sweep = loading.load_sweep(_sweep_file(tmp_path))
-  config = sweep_lib.row_config(sweep, 'wide',
-                                ['model.dropout_rate=0.25', 'train.grad_accum_steps=2'])
+  config = plan.row_config(sweep, 'wide', ['model.dropout_rate=0.25', 'train.grad_accum_steps=2'])
   assert config.model.dropout_rate == 0.25 and config.train.grad_accum_steps == 2
   assert config.model.d_ff == 128  # the row's own change stays
   with pytest.raises(ValueError, match='must be a positive integer'):
-    sweep_lib.row_config(sweep, 'wide', ['train.grad_accum_steps=0'])
+    plan.row_config(sweep, 'wide', ['train.grad_accum_steps=0'])
 
 
 @pytest.mark.slow
@@ -467,5 +460,5 @@ GROUPABLE = {'small': {}, 'wide': {'model.d_ff': 128}, 'drop': {'model.dropout_r
     (4, [['small', 'drop', 'seed2', 'smooth'], ['wide']])])
 def test_rows_are_grouped_in_order_where_they_can_train_as_one_program(tmp_path, together, want):
   sweep = loading.load_sweep(_sweep_file(tmp_path, GROUPABLE))
-  configs = {row: sweep_lib.row_config(sweep, row, []) for row in GROUPABLE}
-  assert sweep_lib.groups(configs, together) == want
+  configs = {row: plan.row_config(sweep, row, []) for row in GROUPABLE}
+  assert plan.groups(configs, together) == want

@@ -13,8 +13,10 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import assert_trained_alike, metrics_lines, short_run, train_config
+from transformer_jax.decoding import scoring
+from transformer_jax.decoding.translator import RowsTranslator, Translator
 from transformer_jax.loop import train_loop
-from transformer_jax.training import checkpointing, metrics_log
+from transformer_jax.training import checkpointing, compilation, metrics_log
 from transformer_jax.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
@@ -122,3 +124,32 @@ def test_runs_saved_at_different_steps_are_refused(together, overrides, tmp_path
     train_loop.train_together([train_config(**overrides, **run) for run in RUNS],
                          [together[0], fresh])
   assert not os.path.exists(os.path.join(fresh, 'config.json'))  # refused before any work
+
+
+def test_the_runs_evaluated_as_one_program_score_as_each_alone(together, tmp_path):
+  """Table 3's evaluation of the group as one program (`RowsTranslator`, `scoring.evaluate_rows`:
+  the parameters stacked, the decoder and the loss vmapped): each run's hypotheses are those it
+  decodes alone, its BLEU the same and its perplexity within 1e-5; the group's evaluation makes
+  as many programs as one run's (a decoder and a loss a shape, whatever the number of runs)."""
+  settings = {'beam_size': 4, 'alpha': 0.6, 'average_last': 1}
+  together = [shutil.copytree(workdir, tmp_path / f'run{i}') for i, workdir in enumerate(together)]
+  together = [str(workdir) for workdir in together]
+  translator = RowsTranslator(together, **settings)
+  before = compilation.so_far()
+  group = scoring.evaluate_rows(translator, 'validation')
+  group_programs = compilation.so_far() - before
+  group_hypotheses = [open(r['hypotheses'], encoding='utf-8').read() for r in group]
+  assert [r['checkpoint_steps'] for r in group] == [[STEPS], [STEPS]]
+  for workdir, row, hypotheses in zip(together, group, group_hypotheses):
+    translator = Translator(workdir, **settings)
+    before = compilation.so_far()
+    alone = scoring.evaluate(translator, 'validation')
+    if workdir == together[0]:
+      programs = compilation.so_far() - before
+      assert (group_programs.compiled + group_programs.loaded
+              == programs.compiled + programs.loaded > 0)
+    assert open(alone['hypotheses'], encoding='utf-8').read() == hypotheses
+    assert row['bleu_tokenized'] == alone['bleu_tokenized']
+    assert row['bleu_detokenized'] == alone['bleu_detokenized']
+    assert row['perplexity'] == pytest.approx(alone['perplexity'], rel=1e-5)
+  assert group[0]['perplexity'] != pytest.approx(group[1]['perplexity'], rel=1e-3)

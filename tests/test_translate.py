@@ -19,6 +19,7 @@ import sacrebleu
 from conftest import (metrics_lines, text_of_max_length, train_command, two_process_commands,
                       write_corpus, xla_flags)
 from transformer_jax import evaluate, translate
+from transformer_jax.decoding import scoring
 from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
 from transformer_jax.decoding import bleu, decoding
 from transformer_jax.decoding.evaluator import Evaluator
@@ -89,7 +90,7 @@ def test_perplexity_is_the_exp_of_the_mean_nll_per_reference_token(workdir):
   # data.max_length tokens.
   translator = Translator(workdir, average_last=1)
   pairs = datasets.load_pairs(translator.config.data, 'test')[:40]
-  got = evaluate.perplexity(translator, pairs, 'test')
+  got = scoring.perplexity(translator, pairs, 'test')[0]
   # Each pair alone, padded to max_length on both sides (padding is masked: test_model.py), so
   # that one program scores every pair.
   max_length = translator.config.data.max_length
@@ -113,7 +114,7 @@ def test_perplexity_is_the_exp_of_the_mean_nll_per_reference_token(workdir):
   assert 0 < kept < len(pairs)  # both kinds of pair are present
   np.testing.assert_allclose(got['perplexity'], np.exp(nll / tokens), rtol=1e-5)
   assert (got['perplexity_pairs'], got['perplexity_pairs_too_long']) == (kept, len(pairs) - kept)
-  assert evaluate.perplexity(translator, pairs, 'test') == got  # no dropout
+  assert scoring.perplexity(translator, pairs, 'test')[0] == got  # no dropout
 
 
 def _lowercasing_copy(workdir: str, tmp_path) -> str:
@@ -318,7 +319,7 @@ def test_a_model_of_lowercased_text_is_scored_lowercased_only(workdir, tmp_path)
   """Its report leads with sacreBLEU's lowercased figure and the tokenized lowercased ones, and
   leaves the cased figures out; the JSON's keys for them hold the lowercased figures."""
   translator = Translator(_lowercasing_copy(workdir, tmp_path), beam_size=1, average_last=1)
-  result = evaluate.evaluate(translator, 'test')
+  result = scoring.evaluate(translator, 'test')
   with open(result['hypotheses'], encoding='utf-8') as f:
     hypotheses = f.read().split('\n')[:-1]
   references = [t for _, t in datasets.load_pairs(translator.config.data, 'test')]

@@ -1,10 +1,10 @@
 r"""A config trained and evaluated end to end on whatever device JAX finds, its wall time split
-into preparation, compilation, steps and evaluation; then, optionally, sweep rows side by side
-until a deadline.
+into preparation, compilation, steps and evaluation; then, optionally, sweep rows until a
+deadline.
 
   python experiments/gpu/accelerator_multi30k.py --out=OUT [--config=configs/multi30k.py] \
       [--manual_dir=DIR] [--override=FIELD=VALUE ...] \
-      [--sweep=FILE --rows=A,B --concurrent=K --results=DIR --deadline_minutes=M]
+      [--sweep=FILE --rows=A,B --together=N --results=DIR --deadline_minutes=M]
 
 1. `python -m transformer_jax.train --config=CONFIG` in a fresh workdir, then
    `python -m transformer_jax.evaluate --split=test --json` (the config's beam and averaging).
@@ -14,7 +14,7 @@ until a deadline.
    step time times their steps; evaluation: the dev evaluations during training; the rest:
    checkpoints, logging, exit; then the test evaluation's command), the last dev figures and
    the test figures. OUT/metrics.jsonl: the run's log.
-2. With --sweep: `python -m transformer_jax.sweep --concurrent=K` over --rows, its row JSONs
+2. With --sweep: `python -m transformer_jax.sweep --together=N` over --rows, its row JSONs
    in --results; at --deadline_minutes after the start of step 1 the sweep gets a SIGTERM
    (its training rows save and stop; unfinished rows are lost with the machine unless their
    workdirs are kept). OUT/sweep.json: rows finished and the sweep's wall time.
@@ -43,7 +43,7 @@ _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, 'config.data.manual_dir.')
 _OVERRIDE = flags.DEFINE_multi_string('override', [], 'FIELD=VALUE for the training run.')
 _SWEEP = flags.DEFINE_string('sweep', None, 'A sweep file to run rows of after step 1.')
 _ROWS = flags.DEFINE_list('rows', None, 'The sweep rows.')
-_CONCURRENT = flags.DEFINE_integer('concurrent', 1, 'Sweep rows at once.')
+_TOGETHER = flags.DEFINE_integer('together', 1, 'Sweep rows trained as one program, at most.')
 _RESULTS = flags.DEFINE_string('results', None, 'Where the sweep writes its row JSONs.')
 _DEADLINE = flags.DEFINE_float('deadline_minutes', 9.0, 'When the sweep is stopped, counted '
                                'from the start of step 1.')
@@ -102,7 +102,7 @@ def _train_and_evaluate(workdir: str) -> dict:
 
 def _sweep(deadline: float) -> dict:
   command = [sys.executable, '-m', 'transformer_jax.sweep', f'--sweep={_SWEEP.value}',
-             f'--workdir={tempfile.mkdtemp()}', f'--concurrent={_CONCURRENT.value}',
+             f'--workdir={tempfile.mkdtemp()}', f'--together={_TOGETHER.value}',
              f'--results={_RESULTS.value}', *([f'--rows={",".join(_ROWS.value)}']
                                               if _ROWS.value else [])]
   start = time.perf_counter()
@@ -113,7 +113,7 @@ def _sweep(deadline: float) -> dict:
     process.send_signal(signal.SIGTERM)  # the rows training save and stop
     process.wait()
   return {'command': command, 'exit': process.returncode,
-          'seconds': time.perf_counter() - start, 'concurrent': _CONCURRENT.value,
+          'seconds': time.perf_counter() - start, 'together': _TOGETHER.value,
           'rows_finished': sorted(name[:-len('.json')] for name in os.listdir(_RESULTS.value)
                                   if name.endswith('.json'))}
 

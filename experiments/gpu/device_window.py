@@ -2,8 +2,7 @@ r"""A lent accelerator window in one command: the figures that need a GPU, most 
 each written as soon as it is measured, stopped at a deadline.
 
   python experiments/gpu/device_window.py --out=OUT [--manual_dir=.devdata/multi30k] \
-      [--minutes=9.3] [--parts=NAME,...] [--workdir=/tmp/device_window] [--together=4] \
-      [--concurrent=1]
+      [--minutes=9.3] [--parts=NAME,...] [--workdir=/tmp/device_window] [--together=4]
 
 Each part is one command of the experiments here; it gets the time left before the deadline (at
 most its cap, _CAPS, where later parts need the window too) and is stopped when that runs out
@@ -18,10 +17,12 @@ sweep, unfinished, before the parts one H200 window measured on 2026-11-28):
 
 - table3_regularised: the rows of `table3_multi30k_regularised.py` not yet in
   experiments/table3_regularised/rows/, base's seeds and the D rows first
-  (`transformer_jax.sweep --together=T --concurrent=K`, its rows in --workdir, so that a
-  second call on the same machine resumes them; `--stop_after_minutes`: no group started that
-  the groups finished on this device say cannot end before the deadline); each finished row's
-  JSON is appended to
+  (`transformer_jax.sweep --together=T`, in one process, its rows in --workdir, so that a
+  second call on the same machine resumes them, the group cut off from its last checkpoint;
+  `--stop_after_minutes`: the sweep prints its plan first, the groups that the groups finished
+  on this device say will end before the deadline, chosen so that the most rows finish, and
+  starts no other); the plan and what the sweep prints go to OUT/window.log; each finished
+  row's JSON is appended to
   OUT/table3_regularised.jsonl as soon as it is written, and when the part stops, the dev
   curve of each row not finished, and an excerpt of each group's log (compiling, step speed,
   where it stopped) to OUT/table3_regularised.log (needs --manual_dir);
@@ -68,9 +69,6 @@ _WORKDIR = flags.DEFINE_string('workdir', '/tmp/device_window', "The sweep's row
 _TOGETHER = flags.DEFINE_integer(
     'together', 4, "The sweep's rows trained as one program, at most: a group must finish "
     'within the window, and base\'s group of 11 did not in the 2026-11-28d window.')
-_CONCURRENT = flags.DEFINE_integer(
-    'concurrent', 1, "The sweep's groups at once. One: two or three processes time-share a GPU, "
-    'and at 3 the 2026-11-28c window never finished base\'s group of 11.')
 _REHEARSE = flags.DEFINE_bool('rehearse', False, 'configs/tiny.py for base and big, and few '
                               'steps: every part run through on a CPU in minutes.')
 
@@ -122,7 +120,6 @@ def _parts(result: str) -> dict[str, list[str]]:
                              '--sweep=experiments/table3_regularised/sweep.py',
                              f'--workdir={os.path.join(_WORKDIR.value, "table3_regularised")}',
                              f'--results={_regularised_rows()}', f'--together={_TOGETHER.value}',
-                             f'--concurrent={_CONCURRENT.value}',
                              f'--override=data.manual_dir={manual_dir}',
                              *(_REHEARSAL_SWEEP if small else [_sweep_rows()])],
       'multi30k_e2e': [py, 'experiments/gpu/accelerator_multi30k.py',

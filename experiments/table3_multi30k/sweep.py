@@ -7,7 +7,7 @@ Multi30k EN->DE on a 2-core CPU.
 
 Every file under --results is one finished row; the runner skips those, so the sweep resumes
 on any machine from the committed rows (a new --results directory trains every row afresh).
-`--concurrent=2` trains two rows at once, each pinned to its half of the cores.
+`--together=2` trains a row and its seed as one program.
 
 Scaling. The miniature base is N=3, d_model 128, d_ff 512, h 8, d_k = d_v = 16 (the paper's
 base divided by 2 in depth and by 4 in width, keeping h and d_ff = 4 d_model), P_drop 0.1,

@@ -3,7 +3,7 @@ a base with P_drop 0.3, trained on an accelerator as groups of rows in one progr
 
   python -m transformer_jax.sweep --sweep=experiments/table3_regularised/sweep.py \
       --workdir=DIR --results=experiments/table3_regularised/rows \
-      --together=4 [--concurrent=K]
+      --together=4
   python -m transformer_jax.train --config=experiments/table3_regularised/sweep.py:D2 \
       --workdir=DIR
 

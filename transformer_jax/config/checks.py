@@ -3,7 +3,7 @@ offending field.
 
 A config is validated once, in the process it enters, where it enters: a command's `--config`
 with its `--config.<field>=...` overrides (`cli.run`); a sweep row with the sweep's overrides
-(`sweep.run`, its group's child process, `summary.sweep_rows`); a workdir's saved config
+(`sweep.plan.row_config`, `summary.sweep_rows`); a workdir's saved config
 (`checkpointing.load_config`, `checkpointing.check_compatible` when a run resumes, `Translator`
 after its own decoding settings). Every function that takes a config
 (`train_loop.train_and_evaluate`, `model_config.from_config`, `ShardedModel`, `Trainer`,

@@ -11,10 +11,13 @@ of the same shapes compiled. Output order is input order.
 """
 
 import contextlib
+import functools
 import os
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from absl import flags, logging
+import jax
+import jax.numpy as jnp
 import numpy as np
 import tqdm
 
@@ -24,7 +27,7 @@ from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import decoding
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.training import checkpointing, compilation
+from transformer_jax.training import checkpointing, compilation, rows
 
 
 def bucket_lengths(config) -> list[int]:
@@ -51,6 +54,8 @@ class Translator:
     compilation.use_cache(config)
     self.config = config
     self.workdir = workdir
+    self.workdirs = [workdir]  # the rows: one here, several in a `RowsTranslator`
+    self.cached = cached
     self.model = ShardedModel(config)
     self.tokenizer = tokenizer.load(os.path.join(workdir, tokenizer.MODEL_FILENAME))
     self.preprocessing = preprocessing.from_config(config.data)
@@ -61,7 +66,7 @@ class Translator:
       logging.warning('averaging the %d checkpoints %s: fewer than the %d asked for',
                       len(self.steps), self.steps, config.decode.average_last)
     shards = self.model.batch_shards
-    self.rows = -(-batch_size // shards) * shards
+    self.batch_rows = -(-batch_size // shards) * shards
     self.lengths = bucket_lengths(config)
     decode = config.decode
     self._decode = decoding.jit_decode(self.model, decode.beam_size, decode.alpha,
@@ -98,6 +103,22 @@ class Translator:
                     ) -> list[list[int]]:
     """Output ids (without EOS) of each source; [] for an empty source. A source longer than
     `config.data.max_length` is a ValueError (`encode` truncates texts to it)."""
+    return self.translate_rows_ids(sources, progress)[0]
+
+  def translate_rows_ids(self, sources: Sequence[np.ndarray], progress: bool = False
+                         ) -> list[list[list[int]]]:
+    """`translate_ids` of each row (`workdirs`): one list for a `Translator`, one a row for a
+    `RowsTranslator`."""
+    outputs = [[[] for _ in sources] for _ in self.workdirs]
+    for i, decoded in self._decoded(sources, progress):
+      for row, output in zip(outputs, decoded.reshape(len(self.workdirs), -1)):
+        row[i] = decoding.strip(output)
+    return outputs
+
+  def _decoded(self, sources: Sequence[np.ndarray], progress: bool
+               ) -> Iterator[tuple[int, np.ndarray]]:
+    """(i, output ids of source i: (length,), or (rows, length) of a `RowsTranslator`) for each
+    non-empty source, longest bucket first."""
     max_length, sizes = self.config.data.max_length, np.array([len(s) for s in sources])
     too_long = np.flatnonzero(sizes > max_length)
     if len(too_long):
@@ -105,23 +126,21 @@ class Translator:
                        f'config.data.max_length={max_length} ({len(too_long)} such sources)')
     lengths = self.lengths
     bucket = np.searchsorted(lengths, sizes)
-    outputs = [[] for _ in sources]
     with tqdm.tqdm(total=len(sources), disable=not progress, unit='sentence',
                    dynamic_ncols=True) as bar:
       for b in reversed(range(len(lengths))):  # longest first: the slowest batches show early
         members = [i for i in np.flatnonzero(bucket == b) if sizes[i]]
-        for start in range(0, len(members), self.rows):
-          chunk = members[start:start + self.rows]
-          inputs = np.full((self.rows, lengths[b]), PAD_ID, np.int32)
+        for start in range(0, len(members), self.batch_rows):
+          chunk = members[start:start + self.batch_rows]
+          inputs = np.full((self.batch_rows, lengths[b]), PAD_ID, np.int32)
           for row, i in enumerate(chunk):
             inputs[row, :len(sources[i])] = sources[i]
           batch = self.model.put_whole_batch({'inputs': inputs})
           result = partitioning.gather_rows(self._decode(self.params, batch['inputs']))
           for row, i in enumerate(chunk):
-            outputs[i] = decoding.strip(result[row])
+            yield i, result[row]
           bar.update(len(chunk))
       bar.update(len(sources) - bar.n)  # the empty ones
-    return outputs
 
   def translate(self, texts: Sequence[str], source: str = '<input>',
                 progress: bool = False) -> list[str]:
@@ -131,6 +150,60 @@ class Translator:
   def text(self, ids: Sequence[int]) -> str:
     """Output ids (without EOS) as running text; '' for none."""
     return self.preprocessing.restore(self.tokenizer.decode(list(ids))) if len(ids) else ''
+
+  def rows_loss_sums(self, batch: dict) -> list[dict]:
+    """`loss.loss_sums` of each row (`workdirs`) on a batch on the mesh, with dropout off."""
+    return [self.model.loss_sums(self.params, batch)]
+
+
+class RowsTranslator(Translator):
+  """The workdirs of runs of one model shape (a sweep's group, `rows.check_together`)
+  translating as one program: their parameters stacked on a leading row axis, as the training
+  step stacks the runs' states (`rows`), and the decoder and the loss vmapped over it, so that
+  a batch of every row is one dispatch. The decoding settings are the first workdir's unless
+  given; each row averages its own last `average_last` checkpoints (`steps`: one list a row).
+
+    group = RowsTranslator(['/tmp/sweep/B1', '/tmp/sweep/B1_seed1'], beam_size=4, alpha=0.6,
+                           average_last=1)
+    b1, b1_seed1 = group.translate_rows_ids(group.encode(texts))
+  """
+
+  def __init__(self, workdirs: Sequence[str], **settings):
+    super().__init__(workdirs[0], **settings)
+    rows.check_together([checkpointing.read_config(workdir) for workdir in workdirs],
+                        list(workdirs))
+    self.workdirs = list(workdirs)
+    params, self.steps = [self.params], [self.steps]
+    for workdir in workdirs[1:]:
+      with contextlib.closing(checkpointing.Checkpoints(workdir)) as checkpoints:
+        row_params, steps = checkpoints.average_last(self.config.decode.average_last,
+                                                     self.model.abstract_params)
+      params.append(row_params)
+      self.steps.append(steps)
+    model, decode = self.model, self.config.decode
+    stacked = jax.tree.map(partitioning.stacked, model.param_sharding)
+    self.params = jax.jit(lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees),
+                          out_shardings=stacked)(params)
+    one = functools.partial(decoding.decode, model.eval_model, beam_size=decode.beam_size,
+                            alpha=decode.alpha, max_extra_length=decode.max_extra_length,
+                            cached=self.cached)
+    # Sentences first, rows second: the batch axis stays the one the mesh splits.
+    self._decode = jax.jit(
+        lambda params, inputs: jnp.moveaxis(jax.vmap(one, in_axes=(0, None))(params, inputs),
+                                            0, 1),
+        in_shardings=(stacked, model.batch_sharding), out_shardings=model.batch_sharding)
+    self._loss_sums = jax.jit(jax.vmap(model._loss_sums, in_axes=(0, None)),  # pylint: disable=protected-access
+                              in_shardings=(stacked, model.batch_sharding))
+
+  def settings(self) -> str:
+    decode = self.config.decode
+    return (f'{", ".join(self.workdirs)}: checkpoints {self.steps} averaged, beam '
+            f'{decode.beam_size}, alpha {decode.alpha}')
+
+  def rows_loss_sums(self, batch: dict) -> list[dict]:
+    sums = jax.device_get(self._loss_sums(self.params, batch))  # each row's taken on the host
+    return [{name: value[row] for name, value in sums.items()}
+            for row in range(len(self.workdirs))]
 
 
 def define_translator_flags() -> Callable[[], Translator]:

@@ -22,6 +22,8 @@ leave it out and give it as `compile_seconds`, and the 'validation' records give
 """
 
 import contextlib
+import dataclasses
+import json
 import os
 import time
 
@@ -57,13 +59,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   return train_together([config], [workdir])[0]
 
 
-def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[dict]:
+def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
+                   loaded: dict | None = None) -> list[dict]:
   """`train_and_evaluate` of several runs as one program (`rows`), run i in `dirs[i]`: each
   workdir gets its run's config, vocabulary, checkpoints, metrics.jsonl and evaluations as if
   the run had trained alone, on the batches of the first run's `data.shuffle_seed` (or seed),
   which is written into every run's config. They resume together, from one step; a NaN in any
   run stops them all, naming it, with every run's last good checkpoint kept. The configs are
-  valid ones (`checks`)."""
+  valid ones (`checks`). `loaded`, a dict that a caller keeps between calls (a sweep's groups,
+  `sweep.run`), holds the data loaded by each (`data_key`): runs whose first workdir has no
+  vocabulary yet take it from there instead of loading it again, its vocabulary written into
+  each workdir."""
   if len(set(map(os.path.abspath, dirs))) != len(dirs):
     raise ValueError(f'runs trained together need a workdir each, got {dirs}')
   configs = rows.sharing_batches([datasets.with_absolute_files(c) for c in configs], dirs)
@@ -74,27 +80,43 @@ def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str]) ->
     for workdir in dirs:
       workdirs.check_writable(workdir)
       locks.enter_context(workdirs.lock(workdir))
-    return _train(configs, dirs)
+    return _train(configs, dirs, {} if loaded is None else loaded)
 
 
-def _load_data(configs: list[ml_collections.ConfigDict], dirs: list[str], rows_multiple: int):
-  """The datasets and vocabulary (`pipeline.load`, in the first workdir); process 0 learns
-  the vocabulary and writes each run's config (and vocabulary) into its workdir, the other
-  processes then read the vocabulary from there."""
+def data_key(config: ml_collections.ConfigDict, rows_multiple: int) -> str:
+  """What `pipeline.load` gives depends on: the data fields but the batches' order (which the
+  training iterator takes), the seed (which samples the vocabulary's text) and the batches'
+  multiple of rows."""
+  data = {**config.data.to_dict(), 'shuffle_seed': None}
+  return json.dumps([data, config.seed, rows_multiple], sort_keys=True, default=str)
+
+
+def _load_data(configs: list[ml_collections.ConfigDict], dirs: list[str], rows_multiple: int,
+               loaded: dict) -> pipeline.Data:
+  """The datasets and vocabulary (from `loaded`, or `pipeline.load` in the first workdir, kept
+  in `loaded`); process 0 learns the vocabulary and writes each run's config (and vocabulary)
+  into its workdir, the other processes then read the vocabulary from there."""
+  key = data_key(configs[0], rows_multiple)
+  fresh = not os.path.exists(os.path.join(dirs[0], tokenizer.MODEL_FILENAME))
+
+  def load():
+    if fresh and key in loaded:  # loaded for an earlier call: its seconds are not this one's
+      return dataclasses.replace(loaded[key], seconds={'shared': 0.0})
+    loaded[key] = pipeline.load(configs[0], dirs[0], rows_multiple)
+    return loaded[key]
 
   def load_and_save():
-    data = pipeline.load(configs[0], dirs[0], rows_multiple)
+    data = load()
     for config, workdir in zip(configs, dirs):
       checkpointing.write_config(config, workdir)
-      if workdir != dirs[0] and not config.data.spm_model:
-        atomic.copy(os.path.join(dirs[0], tokenizer.MODEL_FILENAME),
-                    os.path.join(workdir, tokenizer.MODEL_FILENAME))
+      vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
+      if not config.data.spm_model and not os.path.exists(vocabulary):
+        with atomic.replacing(vocabulary) as temporary, open(temporary, 'wb') as f:
+          f.write(data.tokenizer.serialized_model_proto())
     return data
 
   data = workdirs.on_lead(load_and_save, 'prepare the data and vocabulary')
-  if jax.process_index() != 0:
-    data = pipeline.load(configs[0], dirs[0], rows_multiple)
-  return data
+  return data if jax.process_index() == 0 else load()
 
 
 def _latest_step(dirs: list[str]) -> int | None:
@@ -117,7 +139,8 @@ def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: RunsTrainer)
   return restored[0][0], trainer.join([r[1] for r in restored]), restored[0][2]
 
 
-def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[dict]:
+def _train(configs: list[ml_collections.ConfigDict], dirs: list[str],
+           loaded: dict) -> list[dict]:
   startup = compilation.so_far()
   config = configs[0]
   lead = jax.process_index() == 0
@@ -134,7 +157,7 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str]) -> list[di
   # One run, or several as one program (`rows`): the loop below is the same for both.
   trainer: RunsTrainer = (Trainer(model) if len(configs) == 1
                           else rows.RowsTrainer(model, configs, dirs))
-  data = _load_data(configs, dirs, trainer.rows_multiple)
+  data = _load_data(configs, dirs, trainer.rows_multiple, loaded)
   labels = [f'{workdir}: ' if len(dirs) > 1 else '' for workdir in dirs]
 
   train = config.train

@@ -1,0 +1,120 @@
+r"""The sweep's time outside training steps, before and after a change: the sweep of
+`sweep.py` here (three groups of two rows, `--together=2`) run from two checkouts in
+interleaved rounds, each run in a fresh workdir and compilation cache.
+
+  python experiments/sweep_overhead/measure.py --before=/tmp/before_checkout \
+      --rounds=2 --json=experiments/sweep_overhead/cpu.json
+
+Per run: the wall time of the command; the seconds in training steps (each group's 'train'
+records: step time times the steps logged, from its first row's metrics.jsonl); the seconds
+outside them per group ((wall - steps) / groups: process starts, data, vocabulary, compiling,
+evaluation, checkpoints); the processes of Python started (a `sitecustomize` on PYTHONPATH
+records every interpreter that starts, the sweep's own included); the programs compiled (the
+training runs' 'compile' records and the evaluations' counts, none loaded from a cache: each run
+has its own).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+from transformer_jax.config import loading
+from transformer_jax.training import metrics_log
+
+measure = loading.import_sibling(__file__, '../tools/measure')
+
+_BEFORE = flags.DEFINE_string('before', None, 'A checkout of the commit to compare with.',
+                              required=True)
+_ROUNDS = flags.DEFINE_integer('rounds', 2, 'Interleaved rounds (before, now; now, before).')
+_JSON = flags.DEFINE_string('json', None, 'Where the figures go (JSON).')
+
+_SWEEP = os.path.join(measure.REPO, 'experiments', 'sweep_overhead', 'sweep.py')
+_SITECUSTOMIZE = ('import os, sys\n'
+                  'with open(os.environ["SWEEP_OVERHEAD_PROCESSES"], "a") as f:\n'
+                  '  f.write(" ".join(sys.argv[:3]) + "\\n")\n')
+
+
+def _steps_seconds(workdir: str) -> float:
+  """Seconds of training steps in a run's 'train' records."""
+  records = [r for r in metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
+             if r['split'] == 'train']
+  seconds, previous = 0.0, 0
+  for record in records:
+    seconds += record['step_time'] * (record['step'] - previous)
+    previous = record['step']
+  return seconds
+
+
+def _programs(workdir: str) -> int:
+  """Programs the run compiled in training (its 'compile' records but the summaries) and in
+  its evaluation (its evaluation JSON's count)."""
+  records = metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
+  training = sum(r['compiled'] for r in records if r['split'] == 'compile'
+                 and r['what'] not in ('startup', 'the whole run'))
+  evaluation = 0
+  for name in os.listdir(os.path.join(workdir, 'eval')):
+    if name.endswith('.json'):
+      with open(os.path.join(workdir, 'eval', name)) as f:
+        evaluation += json.load(f)['programs_compiled']
+  return training + evaluation
+
+
+def run_sweep(checkout: str) -> dict:
+  """The sweep run once from `checkout`, in a fresh workdir and cache: its figures."""
+  scratch = tempfile.mkdtemp()
+  try:
+    processes = os.path.join(scratch, 'processes.txt')
+    site = os.path.join(scratch, 'site')
+    os.makedirs(site)
+    with open(os.path.join(site, 'sitecustomize.py'), 'w') as f:
+      f.write(_SITECUSTOMIZE)
+    workdir = os.path.join(scratch, 'run')
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([site, checkout]),
+           'SWEEP_OVERHEAD_PROCESSES': processes, 'XDG_CACHE_HOME': os.path.join(scratch, 'cache'),
+           'TFDS_DATA_DIR': os.path.join(scratch, 'tfds')}
+    start = time.perf_counter()
+    subprocess.run([sys.executable, '-m', 'transformer_jax.sweep', f'--sweep={_SWEEP}',
+                    f'--workdir={workdir}', '--together=2'], cwd=checkout, env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.perf_counter() - start
+    rows = {}
+    for name in os.listdir(os.path.join(workdir, 'rows')):
+      with open(os.path.join(workdir, 'rows', name)) as f:
+        rows[name[:-len('.json')]] = json.load(f)
+    groups = {tuple(r['together']['rows']) for r in rows.values()}
+    steps = sum(_steps_seconds(os.path.join(workdir, group[0])) for group in groups)
+    with open(processes) as f:
+      started = [line.strip() for line in f if line.strip()]
+    return {'wall_seconds': wall, 'steps_seconds': steps, 'groups': len(groups),
+            'outside_steps_per_group': (wall - steps) / len(groups),
+            'python_processes': len(started),
+            'package_processes': sum('transformer_jax' in line for line in started),
+            'programs_compiled': sum(_programs(os.path.join(workdir, row)) for row in rows),
+            'dev_perplexity': {row: r['perplexity'] for row, r in sorted(rows.items())}}
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv):
+  del argv
+  checkouts = {'before': os.path.abspath(_BEFORE.value), 'now': measure.REPO}
+  rounds = measure.interleaved(list(checkouts), _ROUNDS.value,
+                               lambda variant: run_sweep(checkouts[variant]))
+  medians = {variant: {key: measure.medians([{variant: r[variant][key]} for r in rounds])[variant]
+                       for key in ('wall_seconds', 'steps_seconds', 'outside_steps_per_group')}
+             for variant in checkouts}
+  measure.write({'sweep': 'experiments/sweep_overhead/sweep.py', 'together': 2,
+                 'rounds': rounds, 'median': medians,
+                 'outside_steps_per_group_now_over_before':
+                     medians['now']['outside_steps_per_group']
+                     / medians['before']['outside_steps_per_group']}, _JSON.value)
+
+
+if __name__ == '__main__':
+  app.run(main)

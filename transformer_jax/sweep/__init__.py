@@ -1,0 +1,5 @@
+"""Sweeps: a sweep file's rows trained and evaluated in one process (`run`), grouped and
+planned (`plan`), tabulated (`results`).
+
+The `sweep` command (`__main__`) parses the flags and says how a sweep runs.
+"""

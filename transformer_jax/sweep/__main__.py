@@ -1,0 +1,80 @@
+r"""The `sweep` command: runs the rows of a sweep file in this process, in groups trained and
+evaluated as one program, and tabulates them beside the paper's figures.
+
+  python -m transformer_jax.sweep --sweep=experiments/table3_multi30k/sweep.py --workdir=DIR \
+      [--rows=A1,C3] [--results=experiments/table3_multi30k/rows] [--together=N] \
+      [--stop_after_minutes=M] [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
+
+A sweep file is a config file whose `get_config(row)` gives each row's config, with
+    ROWS   the row ids, in table order (a dict or a sequence);
+    PAPER  optional: {row: (perplexity, BLEU)}, the published figures to print beside ours.
+Each row trains in `DIR/<row>` and is then evaluated on the dev split as Table 3 was: beam 4,
+α 0.6, no checkpoint averaging, per-token perplexity (`sweep.run`). Its figures, with the dev
+perplexities logged during training, go to `<results>/<row>.json` (default `DIR/rows/`); a row
+whose JSON exists is skipped, so a crashed, killed or interrupted sweep resumes where it stopped
+(the group in flight from its last checkpoint), and committed JSON files let a fresh machine
+resume too. After every group the table is rewritten, named after the sweep file
+(`sweep.results`): `DIR/table3_multi30k.md`, `.csv` and `.png` for
+experiments/table3_multi30k/sweep.py.
+
+`--override=FIELD=VALUE` sets a config field in every row, as `--config.FIELD=VALUE` does for
+`train` (precision, memory, devices: what should not change a row's result, though nothing
+stops it); each is checked against every row before anything trains, and a row's JSON lists the
+overrides it ran with.
+
+`--together=N` trains up to N rows as one compiled program (the train step vmapped over the
+rows' states, `transformer_jax.training.rows`), rows that may share one: they differ only in the
+seed, the dropout rates, label smoothing, `train.lr_scale` or `train.warmup_steps`
+(`rows.VARYING`; the seeds of one row, or Table 3's base and D rows), and evaluates them as one
+program (their parameters stacked, the decoder vmapped: `translator.RowsTranslator`). Groups are
+formed in row order (`sweep.plan.groups`); a row that fits no group trains alone. A group's rows
+see the same batches, those of its first row's seed (written into each row's config as
+`data.shuffle_seed`, so each workdir resumes alone as it trained): seeds then vary the
+initialisation and dropout, not the data order. Each row keeps its workdir, evaluation and JSON
+(which names the group); the group's training time is every row's `train_seconds`.
+
+`--stop_after_minutes=M` (a lent accelerator's window) prints, before anything starts, the plan:
+the groups expected to finish within M minutes, chosen so that the most rows finish
+(`sweep.plan.plan`), from the groups of each size already finished on this device (their JSONs
+in the results directory: training per step times the steps a group has left, plus its
+evaluation); a group of a size not yet measured starts after them if time is left. A group whose
+prediction no longer fits when its turn comes is passed over; those passed over are named at
+the end.
+"""
+
+import os
+
+from absl import flags
+
+from transformer_jax import cli
+from transformer_jax.sweep import run
+
+_SWEEP = flags.DEFINE_string('sweep', None, 'A sweep file (see the module docstring).',
+                             required=True)
+_WORKDIR = flags.DEFINE_string('workdir', None, 'One workdir per row goes under it.',
+                               required=True)
+_ROWS = flags.DEFINE_list('rows', None, 'Only these rows (default: all, in order).')
+_RESULTS = flags.DEFINE_string('results', None, 'Where each finished row\'s JSON goes '
+                               '(default: WORKDIR/rows).')
+_OVERRIDE = flags.DEFINE_multi_string('override', [], 'FIELD=VALUE: a config field set in '
+                                      'every row (as train\'s --config.FIELD=VALUE).')
+_TOGETHER = flags.DEFINE_integer('together', 1, 'Rows trained and evaluated as one program, at '
+                                 'most (module docstring).')
+_STOP_AFTER = flags.DEFINE_float('stop_after_minutes', None, 'Start only the groups expected '
+                                 'to finish within this many minutes from the start (module '
+                                 'docstring).')
+_CONCURRENT = flags.DEFINE_integer('concurrent', None, 'Removed: the sweep runs its groups one '
+                                   'at a time in its own process; --together trains rows side '
+                                   'by side.')
+
+
+def main():
+  if _CONCURRENT.present:
+    raise ValueError('--concurrent was removed: the sweep trains and evaluates its groups one '
+                     'at a time in its own process; --together=N trains N rows as one program')
+  run.run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,
+          _OVERRIDE.value, _TOGETHER.value, _STOP_AFTER.value)
+
+
+if __name__ == '__main__':
+  cli.run(main)
