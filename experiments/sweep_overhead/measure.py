@@ -1,6 +1,8 @@
 r"""The sweep's time outside training steps, before and after a change: the sweep of
 `sweep.py` here (three groups of two rows, `--together=2`) run from two checkouts in
-interleaved rounds, each run in a fresh workdir and compilation cache.
+interleaved rounds, each run in a fresh workdir and compilation cache, on the built-in corpus's
+first 4000 training and 100 dev pairs as text files (`--override=data.dataset=files`), so that a
+row's evaluation is a small part of its time, as a dev split is of a real row's.
 
   python experiments/sweep_overhead/measure.py --before=/tmp/before_checkout \
       --rounds=2 --json=experiments/sweep_overhead/cpu.json
@@ -11,7 +13,8 @@ outside them per group ((wall - steps) / groups: process starts, data, vocabular
 evaluation, checkpoints); the processes of Python started (a `sitecustomize` on PYTHONPATH
 records every interpreter that starts, the sweep's own included); the programs compiled (the
 training runs' 'compile' records and the evaluations' counts, none loaded from a cache: each run
-has its own).
+has its own). Each variant's figures are printed as a JSON line as soon as they are measured
+(`measure.interleaved`): those lines are the result of a run stopped early.
 """
 
 import json
@@ -25,6 +28,7 @@ import time
 from absl import app, flags
 
 from transformer_jax.config import loading
+from transformer_jax.data import builtin_grammar
 from transformer_jax.training import metrics_log
 
 measure = loading.import_sibling(__file__, '../tools/measure')
@@ -37,7 +41,7 @@ _JSON = flags.DEFINE_string('json', None, 'Where the figures go (JSON).')
 _SWEEP = os.path.join(measure.REPO, 'experiments', 'sweep_overhead', 'sweep.py')
 _SITECUSTOMIZE = ('import os, sys\n'
                   'with open(os.environ["SWEEP_OVERHEAD_PROCESSES"], "a") as f:\n'
-                  '  f.write(" ".join(sys.argv[:3]) + "\\n")\n')
+                  '  f.write(" ".join(sys.orig_argv[:4]) + "\\n")\n')
 
 
 def _steps_seconds(workdir: str) -> float:
@@ -51,22 +55,40 @@ def _steps_seconds(workdir: str) -> float:
   return seconds
 
 
-def _programs(workdir: str) -> int:
-  """Programs the run compiled in training (its 'compile' records but the summaries) and in
-  its evaluation (its evaluation JSON's count)."""
-  records = metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
-  training = sum(r['compiled'] for r in records if r['split'] == 'compile'
+def _programs(workdir: str, rows: dict) -> int:
+  """Programs a run of the sweep compiled: each group's training (its first row's 'compile'
+  records but the summaries) and evaluation (its first row's evaluation JSON for a group
+  evaluated as one program, every row's otherwise)."""
+  total = 0
+  for group in {tuple(r['together']['rows']) for r in rows.values()}:
+    records = metrics_log.read(os.path.join(workdir, group[0], 'metrics.jsonl'))
+    total += sum(r['compiled'] for r in records if r['split'] == 'compile'
                  and r['what'] not in ('startup', 'the whole run'))
-  evaluation = 0
-  for name in os.listdir(os.path.join(workdir, 'eval')):
-    if name.endswith('.json'):
-      with open(os.path.join(workdir, 'eval', name)) as f:
-        evaluation += json.load(f)['programs_compiled']
-  return training + evaluation
+    for row in group[:1] if rows[group[0]].get('evaluated_together') else group:
+      directory = os.path.join(workdir, row, 'eval')
+      for name in os.listdir(directory):
+        if name.endswith('.json'):
+          with open(os.path.join(directory, name)) as f:
+            total += json.load(f)['programs_compiled']
+  return total
 
 
-def run_sweep(checkout: str) -> dict:
-  """The sweep run once from `checkout`, in a fresh workdir and cache: its figures."""
+def corpus(directory: str) -> list[str]:
+  """The built-in corpus's first 4000 training and 100 dev pairs written as text files in
+  `directory`: the sweep's --override flags that train on them."""
+  splits = builtin_grammar.splits(seed=0)
+  for split, size in (('train', 4000), ('validation', 100)):
+    for side, lang in enumerate(('en', 'de')):
+      with open(os.path.join(directory, f'{split}.{lang}'), 'w', encoding='utf-8') as f:
+        f.writelines(pair[side] + '\n' for pair in splits[split][:size])
+  return ['--override=data.dataset=files',
+          f'--override=data.train_files={directory}/train.{{lang}}',
+          f'--override=data.validation_files={directory}/validation.{{lang}}']
+
+
+def run_sweep(checkout: str, overrides: list[str]) -> dict:
+  """The sweep run once from `checkout` with `overrides`, in a fresh workdir and cache: its
+  figures."""
   scratch = tempfile.mkdtemp()
   try:
     processes = os.path.join(scratch, 'processes.txt')
@@ -80,7 +102,8 @@ def run_sweep(checkout: str) -> dict:
            'TFDS_DATA_DIR': os.path.join(scratch, 'tfds')}
     start = time.perf_counter()
     subprocess.run([sys.executable, '-m', 'transformer_jax.sweep', f'--sweep={_SWEEP}',
-                    f'--workdir={workdir}', '--together=2'], cwd=checkout, env=env, check=True,
+                    f'--workdir={workdir}', '--together=2', *overrides], cwd=checkout, env=env,
+                   check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wall = time.perf_counter() - start
     rows = {}
@@ -95,7 +118,7 @@ def run_sweep(checkout: str) -> dict:
             'outside_steps_per_group': (wall - steps) / len(groups),
             'python_processes': len(started),
             'package_processes': sum('transformer_jax' in line for line in started),
-            'programs_compiled': sum(_programs(os.path.join(workdir, row)) for row in rows),
+            'programs_compiled': _programs(workdir, rows),
             'dev_perplexity': {row: r['perplexity'] for row, r in sorted(rows.items())}}
   finally:
     shutil.rmtree(scratch, ignore_errors=True)
@@ -104,12 +127,16 @@ def run_sweep(checkout: str) -> dict:
 def main(argv):
   del argv
   checkouts = {'before': os.path.abspath(_BEFORE.value), 'now': measure.REPO}
+  data = tempfile.mkdtemp()
+  overrides = corpus(data)
   rounds = measure.interleaved(list(checkouts), _ROUNDS.value,
-                               lambda variant: run_sweep(checkouts[variant]))
+                               lambda variant: run_sweep(checkouts[variant], overrides))
+  shutil.rmtree(data)
   medians = {variant: {key: measure.medians([{variant: r[variant][key]} for r in rounds])[variant]
                        for key in ('wall_seconds', 'steps_seconds', 'outside_steps_per_group')}
              for variant in checkouts}
   measure.write({'sweep': 'experiments/sweep_overhead/sweep.py', 'together': 2,
+                 'overrides': [o.replace(data, 'DATA') for o in overrides],
                  'rounds': rounds, 'median': medians,
                  'outside_steps_per_group_now_over_before':
                      medians['now']['outside_steps_per_group']

@@ -1,6 +1,7 @@
-"""Three groups of two small rows (each row with its seed 1) on the built-in corpus: the sweep
-that `experiments/sweep_overhead/measure.py` times, where the sweep's own work (processes,
-data, compiling, evaluation, checkpoints) is most of the time.
+"""Three groups of two small rows (each row with its seed 1), `configs/tiny.py` trained for 200
+steps: the sweep that `experiments/sweep_overhead/measure.py` times (on a part of the built-in
+corpus, by its overrides), where the sweep's own work (processes, data, compiling, evaluation,
+checkpoints) is much of the time.
 
   python -m transformer_jax.sweep --sweep=experiments/sweep_overhead/sweep.py --workdir=DIR \
       --together=2
@@ -21,5 +22,6 @@ def get_config(row='a'):
   config.update_from_flattened_dict({
       'train.num_train_steps': 200, 'train.log_every_steps': 20,
       'train.eval_every_steps': 200, 'train.checkpoint_every_steps': 100,
+      'data.buckets': 'coarse',
       'train.num_eval_steps': 1, 'train.eval_bleu': False, **ROWS[row]})
   return config
