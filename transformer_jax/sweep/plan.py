@@ -77,9 +77,10 @@ class Plan:
       return (f'  {", ".join(group)}: '
               + ('not predicted (no group of its size finished on this device)'
                  if predicted is None else f'{predicted:.0f} s predicted'))
+    predicted = [g for g in self.start if self.seconds[tuple(g)] is not None]
     head = ('plan: every group, in order' if seconds_left is None else
-            f'plan for {seconds_left:.0f} s: the groups expected to finish '
-            f'({sum(map(len, self.start))} rows), the most rows that fit')
+            f'plan for {seconds_left:.0f} s: the groups expected to finish, the most rows that '
+            f'fit ({sum(map(len, predicted))}), then those not predicted, if time is left')
     lines = [head, *map(line, self.start)]
     if self.passed_over:
       lines += ['not expected to finish, not started:', *map(line, self.passed_over)]
