@@ -2,6 +2,7 @@
 trained alone on the same batches; runs that cannot share a program are refused by name."""
 
 import functools
+import threading
 
 import jax
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from conftest import assert_trained_alike, random_tokens, train_config
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.training import rows
+from transformer_jax.training import compilation, rows
 from transformer_jax.training.trainer import RunsTrainer, Trainer
 
 MESH = {'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.model': 2}
@@ -108,8 +109,8 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
   # checkpoint into one run's state.
   members = sorted({*RunsTrainer.__annotations__,
                     *(name for name in vars(RunsTrainer) if not name.startswith('_'))})
-  assert members == ['init_state', 'join', 'model', 'rows_multiple', 'run_abstract_state',
-                     'split', 'train_step', 'train_steps']
+  assert members == ['compile', 'init_state', 'join', 'model', 'rows_multiple',
+                     'run_abstract_state', 'split', 'train_step', 'train_steps']
   configs = [train_config(**run) for run in RUNS]
   model = ShardedModel(configs[0])
   single, group = Trainer(model), rows.RowsTrainer(model, configs)
@@ -122,3 +123,21 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
               (leaf.shape, leaf.dtype, leaf.sharding)
               for leaf in jax.tree.leaves(single.run_abstract_state)]
   assert group.rows_multiple == single.rows_multiple
+
+
+def test_what_a_trainer_compiled_ahead_its_calls_compile_again_nowhere():
+  # `RunsTrainer.compile` on another thread (as a sweep compiles its next group), then the
+  # trainer's calls on this one: the initial state, one step, four stacked, the split.
+  configs = [train_config(**{**run, 'model.d_ff': 40}) for run in RUNS]  # shapes of its own
+  model = ShardedModel(configs[0])
+  batch, stacked = model.put_batch(BATCHES[0]), model.put_batches(BATCHES[:4])
+  for trainer in (Trainer(model), rows.RowsTrainer(model, configs)):
+    ahead = threading.Thread(target=trainer.compile, args=([batch, stacked],))
+    ahead.start()
+    ahead.join()
+    before = compilation.so_far()
+    state = trainer.init_state()
+    state, _ = trainer.train_step(state, batch)
+    state, _ = trainer.train_steps(state, stacked)
+    jax.block_until_ready(trainer.split(state))
+    assert not compilation.so_far() - before, type(trainer).__name__

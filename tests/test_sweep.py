@@ -3,13 +3,17 @@ tabulated, finished rows skipped, groups planned for a deadline; the miniature T
 scales the paper's rows faithfully."""
 
 import csv
+import dataclasses
 import json
 import os
+import pathlib
+import random
+import signal
 import subprocess
 import sys
 import time
 
-from conftest import SMALL, train_config
+from conftest import SMALL, train_config, xla_flags
 from test_provenance import checkout_commit
 from flax import traverse_util
 import jax
@@ -19,7 +23,7 @@ from transformer_jax.config import checks, loading
 from transformer_jax.data import pipeline
 from transformer_jax.decoding import translator as translator_lib
 from transformer_jax.sweep import plan, results as tables, run as sweep_run
-from transformer_jax.training import checkpointing
+from transformer_jax.training import checkpointing, metrics_log
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 table3 = loading.import_sibling(__file__, '../configs/table3')
@@ -32,7 +36,7 @@ def _sweep_file(tmp_path, rows: dict | None = None) -> str:
   rows = rows or {'small': {}, 'wide': {'model.d_ff': 128}}
   fields = {**SMALL, 'train.num_train_steps': 20,
             'train.log_every_steps': 10, 'train.eval_every_steps': 20, 'train.eval_bleu': False,
-            'train.num_eval_steps': 1, 'train.checkpoint_every_steps': 20}
+            'train.num_eval_steps': 1, 'train.checkpoint_every_steps': 10}
   path = tmp_path / 'table3_tiny' / 'sweep.py'
   path.parent.mkdir(exist_ok=True)
   path.write_text(f'''
@@ -57,42 +61,67 @@ def _sweep(*args) -> subprocess.CompletedProcess:
                         capture_output=True, text=True)
 
 
-@pytest.mark.slow
-def test_groups_train_and_evaluate_in_the_sweeps_process_and_are_skipped_when_done(
-    tmp_path, monkeypatch):
-  """One sweep in this process: rows small and drop trained and evaluated as one program
-  (`--together=2`), then row wide alone, an override in every row, no process started for a
-  group or a row's evaluation, the data and vocabulary loaded once (the three rows share the
-  data config and seed); each row evaluated in its own workdir as Table 3 was, and tabulated
-  under the sweep file's name. The command, run again, trains nothing."""
-  sweep, workdir, results = (_sweep_file(tmp_path, GROUPABLE), tmp_path / 'run',
-                             tmp_path / 'results')
-  started, loads, group_translators = [], [], []
+@dataclasses.dataclass
+class Swept:
+  """A sweep run in this process, and what the spies saw."""
+  sweep: str
+  workdir: pathlib.Path
+  results: pathlib.Path
+  started: list
+  loads: list
+  group_translators: list
+
+
+# The rows and flags of the sweep of `swept`.
+SWEPT_ROWS, SWEPT_OVERRIDES = ['small', 'drop', 'wide'], ['model.attention_dropout_rate=0.05']
+
+
+@pytest.fixture(scope='module')
+def swept(tmp_path_factory) -> Swept:
+  """Rows small and drop trained and evaluated as one program (`--together=2`), then row wide
+  alone, with an override in every row, in this process; every process started, every data
+  load and every group translator recorded."""
+  tmp_path = tmp_path_factory.mktemp('swept')
+  done = Swept(_sweep_file(tmp_path, GROUPABLE), tmp_path / 'run', tmp_path / 'results', [],
+               [], [])
   popen, load, rows_translator = subprocess.Popen, pipeline.load, translator_lib.RowsTranslator
 
   def spied_popen(args, *rest, **kwargs):
-    started.append(args)
+    done.started.append(args)
     return popen(args, *rest, **kwargs)
 
   def spied_load(*args, **kwargs):
-    loads.append(args[1])
+    done.loads.append(args[1])
     return load(*args, **kwargs)
 
   def spied_rows_translator(workdirs, **settings):
-    group_translators.append((list(workdirs), settings))
+    done.group_translators.append((list(workdirs), settings))
     return rows_translator(workdirs, **settings)
 
-  monkeypatch.setattr(subprocess, 'Popen', spied_popen)
-  monkeypatch.setattr(pipeline, 'load', spied_load)
-  monkeypatch.setattr(sweep_run, 'RowsTranslator', spied_rows_translator)
-  sweep_run.run(sweep, str(workdir), ['small', 'drop', 'wide'], str(results),
-                ['model.attention_dropout_rate=0.05'], together=2)
+  with pytest.MonkeyPatch.context() as monkeypatch:
+    monkeypatch.setattr(subprocess, 'Popen', spied_popen)
+    monkeypatch.setattr(pipeline, 'load', spied_load)
+    monkeypatch.setattr(sweep_run, 'RowsTranslator', spied_rows_translator)
+    sweep_run.run(done.sweep, str(done.workdir), SWEPT_ROWS, str(done.results), SWEPT_OVERRIDES,
+                  together=2)
+  return done
+
+
+@pytest.mark.slow
+def test_groups_train_and_evaluate_in_the_sweeps_process(swept):
+  """`swept`: no process started for a group or a row's evaluation, the data and vocabulary
+  loaded once (the three rows share the data config and seed); wide's programs compiled while
+  the group trained (`sweep.ahead`) and none of them compiled or loaded again when wide trains
+  and is evaluated; each row evaluated in its own workdir as Table 3 was, and tabulated under
+  the sweep file's name."""
+  workdir, results = swept.workdir, swept.results
   # No Python process: only tools (git for the provenance's commit, matplotlib's fc-list).
-  assert not [args for args in started
+  assert not [args for args in swept.started
               if os.path.basename(str(args[0])).startswith('python') or args[0] == sys.executable]
-  assert loads == [str(workdir / 'small')]
-  assert group_translators == [([str(workdir / 'small'), str(workdir / 'drop')],
-                                sweep_run.EVALUATION)]
+  assert swept.loads == [str(workdir / 'small')]
+  # The first group compiles as it trains: nothing was compiled ahead for it.
+  assert swept.group_translators == [([str(workdir / 'small'), str(workdir / 'drop')],
+                                      {**sweep_run.EVALUATION, 'model': None})]
   assert sorted(os.listdir(results)) == ['drop.json', 'small.json', 'wide.json']
   figures = {}
   for row in ('small', 'drop', 'wide'):
@@ -117,6 +146,20 @@ def test_groups_train_and_evaluate_in_the_sweeps_process_and_are_skipped_when_do
     assert result['checkpoint_steps'] == [20] and result['perplexity'] > 1
     assert (result['beam_size'], result['alpha'], result['split']) == (4, 0.6, 'validation')
   assert wide['model']['d_ff'] == 128 and wide['steps'] == 20
+  # Compiled ahead: the initial state, a step for each of the batch shapes, the dev loss, the
+  # decoder for a bucket at least, Table 3's loss; then neither wide's training (its startup
+  # and steps) nor its evaluation compiled (or loaded from the cache) a program.
+  compiles = {}
+  for row in ('small', 'wide'):
+    with open(workdir / row / 'metrics.jsonl') as f:
+      compiles[row] = [r for r in map(json.loads, f) if r['split'] == 'compile']
+  # The shapes of training batch: the first group compiled a step for each (the same data).
+  shapes = sum(r['what'].startswith('train step') for r in compiles['small'])
+  assert small['compiled_ahead'] is None and drop['compiled_ahead'] is None
+  assert wide['compiled_ahead']['used'] and wide['compiled_ahead']['compiled'] >= 4 + shapes
+  assert [(r['what'], r['compiled'] + r['loaded']) for r in compiles['wide'][:-1]] == [
+      ('startup', 0)]
+  assert wide['programs_compiled'] == wide['programs_loaded'] == 0
   assert 0 <= wide['bleu_tokenized'] <= 100
   assert wide['provenance']['machine']['device'] == jax.devices()[0].device_kind
   assert wide['provenance']['machine']['processor']
@@ -135,12 +178,72 @@ def test_groups_train_and_evaluate_in_the_sweeps_process_and_are_skipped_when_do
   assert '| small |' in (workdir / 'table3_tiny.md').read_text()
   assert (workdir / 'table3_tiny.png').stat().st_size > 0
 
-  # The command, run again, finds the rows done and trains nothing.
+
+
+# What a row's metrics.jsonl records that depends on the time taken, not on the training.
+_TIMINGS = ('seconds', 'compile_seconds', 'step_time', 'target_tokens_per_second')
+
+
+def _logged(workdir) -> dict:
+  """(split, step) -> the last 'train' or 'validation' record of that step, timings left out
+  (a resumed run logs again the steps after its checkpoint)."""
+  return {(r['split'], r['step']): {k: v for k, v in r.items()
+                                    if k not in (*_TIMINGS, 'split', 'step')}
+          for r in metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
+          if r['split'] in ('train', 'validation')}
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_at_a_random_moment_resumes_to_the_uninterrupted_figures(
+    swept, tmp_path, capsys):
+  """The sweep of `swept`'s group (small and drop) killed (SIGKILL) at a random moment of its
+  run (it loads `swept`'s programs from the session's compilation cache, and ends after about
+  35 s on a 2-core CPU: the moments run from the interpreter's start to its end), then run
+  again: every value each row
+  logged and its figures equal `swept`'s; killed between two rows' files, the sweep writes the
+  missing one from the group's results and trains nothing."""
+  seed = random.randrange(2**32)
+  moment = random.Random(seed).uniform(0.5, 40.0)
+  workdir, results = tmp_path / 'run', tmp_path / 'results'
+  group = ['small', 'drop']
+  # On the 8 devices of `swept` and of the run resumed here, so that reductions add up alike.
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'transformer_jax.sweep', f'--sweep={swept.sweep}',
+       f'--workdir={workdir}', f'--results={results}', f'--rows={",".join(group)}',
+       '--together=2', *(f'--override={o}' for o in SWEPT_OVERRIDES)],
+      cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+      env={**os.environ, 'XLA_FLAGS': xla_flags(8)})
+  try:
+    process.wait(moment)
+  except subprocess.TimeoutExpired:
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+  where = f'killed at {moment:.1f} s (random seed {seed}), exit {process.returncode}'
+  sweep_run.run(swept.sweep, str(workdir), group, str(results), SWEPT_OVERRIDES, together=2)
+  for row in group:
+    logged, expected = _logged(workdir / row), _logged(swept.workdir / row)
+    assert sorted(logged) == sorted(expected), where
+    for key, values in logged.items():
+      assert values == pytest.approx(expected[key], rel=1e-6), (row, key, where)
+    with open(results / f'{row}.json') as f, open(swept.results / f'{row}.json') as g:
+      resumed, uninterrupted = json.load(f), json.load(g)
+    for key in ('perplexity', 'bleu_tokenized', 'bleu_detokenized'):
+      assert resumed[key] == pytest.approx(uninterrupted[key], rel=1e-6), (row, key, where)
+    assert [p['step'] for p in resumed['dev_curve']] == [
+        p['step'] for p in uninterrupted['dev_curve']], where
+    assert [p['perplexity'] for p in resumed['dev_curve']] == pytest.approx(
+        [p['perplexity'] for p in uninterrupted['dev_curve']], rel=1e-6), where
+    for key in ('together', 'checkpoint_steps', 'model', 'steps'):
+      assert resumed[key] == uninterrupted[key], (row, key, where)
+
+  # Killed after the group's first row's file was written, before the second's.
+  written = (results / 'drop.json').read_text()
   mtime = os.path.getmtime(results / 'small.json')
-  again = _sweep(f'--sweep={sweep}', f'--workdir={workdir}', f'--results={results}',
-                 '--rows=small,drop,wide')
-  assert again.returncode == 0, again.stderr[-3000:]
-  assert again.stdout.count('done already') == 3
+  os.remove(results / 'drop.json')
+  capsys.readouterr()
+  sweep_run.run(swept.sweep, str(workdir), group, str(results), SWEPT_OVERRIDES, together=2)
+  assert capsys.readouterr().out.count('done already') == 2
+  assert (results / 'drop.json').read_text() == written
   assert os.path.getmtime(results / 'small.json') == mtime
 
 
@@ -157,7 +260,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
   workdir = tmp_path / 'row'
   config = train_config(**{'train.num_train_steps': 20})
 
-  def preempted(configs, dirs, loaded):
+  def preempted(configs, dirs, loaded, programs):
     assert dirs == [str(workdir)]
     checkpointing.write_config(config, str(workdir))
     for step in ('10', '12', '20.orbax-checkpoint-tmp-1'):  # step 20 never finished writing
@@ -175,7 +278,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
 
 def test_a_failed_group_names_its_rows_and_its_log_holds_what_it_printed(tmp_path,
                                                                         monkeypatch):
-  def failing(configs, dirs, loaded):
+  def failing(configs, dirs, loaded, programs):
     print('step 3: something printed')
     raise ValueError('a NaN')
 
@@ -207,7 +310,9 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
   ran = []
   monkeypatch.setattr(tables, 'write_table', lambda *args: None)
 
-  def fake_group(group, configs, workdir, overrides, device_kind, loaded):
+  def fake_group(group, configs, workdir, overrides, device_kind, loaded, compiled):
+    for row in group:  # the workdirs run_group makes
+      os.makedirs(os.path.join(workdir, row), exist_ok=True)
     finished = []
     for row in group:
       time.sleep(0.05)

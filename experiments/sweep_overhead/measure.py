@@ -12,8 +12,9 @@ records: step time times the steps logged, from its first row's metrics.jsonl); 
 outside them per group ((wall - steps) / groups: process starts, data, vocabulary, compiling,
 evaluation, checkpoints); the processes of Python started (a `sitecustomize` on PYTHONPATH
 records every interpreter that starts, the sweep's own included); the programs compiled (the
-training runs' 'compile' records and the evaluations' counts, none loaded from a cache: each run
-has its own). Each variant's figures are printed as a JSON line as soon as they are measured
+training runs' 'compile' records, the evaluations' counts and those compiled ahead, none loaded
+from a cache: each run has its own); the groups whose programs were compiled while the group
+before trained, and the wall seconds of that compiling. Each variant's figures are printed as a JSON line as soon as they are measured
 (`measure.interleaved`): those lines are the result of a run stopped early.
 """
 
@@ -57,10 +58,11 @@ def _steps_seconds(workdir: str) -> float:
 
 def _programs(workdir: str, rows: dict) -> int:
   """Programs a run of the sweep compiled: each group's training (its first row's 'compile'
-  records but the summaries) and evaluation (its first row's evaluation JSON for a group
-  evaluated as one program, every row's otherwise)."""
+  records but the summaries), evaluation (its first row's evaluation JSON for a group
+  evaluated as one program, every row's otherwise) and what was compiled for it ahead."""
   total = 0
   for group in {tuple(r['together']['rows']) for r in rows.values()}:
+    total += (rows[group[0]].get('compiled_ahead') or {}).get('compiled', 0)
     records = metrics_log.read(os.path.join(workdir, group[0], 'metrics.jsonl'))
     total += sum(r['compiled'] for r in records if r['split'] == 'compile'
                  and r['what'] not in ('startup', 'the whole run'))
@@ -114,7 +116,10 @@ def run_sweep(checkout: str, overrides: list[str]) -> dict:
     steps = sum(_steps_seconds(os.path.join(workdir, group[0])) for group in groups)
     with open(processes) as f:
       started = [line.strip() for line in f if line.strip()]
+    ahead = [rows[group[0]].get('compiled_ahead') for group in groups]
     return {'wall_seconds': wall, 'steps_seconds': steps, 'groups': len(groups),
+            'groups_compiled_ahead': sum(bool(a and a['used']) for a in ahead),
+            'ahead_seconds': sum(a['seconds'] for a in ahead if a),
             'outside_steps_per_group': (wall - steps) / len(groups),
             'python_processes': len(started),
             'package_processes': sum('transformer_jax' in line for line in started),

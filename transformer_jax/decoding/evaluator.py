@@ -46,17 +46,31 @@ class Evaluator:
                                        decode.max_extra_length)
     self._lowercased = preprocessing.from_config(model.config.data).lowercases
 
+  def _batches(self, split: str, num_batches: int):
+    batches = self._data.eval_batches(split, jax.process_index(), jax.process_count())
+    return itertools.islice(batches, num_batches) if num_batches > 0 else batches
+
+  def compile(self, params, split: str, num_batches: int = -1, with_bleu: bool = True) -> None:
+    """Compiles what `__call__` with these arguments runs, for parameters shaped as `params`
+    (a pytree of `jax.ShapeDtypeStruct`s will do), before its first call."""
+    shapes = set()
+    for local_batch in self._batches(split, num_batches):
+      shape = tuple(sorted((name, value.shape) for name, value in local_batch.items()))
+      if shape not in shapes:
+        shapes.add(shape)
+        batch = self._model.put_batch(local_batch)
+        self._model.loss_sums.lower(params, batch).compile()
+        if with_bleu:
+          self._decode.lower(params, batch['inputs']).compile()
+
   def __call__(self, params, split: str, num_batches: int = -1, with_bleu: bool = True
                ) -> dict:
     """Metrics over the first `num_batches` batches of `split` (-1: all of it). The batches
     come shortest bucket first, so a part of a split is a quick check, biased towards short
     sentences, not an estimate of the whole."""
-    batches = self._data.eval_batches(split, jax.process_index(), jax.process_count())
-    if num_batches > 0:
-      batches = itertools.islice(batches, num_batches)
     totals = {}
     hypotheses, references = [], []
-    for local_batch in batches:
+    for local_batch in self._batches(split, num_batches):
       batch = self._model.put_batch(local_batch)
       totals = add_sums(totals, self._model.loss_sums(params, batch))
       if with_bleu:

@@ -25,10 +25,12 @@ import os
 import time
 
 import jax
+import numpy as np
 
-from transformer_jax.data import batching, datasets, pipeline
+from transformer_jax.data import batching, datasets, pipeline, preprocessing, tokenizer
 from transformer_jax.decoding import bleu, evaluator
-from transformer_jax.decoding.translator import Translator
+from transformer_jax.decoding.translator import Translator, compile_rows
+from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
 from transformer_jax.training import compilation
 
@@ -38,9 +40,8 @@ def perplexity(translator: Translator, pairs: list[tuple[str, str]], split: str)
   dropout), over the pairs of `split` that fit config.data.max_length: one dict a row
   (`translator.workdirs`)."""
   model = translator.model
-  pairs = [translator.preprocessing.pair(source, target) for source, target in pairs]
-  batcher = pipeline.batcher(translator.config, translator.tokenizer, pairs, model.batch_shards,
-                             split)
+  batcher = _perplexity_batcher(translator.config, translator.tokenizer,
+                                translator.preprocessing, model.batch_shards, pairs, split)
   totals = [{} for _ in translator.workdirs]
   for batch in batching.eval_batches(batcher, jax.process_index(), jax.process_count()):
     sums = translator.rows_loss_sums(model.put_batch(batch))
@@ -48,6 +49,29 @@ def perplexity(translator: Translator, pairs: list[tuple[str, str]], split: str)
   return [{'perplexity': evaluator.per_token(total)['perplexity'],
            'perplexity_pairs': len(batcher.split),
            'perplexity_pairs_too_long': batcher.split.num_dropped} for total in totals]
+
+
+def _perplexity_batcher(config, processor, process: preprocessing.Preprocessing,
+                        batch_shards: int, pairs: list[tuple[str, str]], split: str
+                        ) -> batching.Batcher:
+  pairs = [process.pair(source, target) for source, target in pairs]
+  return pipeline.batcher(config, processor, pairs, batch_shards, split)
+
+
+def compile_ahead(model: ShardedModel, config, processor, rows: int, split: str) -> None:
+  """Compiles what `evaluate_rows` of the translator of `rows` runs of `model` (`config`: theirs
+  with the decoding settings they will be evaluated with; `processor`: their vocabulary)
+  runs on `split`, before the runs have trained (a sweep's next group: `sweep.ahead`)."""
+  pairs = datasets.load_pairs(config.data, split)
+  process = preprocessing.from_config(config.data)
+  sources = [source for source, _ in pairs]
+  ids = tokenizer.encode(processor, [process.source(source) for source in sources])
+  # As `Translator.encode` gives them: empty for an empty text, cut to the model's maximum.
+  sizes = np.array([min(len(i), config.data.max_length) if source.strip() else 0
+                    for source, i in zip(sources, ids)])
+  batcher = _perplexity_batcher(config, processor, process, model.batch_shards, pairs, split)
+  compile_rows(model, config, rows, sizes,
+               batching.eval_batches(batcher, jax.process_index(), jax.process_count()))
 
 
 def _bleu_figures(scores: dict, lowercased: bool) -> dict:

@@ -11,7 +11,6 @@ of the same shapes compiled. Output order is input order.
 """
 
 import contextlib
-import functools
 import os
 from typing import Callable, Iterator, Sequence
 
@@ -36,12 +35,82 @@ def bucket_lengths(config) -> list[int]:
   return batching.bucket_lengths(config.data.max_length, pipeline.buckets(config))
 
 
+def batch_rows(model: ShardedModel, batch_size: int) -> int:
+  """The rows of a decoding batch: `batch_size`, rounded up to a multiple of the batch shards."""
+  shards = model.batch_shards
+  return -(-batch_size // shards) * shards
+
+
+def decode_batches(lengths: list[int], sizes: np.ndarray, rows: int
+                   ) -> Iterator[tuple[int, list[int]]]:
+  """(bucket length, the sources it decodes: at most `rows`) for sources of `sizes` tokens
+  (none longer than the last of `lengths`), the empty ones left out, longest bucket first
+  (the slowest batches show early)."""
+  bucket = np.searchsorted(lengths, sizes)
+  for b in reversed(range(len(lengths))):
+    members = [int(i) for i in np.flatnonzero(bucket == b) if sizes[i]]
+    for start in range(0, len(members), rows):
+      yield lengths[b], members[start:start + rows]
+
+
+def stacked_abstract_params(model: ShardedModel, rows: int):
+  """The shapes and shardings of `rows` runs' parameters of `model`, stacked (`RowsTranslator`)."""
+  return jax.tree.map(
+      lambda p: jax.ShapeDtypeStruct((rows, *p.shape), p.dtype,
+                                     sharding=partitioning.stacked(p.sharding)),
+      model.abstract_params)
+
+
+def compile_rows(model: ShardedModel, config, rows: int, sizes: np.ndarray,
+                 loss_batches: Iterator[dict], batch_size: int = 64, cached: bool = True
+                 ) -> None:
+  """Compiles, before the runs have trained, what the translator of `rows` runs of `model`
+  (a `Translator` for one, a `RowsTranslator` for more; the decoding settings of
+  `config.decode`, `batch_size`, `cached`) runs to decode sources of `sizes` tokens and to take
+  the loss of `loss_batches` (local batches)."""
+  decode = config.decode
+  decoder = decoding.jit_decode(model, decode.beam_size, decode.alpha, decode.max_extra_length,
+                                cached, rows=rows > 1)
+  if rows > 1:
+    params, loss_sums = stacked_abstract_params(model, rows), _rows_loss_sums(model)
+    _stack_params(model).lower([model.abstract_params] * rows).compile()
+  else:
+    params, loss_sums = model.abstract_params, model.loss_sums
+  rows_in_batch = batch_rows(model, batch_size)
+  for length in sorted({length for length, _ in decode_batches(bucket_lengths(config), sizes,
+                                                                rows_in_batch)}):
+    inputs = model.put_whole_batch({'inputs': np.zeros((rows_in_batch, length), np.int32)})
+    decoder.lower(params, inputs['inputs']).compile()
+  shapes = set()
+  for local_batch in loss_batches:
+    shape = tuple(sorted((name, value.shape) for name, value in local_batch.items()))
+    if shape not in shapes:
+      shapes.add(shape)
+      loss_sums.lower(params, model.put_batch(local_batch)).compile()
+
+
+def _stack_params(model: ShardedModel) -> Callable:
+  """Jitted: a list of runs' parameters -> the parameters stacked on a leading row axis."""
+  return model.program(('stack params',), lambda: jax.jit(
+      lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees),
+      out_shardings=decoding.stacked_params_sharding(model)))
+
+
+def _rows_loss_sums(model: ShardedModel) -> Callable:
+  """Jitted: (stacked parameters, batch) -> each row's loss sums (dropout off)."""
+  return model.program(('rows loss_sums',), lambda: jax.jit(
+      jax.vmap(model._loss_sums, in_axes=(0, None)),  # pylint: disable=protected-access
+      in_shardings=(decoding.stacked_params_sharding(model), model.batch_sharding)))
+
+
 class Translator:
   """The parameters of a workdir's last `average_last` checkpoints, averaged (§6.1), on every
-  device, with the decoding settings of `config.decode` unless given here."""
+  device, with the decoding settings of `config.decode` unless given here; `model`, the
+  workdir's model built already (the programs compiled on it reused), or a new one."""
 
   def __init__(self, workdir: str, *, beam_size: int | None = None, alpha: float | None = None,
-               average_last: int | None = None, batch_size: int = 64, cached: bool = True):
+               average_last: int | None = None, batch_size: int = 64, cached: bool = True,
+               model: ShardedModel | None = None):
     # The saved config and the decoding settings given here enter together: validated once.
     config = checkpointing.read_config(workdir)
     for field, value in (('beam_size', beam_size), ('alpha', alpha),
@@ -56,7 +125,10 @@ class Translator:
     self.workdir = workdir
     self.workdirs = [workdir]  # the rows: one here, several in a `RowsTranslator`
     self.cached = cached
-    self.model = ShardedModel(config)
+    if model is not None and model.config.model.to_dict() != config.model.to_dict():
+      raise ValueError(f'{workdir}: the model given to translate with is not the workdir\'s '
+                       '(config.model differs)')
+    self.model = ShardedModel(config) if model is None else model
     self.tokenizer = tokenizer.load(os.path.join(workdir, tokenizer.MODEL_FILENAME))
     self.preprocessing = preprocessing.from_config(config.data)
     with contextlib.closing(checkpointing.Checkpoints(workdir)) as checkpoints:
@@ -65,8 +137,7 @@ class Translator:
     if len(self.steps) < config.decode.average_last:
       logging.warning('averaging the %d checkpoints %s: fewer than the %d asked for',
                       len(self.steps), self.steps, config.decode.average_last)
-    shards = self.model.batch_shards
-    self.batch_rows = -(-batch_size // shards) * shards
+    self.batch_rows = batch_rows(self.model, batch_size)
     self.lengths = bucket_lengths(config)
     decode = config.decode
     self._decode = decoding.jit_decode(self.model, decode.beam_size, decode.alpha,
@@ -124,22 +195,17 @@ class Translator:
     if len(too_long):
       raise ValueError(f'source {too_long[0]} has {sizes[too_long[0]]} tokens, more than '
                        f'config.data.max_length={max_length} ({len(too_long)} such sources)')
-    lengths = self.lengths
-    bucket = np.searchsorted(lengths, sizes)
     with tqdm.tqdm(total=len(sources), disable=not progress, unit='sentence',
                    dynamic_ncols=True) as bar:
-      for b in reversed(range(len(lengths))):  # longest first: the slowest batches show early
-        members = [i for i in np.flatnonzero(bucket == b) if sizes[i]]
-        for start in range(0, len(members), self.batch_rows):
-          chunk = members[start:start + self.batch_rows]
-          inputs = np.full((self.batch_rows, lengths[b]), PAD_ID, np.int32)
-          for row, i in enumerate(chunk):
-            inputs[row, :len(sources[i])] = sources[i]
-          batch = self.model.put_whole_batch({'inputs': inputs})
-          result = partitioning.gather_rows(self._decode(self.params, batch['inputs']))
-          for row, i in enumerate(chunk):
-            yield i, result[row]
-          bar.update(len(chunk))
+      for length, chunk in decode_batches(self.lengths, sizes, self.batch_rows):
+        inputs = np.full((self.batch_rows, length), PAD_ID, np.int32)
+        for row, i in enumerate(chunk):
+          inputs[row, :len(sources[i])] = sources[i]
+        batch = self.model.put_whole_batch({'inputs': inputs})
+        result = partitioning.gather_rows(self._decode(self.params, batch['inputs']))
+        for row, i in enumerate(chunk):
+          yield i, result[row]
+        bar.update(len(chunk))
       bar.update(len(sources) - bar.n)  # the empty ones
 
   def translate(self, texts: Sequence[str], source: str = '<input>',
@@ -169,7 +235,7 @@ class RowsTranslator(Translator):
   """
 
   def __init__(self, workdirs: Sequence[str], **settings):
-    super().__init__(workdirs[0], **settings)
+    super().__init__(workdirs[0], **settings)  # `model` too: the model of every row
     rows.check_together([checkpointing.read_config(workdir) for workdir in workdirs],
                         list(workdirs))
     self.workdirs = list(workdirs)
@@ -181,19 +247,10 @@ class RowsTranslator(Translator):
       params.append(row_params)
       self.steps.append(steps)
     model, decode = self.model, self.config.decode
-    stacked = jax.tree.map(partitioning.stacked, model.param_sharding)
-    self.params = jax.jit(lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees),
-                          out_shardings=stacked)(params)
-    one = functools.partial(decoding.decode, model.eval_model, beam_size=decode.beam_size,
-                            alpha=decode.alpha, max_extra_length=decode.max_extra_length,
-                            cached=self.cached)
-    # Sentences first, rows second: the batch axis stays the one the mesh splits.
-    self._decode = jax.jit(
-        lambda params, inputs: jnp.moveaxis(jax.vmap(one, in_axes=(0, None))(params, inputs),
-                                            0, 1),
-        in_shardings=(stacked, model.batch_sharding), out_shardings=model.batch_sharding)
-    self._loss_sums = jax.jit(jax.vmap(model._loss_sums, in_axes=(0, None)),  # pylint: disable=protected-access
-                              in_shardings=(stacked, model.batch_sharding))
+    self.params = _stack_params(model)(params)
+    self._decode = decoding.jit_decode(model, decode.beam_size, decode.alpha,
+                                       decode.max_extra_length, self.cached, rows=True)
+    self._loss_sums = _rows_loss_sums(model)
 
   def settings(self) -> str:
     decode = self.config.decode

@@ -26,9 +26,11 @@ import dataclasses
 import json
 import os
 import time
+from typing import Callable
 
 import jax
 import ml_collections
+import numpy as np
 import tqdm
 
 from transformer_jax.config import fields
@@ -59,8 +61,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   return train_together([config], [workdir])[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class Programs:
+  """What runs trained together compile: their model, trainer and dev evaluators, built for
+  `configs` (their fields, flattened, as JSON). `train_together` builds them, or takes them
+  built and compiled already (`compile_ahead`)."""
+
+  configs: str
+  model: ShardedModel
+  trainer: RunsTrainer
+  evaluators: list[Evaluator]
+
+
 def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
-                   loaded: dict | None = None) -> list[dict]:
+                   loaded: dict | None = None, programs: Programs | None = None) -> list[dict]:
   """`train_and_evaluate` of several runs as one program (`rows`), run i in `dirs[i]`: each
   workdir gets its run's config, vocabulary, checkpoints, metrics.jsonl and evaluations as if
   the run had trained alone, on the batches of the first run's `data.shuffle_seed` (or seed),
@@ -69,10 +83,14 @@ def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
   valid ones (`checks`). `loaded`, a dict that a caller keeps between calls (a sweep's groups,
   `sweep.run`), holds the data loaded by each (`data_key`): runs whose first workdir has no
   vocabulary yet take it from there instead of loading it again, its vocabulary written into
-  each workdir."""
+  each workdir. `programs`, those `compile_ahead` made for these configs and workdirs, are
+  trained with instead of new ones."""
   if len(set(map(os.path.abspath, dirs))) != len(dirs):
     raise ValueError(f'runs trained together need a workdir each, got {dirs}')
-  configs = rows.sharing_batches([datasets.with_absolute_files(c) for c in configs], dirs)
+  configs = _together(configs, dirs)
+  if programs is not None and programs.configs != _fields(configs):
+    raise ValueError(f'the programs given to train {", ".join(dirs)} were made for other '
+                     'configs')
   compilation.use_cache(configs[0])
   if configs[0].parallel.distributed:
     _initialize_distributed(configs[0])
@@ -80,7 +98,59 @@ def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
     for workdir in dirs:
       workdirs.check_writable(workdir)
       locks.enter_context(workdirs.lock(workdir))
-    return _train(configs, dirs, {} if loaded is None else loaded)
+    return _train(configs, dirs, {} if loaded is None else loaded, programs)
+
+
+def _together(configs: list[ml_collections.ConfigDict], dirs: list[str]
+              ) -> list[ml_collections.ConfigDict]:
+  """The configs as the runs train: data files made absolute, the first run's batch order."""
+  return rows.sharing_batches([datasets.with_absolute_files(c) for c in configs], dirs)
+
+
+def _fields(configs: list[ml_collections.ConfigDict]) -> str:
+  return json.dumps([fields.flatten(config) for config in configs], sort_keys=True, default=str)
+
+
+def _model_and_trainer(configs: list[ml_collections.ConfigDict], dirs: list[str]
+                       ) -> tuple[ShardedModel, RunsTrainer]:
+  model = ShardedModel(configs[0])
+  # One run, or several as one program (`rows`): the loop is the same for both.
+  return model, (Trainer(model) if len(configs) == 1
+                 else rows.RowsTrainer(model, configs, dirs))
+
+
+def compile_ahead(configs: list[ml_collections.ConfigDict], dirs: list[str],
+                  data_for: Callable[[str], pipeline.Data | None]) -> Programs | None:
+  """The programs `train_together(configs, dirs, loaded)` trains with, built and compiled now,
+  before it starts (a sweep's next group, while a group trains: `sweep.ahead`): the trainer's
+  for each shape of training batch, the evaluators' for the dev batches it evaluates on.
+  `data_for(data_key(...))` gives the data they train on, as `loaded` will hold it. None when
+  it gives None, or when the devices span several processes."""
+  if jax.process_count() > 1:
+    return None
+  configs = _together(configs, dirs)
+  model, trainer = _model_and_trainer(configs, dirs)
+  data = data_for(data_key(configs[0], trainer.rows_multiple))
+  if data is None:
+    return None
+  config = configs[0]
+  train = config.train
+  k, batcher = _steps_per_call(config, data, lead=False), data.batchers['train']
+  batches = []
+  for length in batcher.train_lengths():
+    rows_in_batch = batcher.rows(length)
+    batch = batcher.assemble(length, np.full((rows_in_batch, 1) if batcher.pack_length
+                                             else (rows_in_batch,), -1, np.int64))
+    if k > 1:
+      batches.append(model.put_batches([batch] * k))
+    if k == 1 or train.num_train_steps % k:  # the last steps, one a call
+      batches.append(model.put_batch(batch))
+  trainer.compile(batches)
+  evaluators = _evaluators(configs, model, data)
+  for evaluator in {id(e): e for e in evaluators}.values():
+    evaluator.compile(trainer.run_abstract_state.params, 'validation', train.num_eval_steps,
+                      train.eval_bleu)
+  return Programs(_fields(configs), model, trainer, evaluators)
 
 
 def data_key(config: ml_collections.ConfigDict, rows_multiple: int) -> str:
@@ -139,8 +209,8 @@ def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: RunsTrainer)
   return restored[0][0], trainer.join([r[1] for r in restored]), restored[0][2]
 
 
-def _train(configs: list[ml_collections.ConfigDict], dirs: list[str],
-           loaded: dict) -> list[dict]:
+def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: dict,
+           programs: Programs | None) -> list[dict]:
   startup = compilation.so_far()
   config = configs[0]
   lead = jax.process_index() == 0
@@ -153,10 +223,10 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str],
             f'train.num_train_steps={config.train.num_train_steps}: nothing to do (raise '
             'train.num_train_steps to train further)', flush=True)
     return [{} for _ in dirs]
-  model = ShardedModel(config)
-  # One run, or several as one program (`rows`): the loop below is the same for both.
-  trainer: RunsTrainer = (Trainer(model) if len(configs) == 1
-                          else rows.RowsTrainer(model, configs, dirs))
+  if programs is None:
+    model, trainer = _model_and_trainer(configs, dirs)
+  else:
+    model, trainer = programs.model, programs.trainer
   data = _load_data(configs, dirs, trainer.rows_multiple, loaded)
   labels = [f'{workdir}: ' if len(dirs) > 1 else '' for workdir in dirs]
 
@@ -183,7 +253,8 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str],
     calls = cleanup.enter_context(feed.Feed(
         iterator, model, _steps_per_call(config, data, lead), start, train.num_train_steps,
         config.data.prefetch))
-    evaluators = _evaluators(configs, model, data)
+    evaluators = (_evaluators(configs, model, data) if programs is None
+                  else programs.evaluators)
     logs = [metrics_log.MetricsLog(workdir) for workdir in dirs]
     for log in logs:
       cleanup.callback(log.close)

@@ -9,7 +9,8 @@ Parameters are sharded by their logical axis names and `config.parallel.axis_rul
 (`partitioning.py`); batches are split by rows over the mesh's batch axes.
 """
 
-from typing import Any
+import threading
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +38,10 @@ class ShardedModel:
       evaluation), `train.loss_chunk` target positions at a time if it is set.
     config, mesh, rules, model_config: the run's config, the device mesh, the logical axis
       rules, and the model's config.
+
+  The jitted programs that decoders build on the model (`program`) are kept with it, so that
+  its users (a run's evaluators, the translator of its trained parameters) share what one of
+  them compiled, ahead of time too (`sweep.ahead`).
   """
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None):
@@ -54,6 +59,15 @@ class ShardedModel:
     self.abstract_params = partitioning.placed_shapes(boxed, self.param_sharding)
     self.loss_sums = jax.jit(self._loss_sums,
                              in_shardings=(self.param_sharding, self.batch_sharding))
+    self._programs, self._lock = {}, threading.Lock()
+
+  def program(self, key: tuple, make: Callable[[], Callable]) -> Callable:
+    """The model's jitted program `key`: `make()` the first time it is asked for, the same
+    function after."""
+    with self._lock:
+      if key not in self._programs:
+        self._programs[key] = make()
+      return self._programs[key]
 
   def boxed_params(self, key: jax.Array) -> Any:
     """Parameters initialised as §3 and tensor2tensor do, boxed with their logical axis

@@ -8,7 +8,9 @@ rewritten (`results`).
 
 The data and vocabulary are loaded once for every group of one data config and seed
 (`train_loop.data_key`). A row whose JSON exists is skipped, so a sweep that crashed, was
-killed or was stopped resumes where it was: the group in flight from its last checkpoint.
+killed (at any moment) or was stopped resumes where it was: the group in flight from its last
+checkpoint, a group killed while its rows' files were written from its results file.
+While a group trains, the next one's programs compile in a background thread (`ahead`).
 A SIGTERM stops the group in flight at its next step, saved (`preemption`); the sweep then
 stops with an error saying to run it again. A group's `train_seconds` are the wall time of
 every attempt to train it (saved every `SAVE_SECONDS_EVERY` seconds, so an attempt that is
@@ -32,11 +34,14 @@ from transformer_jax.decoding.translator import RowsTranslator, Translator
 from transformer_jax.loop import train_loop
 from transformer_jax.storage import atomic, provenance
 from transformer_jax.sweep import plan, results as tables
+from transformer_jax.sweep.ahead import Ahead, Compiled
 from transformer_jax.training import checkpointing, metrics_log
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
 EVALUATION = {'beam_size': 4, 'alpha': 0.6, 'average_last': 1}
 SPLIT = 'validation'
+# The file in a group's first workdir that holds the figures of all its rows.
+GROUP_RESULTS = 'sweep_group_results.json'
 # How often a group's training time so far is saved (`_timed`).
 SAVE_SECONDS_EVERY = 30.0
 
@@ -62,6 +67,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
   configs = {row: plan.row_config(sweep, row, overrides) for row in rows}
   results_dir = results_dir or os.path.join(workdir, 'rows')
   os.makedirs(results_dir, exist_ok=True)
+  _recover(sweep.ROWS, workdir, results_dir)
   results = {}
   for row in sweep.ROWS:
     path = os.path.join(results_dir, f'{row}.json')
@@ -88,28 +94,58 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
     print(the_plan.describe(seconds_left()), flush=True)
     passed_over = list(the_plan.passed_over)
     loaded = {}  # the data of each data config and seed, loaded once (`train_loop.data_key`)
-    for group in the_plan.start:
-      left, seconds = seconds_left(), predicted(group)
-      if left is not None and seconds is not None and seconds > left:
-        print(f'{", ".join(group)}: not started: predicted {seconds:.0f} s, {left:.0f} s left',
-              flush=True)
-        passed_over.append(group)
-        continue
-      print(f'{", ".join(group)}: training in {workdir}/'
-            + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}'), flush=True)
-      for row, result in zip(group, run_group(group, configs, workdir, overrides, device_kind,
-                                              loaded)):
-        atomic.write(os.path.join(results_dir, f'{row}.json'), json.dumps(result, indent=2))
-        results[row] = result
-        print(f'{row}: dev PPL {result["perplexity"]:.2f}, BLEU '
-              f'{result["bleu_tokenized"]:.2f}, {result["train_seconds"] / 60:.1f} min',
-              flush=True)
-      tables.write_table(sweep_path, sweep, results, workdir)
+    ahead = Ahead(loaded, EVALUATION, SPLIT)
+    try:
+      for index, group in enumerate(the_plan.start):
+        left, seconds = seconds_left(), predicted(group)
+        if left is not None and seconds is not None and seconds > left:
+          print(f'{", ".join(group)}: not started: predicted {seconds:.0f} s, {left:.0f} s left',
+                flush=True)
+          passed_over.append(group)
+          continue
+        compiled = ahead.take(group)
+        if compiled is not None:
+          print(f'{", ".join(group)}: compiled ahead in {compiled.seconds:.1f} s: '
+                + (compiled.compiles.describe() if compiled.programs
+                   else f'not used ({compiled.error or "its data was not loaded yet"})'),
+                flush=True)
+        if index + 1 < len(the_plan.start):  # compiled while this group trains
+          following = the_plan.start[index + 1]
+          ahead.start(following, [configs[row] for row in following],
+                      [os.path.join(workdir, row) for row in following])
+        print(f'{", ".join(group)}: training in {workdir}/'
+              + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}'), flush=True)
+        finished = run_group(group, configs, workdir, overrides, device_kind, loaded, compiled)
+        # The group's rows in one file first: a sweep killed between two rows' files writes the
+        # others from there when it runs again (`_recover`).
+        atomic.write(os.path.join(workdir, group[0], GROUP_RESULTS), json.dumps(finished))
+        for row, result in zip(group, finished):
+          atomic.write(os.path.join(results_dir, f'{row}.json'), json.dumps(result, indent=2))
+          results[row] = result
+          print(f'{row}: dev PPL {result["perplexity"]:.2f}, BLEU '
+                f'{result["bleu_tokenized"]:.2f}, {result["train_seconds"] / 60:.1f} min',
+                flush=True)
+        tables.write_table(sweep_path, sweep, results, workdir)
+    finally:
+      ahead.close()
     if passed_over:
       print(f'not started before --stop_after_minutes={stop_after_minutes:g}: '
             + '; '.join(', '.join(group) for group in passed_over), flush=True)
   tables.write_table(sweep_path, sweep, results, workdir)
   return results
+
+
+def _recover(rows: list[str], workdir: str, results_dir: str) -> None:
+  """Writes the JSON of each row that a group finished but whose file was not written (the
+  sweep killed between two rows' files) from the group's results in its first row's workdir."""
+  for first in rows:
+    path = os.path.join(workdir, first, GROUP_RESULTS)
+    if os.path.exists(path):
+      with open(path) as f:
+        for result in json.load(f):
+          row_path = os.path.join(results_dir, f'{result["row"]}.json')
+          if not os.path.exists(row_path):
+            atomic.write(row_path, json.dumps(result, indent=2))
 
 
 def _steps_left(configs: dict, workdir: str, group: list[str]) -> int:
@@ -119,17 +155,18 @@ def _steps_left(configs: dict, workdir: str, group: list[str]) -> int:
 
 
 def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides: list[str],
-              device_kind: str, loaded: dict) -> list[dict]:
+              device_kind: str, loaded: dict, compiled: Compiled | None = None) -> list[dict]:
   """Trains (or resumes) the rows of `group` as one program, each in `workdir/<row>`, then
-  evaluates them as one program; returns their figures. What the group prints also goes to
-  the first row's `sweep.log`."""
+  evaluates them as one program; returns their figures. With `compiled` (`ahead`), with the
+  programs compiled there. What the group prints also goes to the first row's `sweep.log`."""
+  programs = compiled.programs if compiled is not None else None
   dirs = [os.path.join(workdir, row) for row in group]
   for directory in dirs:
     os.makedirs(directory, exist_ok=True)
   with _logged(os.path.join(dirs[0], 'sweep.log')):
     try:
       with _timed(os.path.join(dirs[0], 'sweep_train_seconds.json')) as train_seconds:
-        train_loop.train_together([configs[row] for row in group], dirs, loaded)
+        train_loop.train_together([configs[row] for row in group], dirs, loaded, programs)
     except Exception as e:  # the rows named, whichever of them failed
       raise RuntimeError(f'training {", ".join(group)}: {e}') from e
     for row, directory in zip(group, dirs):
@@ -140,18 +177,21 @@ def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides
                            f'{configs[row].train.num_train_steps} (preempted); run the sweep '
                            'again to resume it')
     start = time.perf_counter()
-    translator = (Translator(dirs[0], **EVALUATION) if len(group) == 1
-                  else RowsTranslator(dirs, **EVALUATION))
+    model = programs.model if programs is not None else None
+    translator = (Translator(dirs[0], **EVALUATION, model=model) if len(group) == 1
+                  else RowsTranslator(dirs, **EVALUATION, model=model))
     figures = scoring.evaluate_rows(translator, SPLIT)
     eval_seconds = time.perf_counter() - start
   record = provenance.record(device_kind)
+  ahead = compiled.record() if compiled is not None else None
   return [_row_result(row, directory, train_seconds(), eval_seconds, row_figures, overrides,
-                      group, record)
+                      group, record, ahead)
           for row, directory, row_figures in zip(group, dirs, figures)]
 
 
 def _row_result(row: str, directory: str, train_seconds: float, eval_seconds: float,
-                figures: dict, overrides: list[str], group: list[str], record: dict) -> dict:
+                figures: dict, overrides: list[str], group: list[str], record: dict,
+                ahead: dict | None) -> dict:
   """A finished row's JSON: Table 3's evaluation, the dev curve logged during training, how
   and where it ran (the config its workdir saved: a group's batch order written in)."""
   config = checkpointing.read_config(directory)
@@ -166,6 +206,8 @@ def _row_result(row: str, directory: str, train_seconds: float, eval_seconds: fl
           # are evaluated as one program too, in `eval_seconds` (the group's).
           'together': {'rows': list(group), 'shuffle_seed': config.data.shuffle_seed},
           'evaluated_together': True,
+          # What compiling the group's programs ahead (while the group before trained) took.
+          'compiled_ahead': ahead,
           'provenance': record}
 
 

@@ -8,10 +8,11 @@
 The cache keeps every program XLA compiles in `config.train.compilation_cache_dir`, keyed by
 the program, the devices and the compiler's version and options, so a resumed run, another
 seed of the same model, or an evaluation of a trained run loads its programs instead of
-compiling them again (docs/performance.md#compiling). `so_far` counts what the process has
-compiled and loaded since this module was imported, from JAX's monitoring events: a jitted
+compiling them again (docs/performance.md#compiling). `so_far` counts what the calling thread
+has compiled and loaded since this module was imported, from JAX's monitoring events: a jitted
 function compiles on the thread that calls it, before it runs, so the difference around a call
-is that call's compiling.
+is that call's compiling, also while another thread compiles programs ahead (a sweep's next
+group, `sweep.ahead`); `everywhere` counts every thread's.
 """
 
 import dataclasses
@@ -55,36 +56,49 @@ class Compiles:
 
 
 class _Totals:
-  """The process's running totals, fed by JAX's monitoring listeners."""
+  """Each thread's running totals, fed by JAX's monitoring listeners (which run on the thread
+  that compiles)."""
 
   def __init__(self):
     self._lock = threading.Lock()
-    self._seconds, self._backend, self._hits = 0.0, 0, 0
+    self._threads: dict[int, list] = {}  # thread id -> [seconds, backend compiles, cache hits]
     jax.monitoring.register_event_duration_secs_listener(self._on_duration)
     jax.monitoring.register_event_listener(self._on_event)
+
+  def _mine(self) -> list:
+    return self._threads.setdefault(threading.get_ident(), [0.0, 0, 0])
 
   def _on_duration(self, event: str, seconds: float, **_) -> None:
     if event in _DURATION_EVENTS:
       with self._lock:
-        self._seconds += seconds
-        self._backend += event == _BACKEND_EVENT
+        totals = self._mine()
+        totals[0] += seconds
+        totals[1] += event == _BACKEND_EVENT
 
   def _on_event(self, event: str, **_) -> None:
     if event == _CACHE_HIT_EVENT:
       with self._lock:
-        self._hits += 1
+        self._mine()[2] += 1
 
-  def get(self) -> Compiles:
+  def get(self, thread: int | None) -> Compiles:
     with self._lock:
-      return Compiles(self._seconds, self._backend - self._hits, self._hits)
+      threads = self._threads.values() if thread is None else [self._threads.get(thread)]
+      seconds, backend, hits = (sum(column) for column in zip(
+          [0.0, 0, 0], *(totals for totals in threads if totals)))
+      return Compiles(seconds, backend - hits, hits)
 
 
 _TOTALS = _Totals()
 
 
 def so_far() -> Compiles:
-  """What this process has compiled and loaded since this module was imported."""
-  return _TOTALS.get()
+  """What the calling thread has compiled and loaded since this module was imported."""
+  return _TOTALS.get(threading.get_ident())
+
+
+def everywhere() -> Compiles:
+  """What every thread of the process has compiled and loaded since this module was imported."""
+  return _TOTALS.get(None)
 
 
 def cache_dir(config: ml_collections.ConfigDict) -> str | None:
@@ -105,8 +119,13 @@ def use_cache(config: ml_collections.ConfigDict) -> None:
   directory around every read and write and scans every entry at each write to evict the
   least recently used, which slowed compile-heavy tests (tests/README.md). Takes
   effect for the programs compiled after it, also when the process used another directory
-  before (a notebook, tests)."""
+  before (a notebook, tests); the same directory again changes nothing (a thread compiling
+  meanwhile keeps its cache)."""
   path = cache_dir(config)
+  if (jax.config.jax_enable_compilation_cache == (path is not None)
+      and jax.config.jax_compilation_cache_dir == path
+      and jax.config.jax_persistent_cache_min_compile_time_secs == 0.0):
+    return
   jax.config.update('jax_enable_compilation_cache', path is not None)
   jax.config.update('jax_compilation_cache_dir', path)
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)

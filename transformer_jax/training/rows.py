@@ -29,7 +29,7 @@ from transformer_jax.config import fields
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training.trainer import TRACEABLE, RunsTrainer, TrainState, Trainer
-from transformer_jax.training.trainer import jit_steps
+from transformer_jax.training.trainer import compile_steps, jit_steps
 
 # The config fields that may differ among runs trained together.
 VARYING = ('seed', *TRACEABLE)
@@ -118,6 +118,12 @@ class RowsTrainer(RunsTrainer):
   def join(self, states: list[TrainState]) -> TrainState:
     """The states of single runs (restored checkpoints) as one state with a row axis."""
     return self._stack(states)
+
+  def compile(self, batches: list[dict]) -> None:
+    """`RunsTrainer.compile`."""
+    state = compile_steps(self._init, (self.seeds,), self._step, self._steps, batches,
+                          self.hyper)
+    self._split.lower(state).compile()
 
   def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
     """One step of every row on `batch`; the metrics (rows,)."""

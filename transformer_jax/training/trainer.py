@@ -77,6 +77,12 @@ class RunsTrainer(Protocol):
   def join(self, states: list[TrainState]) -> TrainState:
     """`split`'s inverse: the runs' states (restored checkpoints) as the trainer's state."""
 
+  def compile(self, batches: list[dict]) -> None:
+    """Compiles, before their first call, the programs that training on batches shaped as
+    `batches` runs (each one batch, or `train_steps`' stacked ones, placed as the feed places
+    them): the initial state, the steps and `split`. Calling them then compiles nothing; a
+    sweep compiles its next group so while one trains (`sweep.ahead`)."""
+
 
 def jit_steps(model: ShardedModel, step: Callable, state_sharding, *arg_shardings
               ) -> tuple[Callable, Callable]:
@@ -99,6 +105,19 @@ def jit_steps(model: ShardedModel, step: Callable, state_sharding, *arg_sharding
                   **placed),
           jax.jit(many, in_shardings=(state_sharding, model.stacked_batch_sharding,
                                       *arg_shardings), **placed))
+
+
+def compile_steps(init: Callable, init_args: tuple, train_step: Callable, train_steps: Callable,
+                  batches: list[dict], *step_args) -> jax.ShapeDtypeStruct:
+  """Compiles the jitted `init(*init_args)` and, for each of `batches`, `train_step` (one batch)
+  or `train_steps` (stacked: a leading axis more) on the state `init` makes; returns that
+  state's shapes."""
+  init.lower(*init_args).compile()
+  state = jax.eval_shape(init, *init_args)
+  for batch in batches:
+    step = train_steps if batch['inputs'].ndim == 3 else train_step
+    step.lower(state, batch, *step_args).compile()
+  return state
 
 
 def _micro_batches(batch: dict, k: int) -> dict:
@@ -158,6 +177,10 @@ class Trainer(RunsTrainer):
     """The one run's state (`RunsTrainer.join`)."""
     (state,) = states
     return state
+
+  def compile(self, batches: list[dict]) -> None:
+    """`RunsTrainer.compile`."""
+    compile_steps(self._init, (), self.train_step, self.train_steps, batches)
 
   def _loss_sums(self, params, batch: dict, dropout_key, module, label_smoothing
                  ) -> tuple[jax.Array, dict]:
