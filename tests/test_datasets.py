@@ -6,6 +6,7 @@ import gzip
 import logging
 import os
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -231,10 +232,40 @@ def test_failed_download_says_what_to_do(tmp_path, monkeypatch):
 
   monkeypatch.setattr(tfds.download.DownloadManager, 'download', offline)
   monkeypatch.setattr(tfds.download.DownloadManager, 'download_and_extract', offline)
+  monkeypatch.setattr(datasets, '_unreachable', lambda url: None)  # the host answers
   config = data_config(dataset='multi30k', tfds_data_dir=str(tmp_path / 'data'))
   with pytest.raises(RuntimeError, match='multi30k is not prepared in .* downloading it failed '
                      r'\(ConnectionError: Name or service not known\).*manual_dir'):
     datasets.load_split(config, 'train')
+
+
+@pytest.mark.parametrize('network', ['no name resolves', 'no answer'])
+def test_offline_the_dataset_is_named_in_seconds_without_a_download(tmp_path, monkeypatch,
+                                                                    network):
+  """The host asked first (`_unreachable`): a machine whose resolver fails, or whose network
+  does not answer, is told within 10 s, with both fixes, and no download is tried."""
+  def resolver_fails(address, timeout):
+    raise socket.gaierror(socket.EAI_NONAME, 'Name or service not known')
+
+  def no_answer(address, timeout):
+    time.sleep(60)
+
+  def download(*args, **kwargs):
+    raise AssertionError('a download was tried')
+
+  monkeypatch.setattr(datasets, 'REACH_SECONDS', 2.0)
+  monkeypatch.setattr(socket, 'create_connection',
+                      resolver_fails if network == 'no name resolves' else no_answer)
+  monkeypatch.setattr(tfds.download.DownloadManager, 'download', download)
+  monkeypatch.setattr(tfds.download.DownloadManager, 'download_and_extract', download)
+  config = data_config(dataset='multi30k', tfds_data_dir=str(tmp_path / 'data'))
+  start = time.monotonic()
+  why = 'Name or service not known' if network == 'no name resolves' else 'no answer within 2 s'
+  with pytest.raises(RuntimeError, match=r'multi30k is not prepared in .* downloading it failed '
+                     rf'\(raw.githubusercontent.com cannot be reached: .*{why}\)\. .*'
+                     r'config.data.tfds_data_dir, or give config.data.manual_dir'):
+    datasets.load_split(config, 'train')
+  assert time.monotonic() - start < 10
 
 
 def files_config(tmp_path, directory, **changes) -> ml_collections.ConfigDict:

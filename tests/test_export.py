@@ -258,7 +258,7 @@ def hf_dir(run, tmp_path_factory) -> str:
   """The command, run from a directory other than the repository's."""
   out = str(tmp_path_factory.mktemp('exported') / 'hf')
   subprocess.run([sys.executable, '-m', 'transformer_jax.export', f'--workdir={run}',
-                  f'--out={out}'], check=True, cwd=str(tmp_path_factory.mktemp('elsewhere')))
+                  f'--output={out}'], check=True, cwd=str(tmp_path_factory.mktemp('elsewhere')))
   return out
 
 
@@ -615,7 +615,7 @@ def test_an_existing_output_is_kept_unless_overwrite_which_spares_runs_and_conve
     assert json.load(f)['model_type'] == 'marian'
   before = sorted(os.listdir(run))
   with pytest.raises(FileExistsError, match='is a training workdir'):
-    export.export(run, run, overwrite=True)  # --out mistyped as the workdir itself
+    export.export(run, run, overwrite=True)  # --output mistyped as the workdir itself
   assert sorted(os.listdir(run)) == before
   converted = tmp_path / 'ct2'
   converted.mkdir()

@@ -93,23 +93,24 @@ QUICK_START_STEPS = 20
 
 def quick_start_commands() -> list[str]:
   """The `python -m transformer_jax.<command>` parts of README.md's quick start (the first
-  code block of its Quickstart section) that train and evaluate."""
+  code block of its Quickstart section) that train, evaluate and export, in order."""
   readme = (REPO / 'README.md').read_text(encoding='utf-8')
   block = re.search(r'## Quickstart\n.*?```bash\n(.*?)```', readme, re.S).group(1)
   commands = [part.strip() for line in block.splitlines() for part in line.split('&&')]
   return [c for c in commands if c.startswith(('python -m transformer_jax.train ',
-                                               'python -m transformer_jax.evaluate '))]
+                                               'python -m transformer_jax.evaluate ',
+                                               'python -m transformer_jax.export '))]
 
 
-def test_the_readme_quick_start_trains_and_evaluates_with_the_installed_package(installed,
-                                                                                 tmp_path):
-  """README.md's train and evaluate lines, as written there (`configs/tiny.py`, its built-in
-  corpus and fine buckets), run by the installed package from a directory holding only the
-  clone's configs/, shortened in steps alone (training steps, and one dev batch): the loss
-  falls, checkpoints, metrics and the evaluation's files are written, and `evaluate` reads the
-  run's checkpoints."""
+def test_the_readme_quick_start_trains_evaluates_and_exports_with_the_installed_package(
+    installed, tmp_path):
+  """README.md's train, evaluate and export lines in order, as written there
+  (`configs/tiny.py`, its built-in corpus and fine buckets), run by the installed package from
+  a directory holding only the clone's configs/, shortened in steps alone (training steps, and
+  one dev batch): the loss falls, checkpoints, metrics and the evaluation's files are written,
+  `evaluate` reads the run's checkpoints, and the exported model's card shows its test BLEU."""
   python, _ = installed
-  train_line, evaluate_line = quick_start_commands()
+  train_line, evaluate_line, export_line = quick_start_commands()
   shutil.copytree(REPO / 'configs', tmp_path / 'configs')
   workdir = re.search(r'--workdir=(\S+)', train_line).group(1)
   assert f'--workdir={workdir}' in evaluate_line
@@ -151,3 +152,10 @@ def test_the_readme_quick_start_trains_and_evaluates_with_the_installed_package(
   result = json.loads(figures.read_text())
   assert result['checkpoint_steps'] == saved and result['sentences'] == 1000
   assert len(pathlib.Path(result['hypotheses']).read_text().splitlines()) == 1000
+
+  output = re.search(r'--output=(\S+)', export_line).group(1)
+  exported = tmp_path / 'tiny-hf'
+  _run(command(export_line.replace(f'--output={output}', f'--output={exported}')), tmp_path, env)
+  card = (exported / 'README.md').read_text()
+  assert (f'| test (`evaluate`, checkpoints {saved}, beam {result["beam_size"]}, '
+          f'α {result["alpha"]}) | {result["bleu_detokenized"]:.2f} (') in card, card

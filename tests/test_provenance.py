@@ -39,17 +39,22 @@ def test_a_record_names_this_checkouts_commit_the_versions_and_the_machine():
 
 
 def test_the_platform_is_asked_of_a_child_process(monkeypatch):
-  """Answered by a child python that allocates no accelerator memory up front, and the same as
-  this process would answer."""
+  """Answered by a child python that allocates no accelerator memory up front: the child's
+  answer, made up here, is what comes back (a `platform` that asked this process would not
+  give it); the real child answers as this process would."""
   children = []
   run = subprocess.run
 
   def spy(command, **kwargs):
     children.append((command, kwargs.get('env')))
-    return run(command, **kwargs)
+    real = run(command, **kwargs)
+    assert json.loads(real.stdout.strip().splitlines()[-1]) == [
+        jax.default_backend(), jax.devices()[0].device_kind]
+    return subprocess.CompletedProcess(command, 0, stdout='["tpu", "TPU v9 made up"]\n',
+                                       stderr='')
 
   monkeypatch.setattr(provenance.subprocess, 'run', spy)
-  assert provenance.platform() == (jax.default_backend(), jax.devices()[0].device_kind)
+  assert provenance.platform() == ('tpu', 'TPU v9 made up')
   [(command, env)] = children
   assert command[0] == sys.executable and 'jax.devices()' in command[-1]
   assert env['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
@@ -108,8 +113,8 @@ def test_a_durations_file_records_the_commit_that_measured_it(tmp_path):
   log = tmp_path / 'log'
   log.write_text('1.50s call     tests/test_a.py::test_one\n1 passed in 1.60s\n')
   script = os.path.join(REPO, 'experiments', 'test_durations', 'durations.py')
-  subprocess.run([sys.executable, script, str(log), f'--json={tmp_path / "d.json"}'], check=True,
-                 capture_output=True)
+  subprocess.run([sys.executable, script, f'--log={log}', f'--output={tmp_path / "d.json"}'],
+                 check=True, capture_output=True)
   written = json.loads((tmp_path / 'd.json').read_text())
   assert written['tests'] == {'tests/test_a.py::test_one': 1.5}
   assert written['provenance']['commit'] == checkout_commit()

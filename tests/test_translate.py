@@ -150,7 +150,7 @@ def test_preprocessing_applies_to_inputs_and_is_undone_on_outputs(workdir, tmp_p
 
 def test_saved_average_is_a_workdir_that_translates_like_the_average(workdir, tmp_path):
   output = str(tmp_path / 'averaged')
-  result = _run('transformer_jax.average', f'--workdir={workdir}', '--last=2',
+  result = _run('transformer_jax.average', f'--workdir={workdir}', '--average_last=2',
                 f'--output={output}')
   assert result.returncode == 0, result.stderr.decode()[-2000:]
   assert 'the average of checkpoints [100, 150]' in result.stdout.decode()
@@ -424,8 +424,8 @@ def test_bleu_during_training_over_two_processes_is_that_of_one_process(corpus, 
                                                                       tmp_path):
   """The module's run resumed for one step by two processes (two CPU devices each), its dev
   evaluation with BLEU over the whole split (`Evaluator` gathers both processes' translations
-  and references): the BLEU and loss it logs are those of one process's `Evaluator` on the
-  checkpoint it saved."""
+  and references): the BLEU, loss and number of sentences it logs are those of one process's
+  `Evaluator` on the checkpoint it saved, each sentence of the split counted once."""
   run = str(tmp_path / 'run')
   shutil.copytree(workdir, run)
   directory, _ = corpus
@@ -445,9 +445,12 @@ def test_bleu_during_training_over_two_processes_is_that_of_one_process(corpus, 
   assert translator.steps == [151]
   data = pipeline.load(translator.config, run, translator.model.batch_shards)
   alone = Evaluator(translator.model, data)(translator.params, 'validation')
-  assert alone['bleu'] > 0  # a model that translates, so that a lost half would show
+  assert alone['bleu'] > 0  # a model that translates
   assert logged['bleu'] == pytest.approx(alone['bleu'], abs=1e-6)
   assert logged['nll'] == pytest.approx(alone['nll'], rel=1e-5)
+  # Each pair scored once: a process's share missing or doubled would leave BLEU and the
+  # per-token loss as they are, but not the count.
+  assert logged['sentences'] == alone['sentences'] == len(data.batchers['validation'].split)
 
 
 def test_a_run_on_text_files_keeps_their_absolute_paths(corpus, workdir):

@@ -74,14 +74,15 @@ def _visualize(*args) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_command_writes_every_picture_and_the_page(workdir, tmp_path):
-  output, dump = tmp_path / 'pictures', tmp_path / 'weights.json'
+  """As docs/visualization.md's example runs it: without --target, the pictures of the model's
+  own translation, which the command prints and --json writes."""
+  output = tmp_path / 'pictures'
   result = _visualize(f'--workdir={workdir}', '--source=the dog sees a cat .',
-                      '--target=der Hund sieht eine Katze .', f'--output={output}',
-                      f'--json={dump}', '--token=.')
+                      f'--output={output}', '--json', '--token=.')
   assert result.returncode == 0, result.stderr[-2000:]
   layers, heads = SMALL['model.num_layers'], SMALL['model.num_heads']
   names = sorted(os.listdir(output))
-  assert len(names) == 3 * layers * 2 + 1
+  assert len(names) == 3 * layers * 2 + 2  # the pictures, the page, attention.json
   for kind in visualize.KINDS:
     for layer in range(layers):
       for name in (f'{kind}_layer{layer}.png', f'lines_{kind}_layer{layer}.png'):
@@ -90,8 +91,8 @@ def test_command_writes_every_picture_and_the_page(workdir, tmp_path):
   data = json.loads(page.split('const data = ')[1].split(';\n')[0])
   assert {kind: np.array(w).shape[:2] for kind, w in data['weights'].items()} == {
       kind: (layers, heads) for kind in visualize.KINDS}
-  dumped = json.loads(dump.read_text())
-  assert dumped['target'] == 'der Hund sieht eine Katze .'
+  dumped = json.loads((output / 'attention.json').read_text())
+  assert result.stdout.splitlines()[0] == f'the dog sees a cat . -> {dumped["target"]}'
   assert dumped['source_tokens'][-1] == '</s>' and dumped['target_tokens'][-1] == '</s>'
   encoder = np.array(dumped['weights']['encoder_self'])
   assert encoder.shape == (layers, heads, len(dumped['source_tokens']),

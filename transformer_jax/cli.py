@@ -5,6 +5,10 @@
   if __name__ == '__main__':
     cli.run(main)
 
+Every command and experiment script uses one name for one meaning (`--output`, the path it
+writes; `--average_last`, the checkpoints averaged; `--json`, a switch: the figures as JSON);
+a name a command used to take fails naming the new one (`renamed`).
+
 `run` lists every flag of the command in its `--help`, those that package modules define for it
 too (`translator.define_translator_flags`), parses the flags and, when the command has a `--config`, validates it with its
 `--config.<field>=...` overrides, so that a misspelt field or an invalid value stops the command
@@ -22,6 +26,14 @@ from typing import Callable
 from absl import app, flags, logging
 
 from transformer_jax.config import checks, fields
+
+
+def renamed(old: str, new: str, meaning: str) -> None:
+  """Defines `--old`, a flag this command or script took and no longer does, as an error that
+  names `--new` (one name per meaning across every command: tests/test_flags.py)."""
+  flags.DEFINE_string(old, None, f'Renamed: --{new}.')
+  flags.register_validator(old, lambda value: value is None,
+                           message=f'--{old} was renamed --{new} ({meaning})')
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

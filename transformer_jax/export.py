@@ -1,7 +1,7 @@
 r"""Exports a trained workdir as a Hugging Face `transformers` MarianMT model: the same network
 (`model/marian.py`), its vocabulary, its decoding settings and a model card.
 
-  python -m transformer_jax.export --workdir=DIR --out=HF_DIR [--average_last=5] [--overwrite]
+  python -m transformer_jax.export --workdir=DIR --output=HF_DIR [--average_last=5] [--overwrite]
 
   import transformers
   model = transformers.MarianMTModel.from_pretrained(HF_DIR)
@@ -23,8 +23,8 @@ the finished ones, as ours; greedy decoding is then ours exactly. transformers' 
 (`length_penalty`).
 
 Everything is checked before anything is written (a workdir with no checkpoint, a model
-MarianMT cannot express, an --out that exists and is not empty unless --overwrite, a training
-workdir or a CTranslate2 model as --out even then), and the directory is written beside --out
+MarianMT cannot express, an --output that exists and is not empty unless --overwrite, a training
+workdir or a CTranslate2 model as --output even then), and the directory is written beside --output
 and renamed into place. A run trained on preprocessed text
 (`config.data.preprocessing`) is exported with a warning, in the log and the model card, which
 says how to prepare the input. docs/evaluation.md has the details and the measurements.
@@ -64,14 +64,14 @@ def check_out(out: str, overwrite: bool) -> None:
   with `overwrite` (an earlier export or other files, not a training workdir or a CTranslate2
   model); its parent writable."""
   if os.path.exists(out) and not os.path.isdir(out):
-    raise FileExistsError(f'--out={out} exists and is not a directory')
+    raise FileExistsError(f'--output={out} exists and is not a directory')
   if os.path.isdir(out) and os.listdir(out) and not overwrite:
-    raise FileExistsError(f'--out={out} exists and is not empty: choose a new directory, or '
+    raise FileExistsError(f'--output={out} exists and is not empty: choose a new directory, or '
                           'pass --overwrite to replace it')
   if os.path.isdir(out) and (kind := _not_replaceable(out)):
-    raise FileExistsError(f'--out={out} is {kind}: --overwrite replaces an earlier export or '
+    raise FileExistsError(f'--output={out} is {kind}: --overwrite replaces an earlier export or '
                           'other files, never a training run or a converted model')
-  workdirs.check_writable(os.path.dirname(os.path.abspath(out)), '--out')
+  workdirs.check_writable(os.path.dirname(os.path.abspath(out)), '--output')
 
 
 def _not_replaceable(directory: str) -> str | None:
@@ -348,14 +348,15 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
 
 if __name__ == '__main__':
   _WORKDIR = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)
-  _OUT = flags.DEFINE_string('out', None, 'The directory to write the Hugging Face model to.',
-                             required=True)
+  _OUTPUT = flags.DEFINE_string('output', None, 'The directory to write the Hugging Face model '
+                                'to.', required=True)
+  cli.renamed('out', 'output', 'the directory written')
   _AVERAGE_LAST = flags.DEFINE_integer('average_last', None, 'Average the parameters of the '
                                        'last K checkpoints (default: config.decode.average_last).')
-  _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace --out if it exists.')
+  _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace --output if it exists.')
 
   def main():
-    steps = export(_WORKDIR.value, _OUT.value, _AVERAGE_LAST.value, _OVERWRITE.value)
-    print(f'{_OUT.value}: MarianMT model of {_WORKDIR.value}, checkpoints {steps} averaged')
+    steps = export(_WORKDIR.value, _OUTPUT.value, _AVERAGE_LAST.value, _OVERWRITE.value)
+    print(f'{_OUTPUT.value}: MarianMT model of {_WORKDIR.value}, checkpoints {steps} averaged')
 
   cli.run(main)

@@ -1,7 +1,7 @@
 r"""What the heads attend to, for one sentence: the pictures of the paper's Figures 3-5.
 
   python -m transformer_jax.visualize --workdir=DIR --source="A man is sleeping ." \
-      [--target="Ein Mann schläft ."] [--output=DIR/attention] [--token=PIECE] [--json=FILE]
+      [--target="Ein Mann schläft ."] [--output=DIR/attention] [--token=PIECE] [--json]
 
 The workdir's model (its last `config.decode.average_last` checkpoints averaged, as `translate`
 uses it) reads the source and the target (given, or its own translation with `config.decode`),
@@ -15,7 +15,7 @@ decoder (masked) self-attention and encoder-decoder attention. Written to --outp
       Figure 4), in the kinds whose queries have it; otherwise the query whose heads look
       farthest from their own position;
   attention.html  one self-contained page (no network) to browse kinds, layers and heads.
---json writes the tokens and weights for notebooks. Source tokens end with </s>; a decoder
+  attention.json  with --json, the tokens and weights, for notebooks. Source tokens end with </s>; a decoder
 position is labelled with the token it predicts (the target's word pieces, then </s>).
 """
 
@@ -228,16 +228,17 @@ if __name__ == '__main__':
                                 'WORKDIR/attention).')
   _TOKEN = flags.DEFINE_string('token', None, 'The word piece whose attention the line pictures '
                                'show (default: the one looking farthest away).')
-  _JSON = flags.DEFINE_string('json', None, 'Also write the tokens and weights to this file.')
+  _JSON = flags.DEFINE_bool('json', False, 'Also write the tokens and weights as JSON, to '
+                            'OUTPUT/attention.json.')
 
   def main():
     if not os.path.isdir(_WORKDIR.value):
       raise FileNotFoundError(f'--workdir={_WORKDIR.value}: no such directory')
     result = collect(Translator(_WORKDIR.value), _SOURCE.value, _TARGET.value)
-    paths = write(result, _OUTPUT.value or os.path.join(_WORKDIR.value, 'attention'),
-                  _TOKEN.value)
+    output = _OUTPUT.value or os.path.join(_WORKDIR.value, 'attention')
+    paths = write(result, output, _TOKEN.value)
     if _JSON.value:
-      atomic.write(_JSON.value, as_json(result))
+      atomic.write(os.path.join(output, 'attention.json'), as_json(result))
     print(f'{result["source"]} -> {result["target"]}\n{len(paths)} files in '
           f'{os.path.dirname(paths[0])}')
 

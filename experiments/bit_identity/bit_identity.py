@@ -1,8 +1,8 @@
 r"""Fixed-seed tiny runs whose every bit a refactoring must keep: run it in the checkout before
 and in the checkout after, then compare the two files.
 
-  python experiments/bit_identity/bit_identity.py --json=before.json     # in the checkout before
-  python experiments/bit_identity/bit_identity.py --json=after.json      # in the checkout after
+  python experiments/bit_identity/bit_identity.py --output=before.json     # in the checkout before
+  python experiments/bit_identity/bit_identity.py --output=after.json      # in the checkout after
   python experiments/bit_identity/bit_identity.py --compare before.json after.json
 
 Three runs of `configs/tiny.py` on the built-in corpus, each a fresh workdir, 12 steps: one run
@@ -27,11 +27,13 @@ from absl import app, flags
 import numpy as np
 import orbax.checkpoint as ocp
 
+from transformer_jax import cli
 from transformer_jax.config import checks, loading
 from transformer_jax.loop import train_loop
 from transformer_jax.storage import provenance
 
-_JSON = flags.DEFINE_string('json', None, 'Write the digests to this file.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Write the digests to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 _COMPARE = flags.DEFINE_bool('compare', False, 'Compare the two JSON files given as arguments.')
 
 _THIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -134,8 +136,8 @@ def main(argv):
   with tempfile.TemporaryDirectory() as scratch:
     results = {'provenance': provenance.record(), 'runs': _runs(scratch)}
   text = json.dumps(results, indent=1)
-  if _JSON.value:
-    with open(_JSON.value, 'w') as f:
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, 'w') as f:
       f.write(text + '\n')
   print(text)
 

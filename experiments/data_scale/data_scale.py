@@ -1,7 +1,7 @@
 r"""How the data side's time and memory grow, from Multi30k's 29000 pairs to WMT14's 4.5 million.
 
   python experiments/data_scale/data_scale.py --scratch=/tmp/data_scale \
-      [--sizes=29000,300000,1000000,4500000] [--results=experiments/data_scale/data_scale.json]
+      [--sizes=29000,300000,1000000,4500000] [--output=experiments/data_scale/data_scale.json]
 
 For each size it generates a parallel English-German corpus under --scratch (never committed:
 `generate`), then inspects `configs/base.py` (the paper's vocabulary of 37000 tokens, pairs up
@@ -13,7 +13,7 @@ fresh process:
   2. the same command on the same workdir: what a resumed run loads (the prepared dataset, the
      vocabulary and the encoded splits), and its first batch, restored halfway through an epoch.
 Each row records the command's wall time, its peak resident memory (`os.wait4`) and its JSON.
-Rows are written to --results as they finish; a size already there is not run again. Then a plot
+Rows are written to --output as they finish; a size already there is not run again. Then a plot
 (data_scale.png beside the results) shows each stage's seconds and the peak memory
 against the pairs, on log-log axes with a line of slope 1 (linear growth) for comparison.
 """
@@ -32,6 +32,7 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from transformer_jax import cli
 from transformer_jax.data import builtin_grammar, datasets
 from transformer_jax.storage import provenance
 
@@ -41,8 +42,9 @@ MULTI30K = os.path.join(os.path.dirname(REPO), 'shared', 'data', 'multi30k')
 _SCRATCH = flags.DEFINE_string('scratch', None, 'Where corpora, workdirs and datasets go.')
 _SIZES = flags.DEFINE_list('sizes', ['29000', '300000', '1000000', '4500000'],
                            'Training pairs of each corpus.')
-_RESULTS = flags.DEFINE_string('results', os.path.join(REPO, 'experiments', 'data_scale',
-                                                       'data_scale.json'), 'Rows, as JSON.')
+_OUTPUT = flags.DEFINE_string('output', os.path.join(REPO, 'experiments', 'data_scale',
+                                                     'data_scale.json'), 'Rows, as JSON.')
+cli.renamed('results', 'output', 'the file the rows are written to')
 _BATCHES = flags.DEFINE_integer('batches', 300, 'Batches over which tokens/s is measured.')
 _HELD_OUT = 3000  # validation and test pairs, as newstest2013 and newstest2014
 
@@ -159,8 +161,8 @@ def plot(rows: list[dict], path: str) -> None:
 def main(argv):
   del argv
   rows = []
-  if os.path.exists(_RESULTS.value):
-    with open(_RESULTS.value) as f:
+  if os.path.exists(_OUTPUT.value):
+    with open(_OUTPUT.value) as f:
       rows = json.load(f)['rows']
   base, origin = _base_pairs(), provenance.record()
   for size in map(int, _SIZES.value):
@@ -168,9 +170,9 @@ def main(argv):
       continue
     rows.append(_measure(size, _SCRATCH.value, base))
     rows.sort(key=lambda row: row['pairs'])
-    with open(_RESULTS.value, 'w') as f:
+    with open(_OUTPUT.value, 'w') as f:
       json.dump({'provenance': origin, 'rows': rows}, f, indent=1)
-  plot(rows, os.path.splitext(_RESULTS.value)[0] + '.png')
+  plot(rows, os.path.splitext(_OUTPUT.value)[0] + '.png')
 
 
 if __name__ == '__main__':

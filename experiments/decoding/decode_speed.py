@@ -1,8 +1,8 @@
 r"""Decoding speed with and without the key/value cache, on a whole split.
 
   python experiments/decoding/decode_speed.py --workdir=DIR [--split=test] [--beam_size=4] \
-      [--batch_size=64] [--json=experiments/decoding/cpu.json] \
-      [--nouncached] [--outputs=FILE]
+      [--batch_size=64] [--output=experiments/decoding/cpu.json] \
+      [--nouncached] [--output_ids=FILE]
 
 Translates every source sentence of the split with the workdir's latest checkpoint, once with
 the incremental (cached) decoder and once re-running the decoder over the whole output at every
@@ -20,6 +20,7 @@ from absl import app, flags, logging
 import jax
 import numpy as np
 
+from transformer_jax import cli
 from transformer_jax.data import datasets
 from transformer_jax.decoding.translator import Translator
 from transformer_jax.storage import provenance
@@ -29,9 +30,11 @@ _SPLIT = flags.DEFINE_string('split', 'test', 'Which split to translate.')
 _BEAM_SIZE = flags.DEFINE_integer('beam_size', 4, 'Beam size.')
 _ALPHA = flags.DEFINE_float('alpha', 0.6, 'Length penalty.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Sentences per batch.')
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 _UNCACHED = flags.DEFINE_bool('uncached', True, 'Also time the uncached decoder.')
-_OUTPUTS = flags.DEFINE_string('outputs', None, 'Save the output ids (JSON) to this file.')
+_OUTPUT_IDS = flags.DEFINE_string('output_ids', None, 'Save the output ids (JSON) to this file.')
+cli.renamed('outputs', 'output_ids', 'the file the output ids are written to')
 
 
 def _time_split(translator: Translator, sources: list[np.ndarray]) -> tuple:
@@ -74,11 +77,11 @@ def main(argv):
     figures['same_translations'] = results['cached'] == results['uncached']
     print(f'cache speed-up {figures["speedup"]:.2f}x; same translations: '
           f'{figures["same_translations"]}')
-  if _JSON.value:
-    with open(_JSON.value, 'w') as f:
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, 'w') as f:
       json.dump(figures, f, indent=2)
-  if _OUTPUTS.value:
-    with open(_OUTPUTS.value, 'w') as f:
+  if _OUTPUT_IDS.value:
+    with open(_OUTPUT_IDS.value, 'w') as f:
       json.dump(results['cached'], f)
   if not figures.get('same_translations', True):
     sys.exit('cached and uncached decoding disagree')

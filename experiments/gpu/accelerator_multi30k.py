@@ -2,9 +2,9 @@ r"""A config trained and evaluated end to end on whatever device JAX finds, its 
 into preparation, compilation, steps and evaluation; then, optionally, sweep rows until a
 deadline.
 
-  python experiments/gpu/accelerator_multi30k.py --out=OUT [--config=configs/multi30k.py] \
+  python experiments/gpu/accelerator_multi30k.py --output=OUT [--config=configs/multi30k.py] \
       [--manual_dir=DIR] [--override=FIELD=VALUE ...] \
-      [--sweep=FILE --rows=A,B --together=N --results=DIR --deadline_minutes=M]
+      [--sweep=FILE --rows=A,B --together=N --results=DIR --stop_after_minutes=M]
 
 1. `python -m transformer_jax.train --config=CONFIG` in a fresh workdir, then
    `python -m transformer_jax.evaluate --split=test --json` (the config's beam and averaging).
@@ -15,12 +15,12 @@ deadline.
    checkpoints, logging, exit; then the test evaluation's command), the last dev figures and
    the test figures. OUT/metrics.jsonl: the run's log.
 2. With --sweep: `python -m transformer_jax.sweep --together=N` over --rows, its row JSONs
-   in --results; at --deadline_minutes after the start of step 1 the sweep gets a SIGTERM
+   in --results; at --stop_after_minutes after the start of step 1 the sweep gets a SIGTERM
    (its training rows save and stop; unfinished rows are lost with the machine unless their
    workdirs are kept). OUT/sweep.json: rows finished and the sweep's wall time.
 
 For one device call (experiments/README.md says how to carry the data and the wheels), e.g.
-`PYTHONUNBUFFERED=1 python experiments/gpu/accelerator_multi30k.py --out=$OUT
+`PYTHONUNBUFFERED=1 python experiments/gpu/accelerator_multi30k.py --output=$OUT
 --manual_dir=.devdata/multi30k`. Rehearsed on a CPU with `--config=configs/tiny.py
 --override=train.num_train_steps=200`.
 """
@@ -35,9 +35,11 @@ import time
 
 from absl import app, flags
 
+from transformer_jax import cli
 from transformer_jax.storage import provenance
 
-_OUT = flags.DEFINE_string('out', None, 'Where the figures go.', required=True)
+_OUTPUT = flags.DEFINE_string('output', None, 'Where the figures go.', required=True)
+cli.renamed('out', 'output', 'the directory written')
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file to train.')
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, 'config.data.manual_dir.')
 _OVERRIDE = flags.DEFINE_multi_string('override', [], 'FIELD=VALUE for the training run.')
@@ -45,8 +47,9 @@ _SWEEP = flags.DEFINE_string('sweep', None, 'A sweep file to run rows of after s
 _ROWS = flags.DEFINE_list('rows', None, 'The sweep rows.')
 _TOGETHER = flags.DEFINE_integer('together', 1, 'Sweep rows trained as one program, at most.')
 _RESULTS = flags.DEFINE_string('results', None, 'Where the sweep writes its row JSONs.')
-_DEADLINE = flags.DEFINE_float('deadline_minutes', 9.0, 'When the sweep is stopped, counted '
-                               'from the start of step 1.')
+_STOP_AFTER_MINUTES = flags.DEFINE_float('stop_after_minutes', 9.0, 'When the sweep is '
+                                          'stopped, counted from the start of step 1.')
+cli.renamed('deadline_minutes', 'stop_after_minutes', 'the deadline')
 
 
 def _first_record_time(path: str, process: subprocess.Popen, start: float) -> float:
@@ -92,7 +95,7 @@ def _train_and_evaluate(workdir: str) -> dict:
                               f'--workdir={workdir}', '--split=test', '--json'],
                              check=True, capture_output=True, text=True)
   test = json.loads(evaluated.stdout.strip().splitlines()[-1])
-  with open(os.path.join(_OUT.value, 'metrics.jsonl'), 'w') as f:
+  with open(os.path.join(_OUTPUT.value, 'metrics.jsonl'), 'w') as f:
     f.writelines(json.dumps(r) + '\n' for r in records)
   return {'config': _CONFIG.value, 'overrides': overrides,
           'train_seconds': _split(records, preparation, trained),
@@ -120,17 +123,17 @@ def _sweep(deadline: float) -> dict:
 
 def main(argv):
   del argv
-  os.makedirs(_OUT.value, exist_ok=True)
-  deadline = time.perf_counter() + 60 * _DEADLINE.value
+  os.makedirs(_OUTPUT.value, exist_ok=True)
+  deadline = time.perf_counter() + 60 * _STOP_AFTER_MINUTES.value
   origin = provenance.record()
   figures = {**_train_and_evaluate(tempfile.mkdtemp()), 'provenance': origin}
-  with open(os.path.join(_OUT.value, 'train_evaluate.json'), 'w') as f:
+  with open(os.path.join(_OUTPUT.value, 'train_evaluate.json'), 'w') as f:
     json.dump(figures, f, indent=2)
   print(json.dumps(figures['train_seconds']), flush=True)
   if _SWEEP.value:
     os.makedirs(_RESULTS.value, exist_ok=True)
     swept = {**_sweep(deadline), 'provenance': origin}
-    with open(os.path.join(_OUT.value, 'sweep.json'), 'w') as f:
+    with open(os.path.join(_OUTPUT.value, 'sweep.json'), 'w') as f:
       json.dump(swept, f, indent=2)
     print(json.dumps(swept), flush=True)
 

@@ -1,8 +1,8 @@
 r"""A lent accelerator window in one command: the figures that need a GPU, most wanted first,
 each written as soon as it is measured, stopped at a deadline.
 
-  python experiments/gpu/device_window.py --out=OUT [--manual_dir=.devdata/multi30k] \
-      [--minutes=9.3] [--parts=NAME,...] [--workdir=/tmp/device_window] [--together=4]
+  python experiments/gpu/device_window.py --output=OUT [--manual_dir=.devdata/multi30k] \
+      [--stop_after_minutes=9.3] [--parts=NAME,...] [--workdir=/tmp/device_window] [--together=4]
 
 Each part is one command of the experiments here; it gets the time left before the deadline (at
 most its cap, _CAPS, where later parts need the window too) and is stopped when that runs out
@@ -58,12 +58,17 @@ import time
 
 from absl import app, flags
 
+from transformer_jax import cli
 from transformer_jax.config import loading
 from transformer_jax.storage import provenance
 
-_OUT = flags.DEFINE_string('out', None, 'Where window.jsonl and window.log go.', required=True)
+_OUTPUT = flags.DEFINE_string('output', None, 'Where window.jsonl and window.log go.',
+                              required=True)
+cli.renamed('out', 'output', 'the directory written')
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (loop_speed).")
-_MINUTES = flags.DEFINE_float('minutes', 9.3, 'The deadline, from the start.')
+_STOP_AFTER_MINUTES = flags.DEFINE_float('stop_after_minutes', 9.3, 'The deadline, from the '
+                                          'start.')
+cli.renamed('minutes', 'stop_after_minutes', 'the deadline')
 _PARTS = flags.DEFINE_list('parts', None, 'Only these parts (default: all, in order).')
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/device_window', "The sweep's rows' workdirs.")
 _TOGETHER = flags.DEFINE_integer(
@@ -110,7 +115,7 @@ def _parts(result: str) -> dict[str, list[str]]:
   manual_dir = _MANUAL_DIR.value and os.path.abspath(_MANUAL_DIR.value)
   base, big = ('configs/tiny.py',) * 2 if small else ('configs/base.py', 'configs/big.py')
   torch = lambda config, dtype: [py, 'experiments/speed/torch_baseline.py', f'--shapes={config}',
-                                 f'--dtype={dtype}', '--compile', f'--json={result}',
+                                 f'--dtype={dtype}', '--compile', f'--output={result}',
                                  *(['--steps=2'] if small else [])]
   benchmark = lambda *overrides: [py, '-m', 'transformer_jax.benchmark', f'--config={base}',
                                   '--config.dtype=bfloat16', *overrides, '--json',
@@ -123,16 +128,16 @@ def _parts(result: str) -> dict[str, list[str]]:
                              f'--override=data.manual_dir={manual_dir}',
                              *(_REHEARSAL_SWEEP if small else [_sweep_rows()])],
       'multi30k_e2e': [py, 'experiments/gpu/accelerator_multi30k.py',
-                       f'--out={os.path.dirname(result)}', f'--manual_dir={manual_dir}',
+                       f'--output={os.path.dirname(result)}', f'--manual_dir={manual_dir}',
                        *(['--config=configs/tiny.py', '--override=train.num_train_steps=200']
                          if small else [])],
       'profile_multi30k': [py, 'experiments/gpu/profile_step.py',
                            f'--config={base if small else "configs/multi30k.py"}',
-                           f'--json={result}', *(['--steps=1'] if small else [])],
+                           f'--output={result}', *(['--steps=1'] if small else [])],
       'loop_speed': [py, 'experiments/speed/loop.py', f'--manual_dir={manual_dir}',
                      '--ks=1,8,32', f'--steps={64 if small else 1024}',
                      f'--benchmark_steps={32 if small else 512}', '--rounds=1',
-                     f'--json={result}'],
+                     f'--output={result}'],
       'torch_base_bfloat16': torch(base, 'bfloat16'),
       'torch_big_bfloat16': torch(big, 'bfloat16'),
       'torch_base_float32': torch(base, 'float32'),
@@ -141,11 +146,11 @@ def _parts(result: str) -> dict[str, list[str]]:
       'base_bfloat16_rbg': benchmark('--config.train.dropout_prng_impl=rbg'),
       'base_bfloat16_loss_chunk0': benchmark('--config.train.loss_chunk=0'),
       'profile_base_bfloat16': [py, 'experiments/gpu/profile_step.py', f'--config={base}',
-                                '--config.dtype=bfloat16', f'--json={result}',
+                                '--config.dtype=bfloat16', f'--output={result}',
                                 *(['--steps=1'] if small else [])],
       'together_speed': [py, 'experiments/speed/together.py',
                          f'--manual_dir={manual_dir}',
-                         f'--steps={20 if small else 1000}', f'--json={result}'],
+                         f'--steps={20 if small else 1000}', f'--output={result}'],
   }
 
 
@@ -227,10 +232,10 @@ def log_excerpt(workdir: str, out: str) -> None:
 
 def main(argv):
   del argv
-  deadline = time.monotonic() + 60 * _MINUTES.value
-  os.makedirs(_OUT.value, exist_ok=True)
-  window = open(os.path.join(_OUT.value, 'window.jsonl'), 'a')
-  log = open(os.path.join(_OUT.value, 'window.log'), 'a')
+  deadline = time.monotonic() + 60 * _STOP_AFTER_MINUTES.value
+  os.makedirs(_OUTPUT.value, exist_ok=True)
+  window = open(os.path.join(_OUTPUT.value, 'window.jsonl'), 'a')
+  log = open(os.path.join(_OUTPUT.value, 'window.log'), 'a')
 
   def record(line: dict):
     window.write(json.dumps(line) + '\n')
@@ -267,7 +272,7 @@ def main(argv):
     process = subprocess.Popen(command, cwd=_THIS, stdout=subprocess.PIPE, stderr=log,
                                text=True, start_new_session=True)
     rows = (_Collector(_regularised_rows(),
-                       os.path.join(_OUT.value, 'table3_regularised.jsonl'))
+                       os.path.join(_OUTPUT.value, 'table3_regularised.jsonl'))
             if name == 'table3_regularised' else None)
     try:
       stdout, _ = process.communicate(timeout=max(left - 25, 1))
@@ -283,8 +288,8 @@ def main(argv):
     if rows:
       rows.stop()
       sweep_root = os.path.join(_WORKDIR.value, 'table3_regularised')
-      rows.unfinished(sweep_root, os.path.join(_OUT.value, 'table3_regularised.jsonl'))
-      log_excerpt(sweep_root, os.path.join(_OUT.value, 'table3_regularised.log'))
+      rows.unfinished(sweep_root, os.path.join(_OUTPUT.value, 'table3_regularised.jsonl'))
+      log_excerpt(sweep_root, os.path.join(_OUTPUT.value, 'table3_regularised.log'))
     log.write(stdout)
     log.flush()
     line = {'part': name, 'command': command[1:], 'exit': status,

@@ -1,7 +1,7 @@
 r"""Where a train step's device time goes: kernel time per step, by kernel and by kind.
 
   python experiments/gpu/profile_step.py --config=configs/base.py --config.dtype=bfloat16 \
-      [--length=32 --steps=5] [--json=OUT.json] [--trace_dir=DIR]
+      [--length=32 --steps=5] [--output=OUT.json] [--trace_dir=DIR]
 
 Runs the jitted train step of `transformer_jax.benchmark` (same batch, same warm-up) under
 `jax.profiler.trace`, then reads the Perfetto trace it writes and sums the duration of every
@@ -107,8 +107,8 @@ def main():
                  trace=trace_path if _TRACE_DIR.value else None)
   text = json.dumps(summary, indent=1)
   print(text)
-  if _JSON.value:
-    with open(_JSON.value, 'w') as f:
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, 'w') as f:
       f.write(text + '\n')
 
 
@@ -118,7 +118,8 @@ if __name__ == '__main__':
   _STEPS = flags.DEFINE_integer('steps', 5, 'Traced calls (of train.steps_per_call steps).',
                                 lower_bound=1)
   _TOP = flags.DEFINE_integer('top', 40, 'Kernels listed.')
-  _JSON = flags.DEFINE_string('json', None, 'Write the summary here as JSON.')
+  _OUTPUT = flags.DEFINE_string('output', None, 'Write the summary here as JSON.')
+  cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
   _TRACE_DIR = flags.DEFINE_string('trace_dir', None, 'Keep the trace here (default: discarded).')
   flags.mark_flag_as_required('config')
   cli.run(main)

@@ -4,7 +4,7 @@ converter, unmodified): their logits, and their decoding of a whole split (sente
 same beam, and how often the translations agree).
 
   python experiments/hf_export/check.py --workdir=DIR [--split=test] [--beam_sizes=1,5] \
-      [--batch_size=64] [--json=experiments/hf_export/cpu.json]
+      [--batch_size=64] [--output=experiments/hf_export/cpu.json]
 
 Logits: the largest difference between ours and the exported model's over the split's first
 `batch_size` pairs, teacher-forced (every real target position, every vocabulary entry), as
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import transformers
 
-from transformer_jax import export
+from transformer_jax import cli, export
 from transformer_jax.data import datasets
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import decoding, search
@@ -51,7 +51,8 @@ _SPLIT = flags.DEFINE_string('split', 'test', 'Which split to translate.')
 _BEAM_SIZES = flags.DEFINE_list('beam_sizes', None, 'Beam sizes to measure (default: 1 and '
                                  'the run\'s config.decode.beam_size).')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Sentences per batch.')
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 
 def batches(translator: Translator, sources: list[np.ndarray]) -> list[tuple[int, list[int]]]:
@@ -283,8 +284,8 @@ def main(argv):
               f'ours {ct2["same_translations"]}/{len(texts)}', flush=True)
       for entry in result['differences']:
         print(json.dumps(entry, ensure_ascii=False))
-  if _JSON.value:
-    with open(_JSON.value, 'w') as f:
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, 'w') as f:
       json.dump(figures, f, indent=2, ensure_ascii=False)
 
 

@@ -3,7 +3,7 @@ package index (its CUDA build, also where there is no GPU) and with PyTorch's CP
 installed first, each in a new virtual environment.
 
   python experiments/install_size/install_size.py [--cpu_torch="torch --index-url URL"] \
-      [--json=experiments/install_size/cpu.json]
+      [--output=experiments/install_size/cpu.json]
 
 --cpu_torch is what `pip install` gets for the CPU build (default: PyTorch's CPU index, as
 docs/evaluation.md tells a user; a wheel file where that index cannot be reached). The size is
@@ -21,12 +21,14 @@ import time
 
 from absl import app, flags
 
+from transformer_jax import cli
 from transformer_jax.storage import provenance
 
 _CPU_TORCH = flags.DEFINE_string('cpu_torch',
                                  'torch --index-url https://download.pytorch.org/whl/cpu',
                                  "pip install's arguments for PyTorch's CPU build.")
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 _THIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -60,8 +62,8 @@ def main(argv):
   for name, run in runs.items():
     print(f'{name}: torch {run["torch"]}, {run["site_packages_bytes"] / 1e9:.1f} GB, '
           f'{run["install_seconds"]:.0f} s')
-  if _JSON.value:
-    with open(_JSON.value, 'w') as f:
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, 'w') as f:
       json.dump({'cpu_torch': _CPU_TORCH.value, 'provenance': provenance.record(), **runs}, f,
                 indent=2)
 

@@ -2,7 +2,7 @@ r"""How far the quick start's dev BLEU moves with the CPU that runs it: `configs
 from scratch once per setting, and each run's dev BLEU and training losses side by side.
 
   python experiments/quickstart/variation.py \
-      [--json=experiments/quickstart/variation/<this CPU>.json] [--settings=this CPU]
+      [--output=experiments/quickstart/variation/<this CPU>.json] [--settings=this CPU]
 
 Floating-point sums come out differently on different CPUs: XLA vectorises for the instruction
 set it finds (a wider vector or a fused multiply-add changes the order and the rounding of a
@@ -29,10 +29,12 @@ import tempfile
 
 from absl import app, flags
 
+from transformer_jax import cli
 from transformer_jax.storage import provenance
 from transformer_jax.training import metrics_log
 
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 _SETTINGS = flags.DEFINE_list('settings', None, 'Names of the settings to run (default: all).')
 
 _THIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -92,8 +94,8 @@ def main(argv):
             'runs': runs,
             'dev_bleu_range': [min(bleus), max(bleus)]}
   print(f'dev BLEU from {min(bleus):.2f} to {max(bleus):.2f}')
-  if _JSON.value:
-    with open(_JSON.value, 'w') as f:
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, 'w') as f:
       json.dump(result, f, indent=2)
 
 

@@ -2,7 +2,7 @@ r"""How long assembling one epoch's packed training batches (`Batcher.assemble`)
 another checkout of the code, interleaved.
 
   python experiments/speed/batch_assembly.py [--pairs=4500000] [--pack_length=256] \
-      [--tokens_per_batch=25000] [--median=25] [--before=DIR] [--repeats=3] [--json=FILE]
+      [--tokens_per_batch=25000] [--median=25] [--before=DIR] [--rounds=3] [--output=FILE]
 
 The pairs' lengths are drawn as in `packing_plan_speed.py`, seeded: source lengths log-normal
 with median `--median` tokens, clipped to [1, pack_length], target lengths the source's times a
@@ -26,6 +26,7 @@ import time
 from absl import app, flags
 import numpy as np
 
+from transformer_jax import cli
 from transformer_jax.config import loading
 from transformer_jax.data import batching
 
@@ -38,8 +39,10 @@ _TOKENS_PER_BATCH = flags.DEFINE_integer('tokens_per_batch', 25000,
                                          'config.data.tokens_per_batch.')
 _MEDIAN = flags.DEFINE_float('median', 25.0, 'Median source length, in tokens.')
 _BEFORE = flags.DEFINE_string('before', None, 'A checkout of the code to compare with.')
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Rounds, each assembling the epoch once per code.')
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Rounds, each assembling the epoch once per code.')
+cli.renamed('repeats', 'rounds', 'how many times each variant is timed')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 _CHECKED_BATCHES = 3  # compared between the two codes before timing
 
@@ -96,7 +99,7 @@ def main(argv):
   plan = batchers['this'].plan(seed=0)
   if 'before' in batchers:
     _check_same(batchers, plan)
-  rounds = measure.interleaved(list(batchers), _REPEATS.value,
+  rounds = measure.interleaved(list(batchers), _ROUNDS.value,
                                lambda name: _assemble_epoch(batchers[name], plan))
   seconds = {name: [r[name] for r in rounds] for name in batchers}
   medians = measure.medians(rounds)
@@ -110,7 +113,7 @@ def main(argv):
   print(f'{_PAIRS.value} pairs, {len(plan)} packed batches of {length}-token rows: '
         + ', '.join(f'{name} {median:.3f} s' for name, median in medians.items())
         + (f', speed-up {result["speedup"]:.2f}x' if 'speedup' in result else ''))
-  measure.write(result, _JSON.value)
+  measure.write(result, _OUTPUT.value)
 
 
 if __name__ == '__main__':

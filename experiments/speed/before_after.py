@@ -4,7 +4,7 @@ before a change), interleaved: what a refactoring must show it did not slow down
   git worktree add /tmp/before COMMIT
   python experiments/speed/before_after.py --before=/tmp/before [--manual_dir=DIR] \
       [--config=configs/multi30k.py] [--k=8] [--steps=48] [--rounds=2] [--kinds=step,loop] \
-      [--json=FILE]
+      [--output=FILE]
 
 Variants, each a fresh process run from its checkout (so that its `transformer_jax` comes first
 on the Python path): the step (`python -m transformer_jax.benchmark`, one step a call, calls back
@@ -23,6 +23,7 @@ import tempfile
 
 from absl import app, flags
 
+from transformer_jax import cli
 from transformer_jax.config import loading
 
 measure = loading.import_sibling(__file__, '../tools/measure')
@@ -38,7 +39,8 @@ _BENCHMARK_STEPS = flags.DEFINE_integer('benchmark_steps', 8, 'Calls in each tim
                                         'benchmark.')
 _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds of every variant.')
 _KINDS = flags.DEFINE_list('kinds', ['step', 'loop'], 'What to time: the step, the loop or both.')
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 _THIS = measure.REPO
 
@@ -97,7 +99,7 @@ def main(argv):
       'steps_per_second_median': median,
       'now_over_before': {kind: median[f'{kind} now'] / median[f'{kind} before']
                           for kind in _KINDS.value},
-  }, _JSON.value, devices[0] if devices else None)
+  }, _OUTPUT.value, devices[0] if devices else None)
 
 
 if __name__ == '__main__':

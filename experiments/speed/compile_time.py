@@ -2,7 +2,7 @@ r"""Wall time of a training run from scratch, with a cold and a warm compilation
 optionally against another checkout of the code, interleaved.
 
   python experiments/speed/compile_time.py [--before=DIR] [--config=configs/tiny.py] [--until=200] \
-      [--rounds=2] [--override=train.num_train_steps=200 ...] [--json=FILE]
+      [--rounds=2] [--override=train.num_train_steps=200 ...] [--output=FILE]
 
 Each round trains `--config` from scratch, each run in a fresh temporary workdir, one after the
 other: given `--before`, with the code in DIR twice (run from that directory, so that its
@@ -26,6 +26,7 @@ import time
 from absl import app, flags
 import numpy as np
 
+from transformer_jax import cli
 from transformer_jax.config import loading
 
 measure = loading.import_sibling(__file__, '../tools/measure')
@@ -35,7 +36,8 @@ _BEFORE = flags.DEFINE_string('before', None, 'A checkout of the code to compare
 _UNTIL = flags.DEFINE_integer('until', 200, 'The step to time the run to.')
 _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds of the four runs.')
 _OVERRIDE = flags.DEFINE_multi_string('override', [], 'FIELD=VALUE for every run.')
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 _RUNS = ('before, first', 'before, second', 'cache, cold', 'cache, warm')
 
@@ -105,7 +107,7 @@ def main(argv):
           f'{means["seconds_to_end"]:.1f} s' + (f', compiling {means["compile_seconds"]:.1f} s'
                                                 if 'compile_seconds' in means else ''))
   measure.write({'config': _CONFIG.value, 'overrides': _OVERRIDE.value, 'until': _UNTIL.value,
-                 'runs': runs, 'means': summary}, _JSON.value)
+                 'runs': runs, 'means': summary}, _OUTPUT.value)
 
 
 if __name__ == '__main__':

@@ -3,7 +3,7 @@ batch shape, before and after the feed (`data.prefetch`) and `train.steps_per_ca
 interleaved.
 
   python experiments/speed/loop.py [--manual_dir=DIR] [--before=DIR] \
-      [--ks=1,8] [--config=configs/multi30k.py] [--steps=48] [--rounds=2] [--json=FILE]
+      [--ks=1,8] [--config=configs/multi30k.py] [--steps=48] [--rounds=2] [--output=FILE]
 
 DIR is another checkout of the repository, the code before (`git worktree add DIR COMMIT`).
 Every training batch has one shape: packed rows of `data.max_length` (`data.pack_length`, the
@@ -27,6 +27,7 @@ import tempfile
 
 from absl import app, flags
 
+from transformer_jax import cli
 from transformer_jax.config import loading
 
 measure = loading.import_sibling(__file__, '../tools/measure')
@@ -40,7 +41,8 @@ _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (def
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file.')
 _STEPS = flags.DEFINE_integer('steps', 48, 'Training steps a run (a multiple of 8).')
 _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds of every variant.')
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 _BENCHMARK_STEPS = flags.DEFINE_integer('benchmark_steps', 8, 'Steps in each timed round of '
                                         'the benchmark (at least one call).')
@@ -111,7 +113,7 @@ def main(argv):
       'steps_per_second_rounds': rounds,
       'steps_per_second_median': median,
       'loop_over_benchmark': ratios,
-  }, _JSON.value, _DEVICE[0])
+  }, _OUTPUT.value, _DEVICE[0])
 
 
 if __name__ == '__main__':

@@ -1,11 +1,11 @@
 r"""Real target tokens per second of training with and without packing, interleaved.
 
   python experiments/speed/packing.py [--manual_dir=DIR] \
-      [--config=configs/multi30k.py] [--pack_lengths=0,64] [--steps=300] [--repeats=2] \
-      [--json=experiments/speed/packing_cpu.json]
+      [--config=configs/multi30k.py] [--pack_lengths=0,64] [--steps=300] [--rounds=2] \
+      [--output=experiments/speed/packing_cpu.json]
 
 Trains `--config` from scratch for `--steps` steps once per pack length (0: no packing), in
-turn, `--repeats` rounds (in reverse order every other round), each in a fresh temporary
+turn, `--rounds` rounds (in reverse order every other round), each in a fresh temporary
 workdir. A run's figure is its
 `target_tokens_per_second` (non-padding target tokens over wall time, as the training log
 reports it) averaged over its log windows after the first (which holds the compilations).
@@ -20,6 +20,7 @@ import tempfile
 from absl import app, flags
 import numpy as np
 
+from transformer_jax import cli
 from transformer_jax.config import loading
 from transformer_jax.training import metrics_log
 
@@ -32,8 +33,10 @@ _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (def
                                   'once, multi30k_raw.py).')
 _PACK_LENGTHS = flags.DEFINE_list('pack_lengths', ['0', '64'], 'Pack lengths to compare.')
 _STEPS = flags.DEFINE_integer('steps', 300, 'Training steps per run.')
-_REPEATS = flags.DEFINE_integer('repeats', 2, 'Rounds over the pack lengths.')
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds over the pack lengths.')
+cli.renamed('repeats', 'rounds', 'how many times each variant is timed')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 
 def _run(pack_length: int, workdir: str) -> float:
@@ -57,7 +60,7 @@ def main(argv):
   pack_lengths = [int(p) for p in _PACK_LENGTHS.value]
   with tempfile.TemporaryDirectory() as root:
     rounds = measure.interleaved(
-        [str(p) for p in pack_lengths], _REPEATS.value,
+        [str(p) for p in pack_lengths], _ROUNDS.value,
         lambda p: _run(int(p), tempfile.mkdtemp(prefix=f'pack{p}_', dir=root)))
   runs = {p: [r[str(p)] for r in rounds] for p in pack_lengths}
   first = float(np.mean(runs[pack_lengths[0]]))
@@ -67,7 +70,7 @@ def main(argv):
     figures['runs'][p] = {'target_tokens_per_second': runs[p], 'mean': mean,
                           'ratio': mean / first}
     print(f'pack_length {p:3d}: mean {mean:.0f} target tokens/s, {mean / first:.2f}x')
-  measure.write(figures, _JSON.value)
+  measure.write(figures, _OUTPUT.value)
 
 
 if __name__ == '__main__':

@@ -4,7 +4,7 @@ workdirs and a fresh compilation cache.
 
   python experiments/speed/together.py [--manual_dir=DIR] \
       [--sweep=experiments/table3_multi30k/sweep.py] [--rows=base,D1,D2,D3] [--steps=100] \
-      [--json=FILE]
+      [--output=FILE]
 
 'apart' runs `python -m transformer_jax.train` for each row in turn; 'together' runs the
 sweep's child command that trains the rows as one program. Both train --steps steps with one
@@ -22,6 +22,7 @@ import time
 
 from absl import app, flags
 
+from transformer_jax import cli
 from transformer_jax.config import loading
 from transformer_jax.training import metrics_log
 
@@ -34,7 +35,8 @@ _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (def
 _SWEEP = flags.DEFINE_string('sweep', 'experiments/table3_multi30k/sweep.py', 'The sweep file.')
 _ROWS = flags.DEFINE_list('rows', ['base', 'D1', 'D2', 'D3'], 'Rows that may share a program.')
 _STEPS = flags.DEFINE_integer('steps', 100, 'Training steps of every row.')
-_JSON = flags.DEFINE_string('json', None, 'Also write the figures to this file.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 _THIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -95,7 +97,7 @@ def main(argv):
       'together_over_apart': {
           'wall': figures['apart']['wall_seconds'] / figures['together']['wall_seconds'],
           'steps': figures['apart']['step_seconds'] / figures['together']['step_seconds']},
-  }, _JSON.value)
+  }, _OUTPUT.value)
 
 
 if __name__ == '__main__':

@@ -3,7 +3,7 @@ the same device (a CUDA GPU where PyTorch finds one, else the CPU).
 
   pip install torch   # not a dependency of the package
   python experiments/speed/torch_baseline.py [--shapes=tiny,base] [--dtype=float32] [--compile] \
-      [--steps=20] [--json=FILE]
+      [--steps=20] [--output=FILE]
 
 A shape is a name in `experiments/speed/shapes.py` (its batch) or a config file, e.g.
 `configs/base.py`: the paper's model at its batch of about 25000 source and 25000 target tokens
@@ -20,7 +20,6 @@ where PyTorch's steps are synchronous, each JAX step is waited for too
 (`step_time_waited_s`); on a GPU both run back to back, waited for at each round's end.
 """
 
-import argparse
 import json
 import math
 import os
@@ -29,10 +28,13 @@ import subprocess
 import sys
 import time
 
+from absl import app, flags
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 from experiments.speed.shapes import LENGTH, SHAPES, VOCAB_SIZE  # noqa: E402
+from transformer_jax import cli  # noqa: E402
 from transformer_jax.storage import provenance  # noqa: E402
 
 
@@ -167,37 +169,40 @@ def compare(shape: str, dtype: str, compiled: bool, num_steps: int) -> dict:
   return result
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--shapes', default='tiny,base',
-                      help='Names in benchmark_shapes.py or config files, comma-separated.')
-  parser.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
-  parser.add_argument('--compile', action='store_true', help='Also time torch.compile.')
-  parser.add_argument('--steps', type=int, default=20)
-  parser.add_argument('--json', help='Also write the results to this file.')
-  parser.add_argument('--torch_only', action='store_true', help=argparse.SUPPRESS)
-  args = parser.parse_args()
-  if args.torch_only:  # the child process that times PyTorch
-    print(json.dumps(torch_step_times(sizes_of(args.shapes), args.dtype, args.compile,
-                                      args.steps)))
+_SHAPES = flags.DEFINE_string('shapes', 'tiny,base', 'Names in experiments/speed/shapes.py or '
+                              'config files, comma-separated.')
+_DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Both sides\' dtype.')
+_COMPILE = flags.DEFINE_bool('compile', False, 'Also time torch.compile.')
+_STEPS = flags.DEFINE_integer('steps', 20, 'Steps a round.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Also write the results to this file.')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
+_TORCH_ONLY = flags.DEFINE_bool('torch_only', False, 'Internal: the child process that times '
+                                'PyTorch.')
+
+
+def main(argv):
+  del argv
+  if _TORCH_ONLY.value:  # the child process that times PyTorch
+    print(json.dumps(torch_step_times(sizes_of(_SHAPES.value), _DTYPE.value, _COMPILE.value,
+                                      _STEPS.value)))
     return
   import torch
   results = {'provenance': provenance.record(), 'torch_threads': torch.get_num_threads(),
              'shapes': {}}
-  for shape in args.shapes.split(','):
-    results['shapes'][shape] = r = compare(shape, args.dtype, args.compile, args.steps)
+  for shape in _SHAPES.value.split(','):
+    results['shapes'][shape] = r = compare(shape, _DTYPE.value, _COMPILE.value, _STEPS.value)
     compiled = (f', torch.compile {r["torch_compiled_target_tokens_per_s"]:.0f} tok/s '
-                f'(MFU {r["torch_compiled_mfu"]:.1%})' if args.compile else '')
-    print(f'{shape}, {args.dtype}: torch {r["torch_target_tokens_per_s"]:.0f} tok/s '
+                f'(MFU {r["torch_compiled_mfu"]:.1%})' if _COMPILE.value else '')
+    print(f'{shape}, {_DTYPE.value}: torch {r["torch_target_tokens_per_s"]:.0f} tok/s '
           f'(MFU {r["torch_mfu"]:.1%}){compiled}, transformer_jax '
           f'{r["jax_target_tokens_per_s"]:.0f} tok/s (MFU {r["jax_mfu"]:.1%}), '
           f'speed-up {r["speedup_over_torch"]:.2f}x'
           + (f', {r["speedup_over_torch_compiled"]:.2f}x over torch.compile'
-             if args.compile else ''), flush=True)
-  if args.json:
-    with open(args.json, 'w') as f:
+             if _COMPILE.value else ''), flush=True)
+  if _OUTPUT.value:
+    with open(_OUTPUT.value, 'w') as f:
       json.dump(results, f, indent=2)
 
 
 if __name__ == '__main__':
-  main()
+  app.run(main)

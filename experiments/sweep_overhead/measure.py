@@ -5,7 +5,7 @@ first 4000 training and 100 dev pairs as text files (`--override=data.dataset=fi
 row's evaluation is a small part of its time, as a dev split is of a real row's.
 
   python experiments/sweep_overhead/measure.py --before=/tmp/before_checkout \
-      --rounds=2 --json=experiments/sweep_overhead/cpu.json
+      --rounds=2 --output=experiments/sweep_overhead/cpu.json
 
 Per run: the wall time of the command; the seconds in training steps (each group's 'train'
 records: step time times the steps logged, from its first row's metrics.jsonl); the seconds
@@ -28,6 +28,7 @@ import time
 
 from absl import app, flags
 
+from transformer_jax import cli
 from transformer_jax.config import loading
 from transformer_jax.data import builtin_grammar
 from transformer_jax.training import metrics_log
@@ -37,7 +38,8 @@ measure = loading.import_sibling(__file__, '../tools/measure')
 _BEFORE = flags.DEFINE_string('before', None, 'A checkout of the commit to compare with.',
                               required=True)
 _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Interleaved rounds (before, now; now, before).')
-_JSON = flags.DEFINE_string('json', None, 'Where the figures go (JSON).')
+_OUTPUT = flags.DEFINE_string('output', None, 'Where the figures go (JSON).')
+cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 _SWEEP = os.path.join(measure.REPO, 'experiments', 'sweep_overhead', 'sweep.py')
 _SITECUSTOMIZE = ('import os, sys\n'
@@ -145,7 +147,7 @@ def main(argv):
                  'rounds': rounds, 'median': medians,
                  'outside_steps_per_group_now_over_before':
                      medians['now']['outside_steps_per_group']
-                     / medians['before']['outside_steps_per_group']}, _JSON.value)
+                     / medians['before']['outside_steps_per_group']}, _OUTPUT.value)
 
 
 if __name__ == '__main__':

@@ -3,7 +3,7 @@ the paper's headline trends (§6.2) reproduce beyond that spread.
 
   python experiments/table3_multi30k/trends.py --results=experiments/table3_multi30k/rows \
       --output=experiments/table3_multi30k/trends.md \
-      [--curves=experiments/table3_multi30k/curves.png]
+      [--plot=experiments/table3_multi30k/curves.png]
 
 Reads the sweep's row files (`<row>.json` for seed 0, `<row>_seed<n>.json` for the other seeds;
 see experiments/table3_multi30k/sweep.py). For each Table 3 row: the number of seeds, and dev
@@ -30,7 +30,7 @@ the metric in which the paper's own rows show it:
 A trend is reported as pending until each of its rows has finished at least two seeds: one
 seed has no spread to judge a difference against.
 
---curves draws every finished seed's dev perplexity against the step (the `dev_curve` the
+--plot draws every finished seed's dev perplexity against the step (the `dev_curve` the
 sweep logs every 500 steps), one panel per group of Table 3's rows with base's seeds in each:
 whether a row converged (flat over the last 20% of its steps) can be seen at a glance.
 """
@@ -46,13 +46,15 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from transformer_jax import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 MIN_SEEDS = 2
 
 ROW_ORDER = ('base', 'A1', 'A2', 'A3', 'A4', 'B1', 'B2', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7',
              'D1', 'D2', 'D3', 'D4', 'E', 'big')
 
 
-# The panels of --curves: Table 3's groups of rows, each drawn beside base.
+# The panels of --plot: Table 3's groups of rows, each drawn beside base.
 GROUPS = (('A: heads', ('A1', 'A2', 'A3', 'A4')), ('B: d_k', ('B1', 'B2')),
           ('C: N', ('C1', 'C2', 'C3')), ('C: d_model, d_ff', ('C4', 'C5', 'C6', 'C7')),
           ('D: dropout, label smoothing', ('D1', 'D2', 'D3', 'D4')),
@@ -197,8 +199,8 @@ def report(rows: dict) -> str:
 if __name__ == '__main__':
   _RESULTS = flags.DEFINE_string('results', None, 'The sweep\'s row JSON files.', required=True)
   _OUTPUT = flags.DEFINE_string('output', None, 'The Markdown file to write (default: print).')
-  _CURVES = flags.DEFINE_string('curves', None, 'Also draw the dev perplexity curves to this '
-                                'PNG.')
+  _PLOT = flags.DEFINE_string('plot', None, 'Also draw the dev perplexity curves to this PNG.')
+  cli.renamed('curves', 'plot', 'the PNG the curves are drawn to')
 
   def main(argv):
     del argv
@@ -208,7 +210,7 @@ if __name__ == '__main__':
         f.write(text)
     else:
       print(text, end='')
-    if _CURVES.value:
-      plot_curves(load_curves(_RESULTS.value)).savefig(_CURVES.value, dpi=100)
+    if _PLOT.value:
+      plot_curves(load_curves(_RESULTS.value)).savefig(_PLOT.value, dpi=100)
 
   app.run(main)

@@ -1,7 +1,8 @@
 """Scoring the dev split during training (`Evaluator`, which the training loop calls).
 
 `Evaluator`: loss, per-token perplexity (Table 3's PPL), token accuracy, and
-corpus BLEU (sacreBLEU on detokenized text) of translations decoded as `config.decode` says
+corpus BLEU (sacreBLEU on detokenized text, with the number of sentences it scored) of
+translations decoded as `config.decode` says
 (beam search, or greedy with beam_size 1). Its references are the target token ids decoded
 back to text, so BLEU there follows the vocabulary's round trip (SentencePiece's NFKC
 normalisation and unknown characters change a few; docs/data.md) and is computed on
@@ -83,6 +84,7 @@ class Evaluator:
     metrics = per_token(totals)
     if with_bleu:
       metrics['bleu'] = sacrebleu.corpus_bleu(hypotheses, [references]).score
+      metrics['sentences'] = len(hypotheses)  # every process's, gathered: each pair once
       if self._lowercased:  # named, so that the log says which BLEU it is
         metrics['bleu_lowercased'] = metrics['bleu']
     return metrics

@@ -371,7 +371,7 @@ def save_average(workdir: str, last: int | None, output: str) -> list[int]:
   config = load_config(workdir)
   last = config.decode.average_last if last is None else last
   if last <= 0:
-    raise ValueError(f'--last must be a positive integer, got {last}')
+    raise ValueError(f'--average_last must be a positive integer, got {last}')
   if os.path.isdir(os.path.join(output, 'checkpoints')) and os.listdir(
       os.path.join(output, 'checkpoints')):
     raise FileExistsError(f'{output} already holds checkpoints; choose a new --output')
