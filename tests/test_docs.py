@@ -389,6 +389,87 @@ def test_the_paths_a_page_names_exist(page):
   assert not missing, f'{page} names paths that do not exist: {sorted(set(missing))}'
 
 
+# A file named in a page, a docstring or a comment: a script, config, result or page.
+FILE_NAME = re.compile(r'(?<![\w/.$<{*-])((?:[\w.-]+/)*[\w-]+\.(?:py|md|jsonl|json|png|csv|txt|'
+                       r'ipynb|toml|sh)(?:\.gz)?)\b')
+# Files the programs write (in a workdir, an export, an output folder) or a user's own, named
+# by what they hold, not as files of this repository.
+WRITTEN = {'config.json', 'metrics.jsonl', 'attention.json', 'dataset_info.json',
+           'generation_config.json', 'vocab.json', 'sweep_group_results.json',
+           'sweep_train_seconds.json', 'window.jsonl', 'table3_regularised.jsonl',
+           'train_evaluate.json', 'sweep.json', 'result.json', 'processes.txt',
+           'sitecustomize.py', 'source.txt', 'translations.txt', 'before.json', 'after.json'}
+# Other projects' files: tensor2tensor's beam search and BLEU script, fairseq's generate.py,
+# transformers' pipeline.
+ELSEWHERE = {'beam_search.py', 'get_ende_bleu.sh', 'generate.py',
+             'pipelines/text2text_generation.py'}
+# Scripts since replaced, named where their figures are, with what replaced them.
+REPLACED = {'decode_vs_torch.py': 'experiments/hf_export/check.py',
+            'accelerator_figures.sh': 'experiments/gpu/device_window.py'}
+
+
+def _named_files() -> list[str]:
+  """The pages, and the Python files of the package, the experiments and the configs."""
+  return PAGES + sorted(
+      os.path.relpath(path, REPO) for folder in ('transformer_jax', 'experiments', 'configs')
+      for path in glob.glob(os.path.join(REPO, folder, '**', '*.py'), recursive=True))
+
+
+def _names_something(name: str, where: str) -> bool:
+  """`name` is a file or folder of the repository, from the root or from `where`'s folder or
+  one above it, or the end of a path that is one; or a placeholder (FILE.py, OUT/x.json)."""
+  folder = os.path.dirname(where)
+  while True:
+    if os.path.exists(os.path.join(REPO, folder, name)):
+      return True
+    if not folder:
+      break
+    folder = os.path.dirname(folder)
+  stem = name.split('/')[0] if '/' in name else name.split('.')[0]
+  return stem.isupper() or stem in ('workdir', 'DIR') or _tracked_suffix(name)
+
+
+@functools.cache
+def _tracked() -> list[str]:
+  return [os.path.relpath(os.path.join(root, name), REPO)
+          for root, _, names in os.walk(REPO) if '/.' not in root and 'egg-info' not in root
+          for name in names]
+
+
+def _tracked_suffix(name: str) -> bool:
+  return any(path.endswith('/' + name) for path in _tracked())
+
+
+def test_every_file_a_page_docstring_or_comment_names_exists():
+  """No name that points nowhere: each file name in a page or a Python file of the package,
+  the experiments or the configs is a file here (from the root, its own folder or one above,
+  or the end of a path), unless it is one the programs write, another project's, or a script
+  the page says was replaced."""
+  missing = []
+  for where in _named_files():
+    for name in FILE_NAME.findall(_read(where)):
+      if (name in WRITTEN or name in ELSEWHERE or name in REPLACED
+          or name.startswith(('http', 'www.')) or _names_something(name, where)):
+        continue
+      missing.append(f'{where}: {name}')
+  assert not missing, missing
+  for script, replacement in REPLACED.items():
+    assert not _tracked_suffix(script) and os.path.exists(os.path.join(REPO, replacement))
+
+
+def test_link_labels_name_the_file_they_link():
+  """A link whose label is a file name labels it with the linked file's name, or the end of
+  its path (`[speed/loop_cpu.json](../experiments/speed/loop_cpu.json)`)."""
+  wrong = []
+  for page in PAGES:
+    for label, target in re.findall(r'\[`?([^\]`]+?)`?\]\(([^)\s#]+)(?:#[^)\s]*)?\)', _read(page)):
+      if FILE_NAME.fullmatch(label) and not target.startswith('http'):
+        linked = os.path.normpath(os.path.join(os.path.dirname(page), target))
+        if not (linked == label or linked.endswith('/' + label)):
+          wrong.append(f'{page}: [{label}]({target})')
+  assert not wrong, wrong
+
+
 def test_the_guides_in_docs_hold_no_dates():
   """docs/ are guides: a dated investigation lives with its experiment (experiments/*/README.md).
   A date in a file name or a link's target (a window's log, a note's heading) is no narrative."""

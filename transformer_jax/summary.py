@@ -20,7 +20,7 @@ from transformer_jax.config import checks, loading
 from transformer_jax.model import costs, model_config
 
 _CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Config file, optionally with an argument: file.py:arg.')
+    'config', None, 'Config file, optionally with an argument: FILE.py:ARG.')
 _JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.')
 _ALL_ROWS = flags.DEFINE_bool('all_rows', False, 'Summarise every row of the --config sweep file.')
 _LENGTH = flags.DEFINE_integer(

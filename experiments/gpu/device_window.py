@@ -15,7 +15,7 @@ files, as a device call brings back few. The first line holds the machine and th
 Parts, in order (the issue's wants first; what an earlier window measured comes later: the
 sweep, unfinished, before the parts one H200 window measured on 2026-11-28):
 
-- table3_regularised: the rows of `table3_multi30k_regularised.py` not yet in
+- table3_regularised: the rows of `experiments/table3_regularised/sweep.py` not yet in
   experiments/table3_regularised/rows/, base's seeds and the D rows first
   (`transformer_jax.sweep --together=T`, in one process, its rows in --workdir, so that a
   second call on the same machine resumes them, the group cut off from its last checkpoint;

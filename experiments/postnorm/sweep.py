@@ -9,7 +9,7 @@ initialisation, pinned here), trained with the paper's recipe (eq. 3 with warmup
 1000, so a peak of 0.0028; batches of 4096 + 4096 tokens; Adam ε 1e-9). Each row changes one
 thing that a public fairseq run of the same post-norm model, which reaches 41.0 test BLEU,
 does differently:
-  post              nothing: the recipe as it is (the first post-norm Multi30k run, results/multi30k.md's attempt 1, ran it for 9000 steps);
+  post              nothing: the recipe as it is (the first post-norm Multi30k run, experiments/multi30k/README.md's attempt 1, ran it for 9000 steps);
   post_fused        W^Q, W^K, W^V drawn as blocks of tensor2tensor v1's fused projections,
                     variance 1/(2·d_model) in self-attention (fairseq: the same variance);
   post_bias         biases on the four attention projections (fairseq, tensor2tensor v1);
@@ -37,7 +37,7 @@ from transformer_jax.config import loading
 
 multi30k = loading.import_sibling(__file__, '../../configs/multi30k')
 
-# As in table3_multi30k.py: the raw files beside the repository if there, else a download.
+# As in experiments/table3_multi30k/sweep.py: the raw files beside the repository if there, else a download.
 MULTI30K = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..',
                                          '..', 'shared', 'data', 'multi30k'))
 

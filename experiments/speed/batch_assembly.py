@@ -4,7 +4,7 @@ another checkout of the code, interleaved.
   python experiments/speed/batch_assembly.py [--pairs=4500000] [--pack_length=256] \
       [--tokens_per_batch=25000] [--median=25] [--before=DIR] [--rounds=3] [--output=FILE]
 
-The pairs' lengths are drawn as in `packing_plan_speed.py`, seeded: source lengths log-normal
+The pairs' lengths are drawn as in `packing_plan.py`, seeded: source lengths log-normal
 with median `--median` tokens, clipped to [1, pack_length], target lengths the source's times a
 uniform factor in [0.8, 1.3]; the ids are random 16-bit ids, as the token store keeps them for
 a vocabulary of 37000. WMT 2014 EN-DE has about 4.5M training pairs (§5.1); Multi30k-like:

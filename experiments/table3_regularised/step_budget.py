@@ -7,7 +7,7 @@ would still move over the last 20% of a longer run, by a fitted power law.
       --budgets=10000,20000,30000,40000 --leave_out=D2,D2_seed1 \
       --output=experiments/table3_regularised/budget.md
 
-Each --curves is a directory of a sweep's row files (`<row>.json`, as table3_trends.py reads
+Each --curves is a directory of a sweep's row files (`<row>.json`, as experiments/table3_multi30k/trends.py reads
 them) or a JSON lines file of rows the device window cut off (`{"row", "dev_curve"}`); a
 curve counts only if it ran to the budget it was trained for (the longest curve's last step).
 

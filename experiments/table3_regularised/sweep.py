@@ -14,7 +14,7 @@ capacity lost (big, C5): 3 of Table 3's 8 trends held
 (experiments/table3_multi30k/trends.md). Here the base is regularised as the published
 Multi30k Transformer baseline is (P_drop 0.3, configs/multi30k.py), and every row changes what
 the paper's row changes, around that base:
-  A, B, C, E  as in table3_multi30k.py (heads, d_k, N, d_model, d_ff, learned positions), each
+  A, B, C, E  as in experiments/table3_multi30k/sweep.py (heads, d_k, N, d_model, d_ff, learned positions), each
        at P_drop 0.3;
   D1, D2  P_drop 0.0 and 0.4: the paper's 0.0 and 0.2 around its 0.1, D2 as the paper's
        increase (+0.1), as big below. The ratio (2, so 0.6) was the first choice; at 0.6 both
@@ -23,10 +23,10 @@ the paper's row changes, around that base:
        (experiments/table3_regularised/budget.md);
   D3, D4  ε_ls 0.0 and 0.2: the base keeps the paper's 0.1 (so does the published Multi30k
        baseline), so these are the paper's values;
-  big  d_model, d_ff doubled, h = 16 (as table3_multi30k.py) and P_drop 0.5: the paper's big
+  big  d_model, d_ff doubled, h = 16 (as experiments/table3_multi30k/sweep.py) and P_drop 0.5: the paper's big
        adds 0.2 to base's P_drop (0.1 -> 0.3); its ratio, 3, would give 0.9.
 Every row again with seed 1, base with seeds 1 and 2 too (41 rows in all, as
-table3_multi30k.py); experiments/table3_multi30k/trends.py counts a trend only beyond the seeds' spread.
+experiments/table3_multi30k/sweep.py); experiments/table3_multi30k/trends.py counts a trend only beyond the seeds' spread.
 
 Training on one accelerator. Every training batch is packed at data.max_length (128 tokens a
 row, 32 rows: one shape, compiled once) and `train.steps_per_call` steps run as one compiled
@@ -38,7 +38,7 @@ workdir goes with the machine); base's group of 11 at 10000 steps did not, in th
 window (experiments/gpu/h200/window_2026-11-28d.jsonl). Rows trained together see the
 same batches, in the order of the group's first row's seed: within a group the seeds vary the
 initialisation and dropout, not the data order (the results page says so). Packing puts more real tokens in each batch of 4096
-slots than table3_multi30k.py's length buckets did, so a step here is not one of its steps.
+slots than experiments/table3_multi30k/sweep.py's length buckets did, so a step here is not one of its steps.
 
 Step budget. STEPS = 30000 steps a row (big: 3 STEPS, as Table 3's train steps column has it),
 dev perplexity every 500 steps. The criterion: every row's dev perplexity flat (within 1%) over
@@ -50,11 +50,11 @@ its steps on; at 30000 steps every fitted curve moves less than 0.9% over the la
 overfit (D1 at P_drop 0, D3 at ε_ls 0) rise instead and are left out: past their best, no
 budget flattens them. The 10000-step rows are kept in
 experiments/table3_regularised/probe_10000steps/. Warmup stays 400 steps, as
-table3_multi30k.py's (the paper's 4000 is 4% of its 100k steps): the fitted curves were measured
+experiments/table3_multi30k/sweep.py's (the paper's 4000 is 4% of its 100k steps): the fitted curves were measured
 with it. A checkpoint every 5000 steps: a row's workdir lives only as long as the accelerator
 window, so it is for resuming within one, and it keeps the device's time for the steps.
 
-Evaluation as table3_multi30k.py: the dev split (Multi30k val, 1014 sentences), beam 4, α 0.6,
+Evaluation as experiments/table3_multi30k/sweep.py: the dev split (Multi30k val, 1014 sentences), beam 4, α 0.6,
 no checkpoint averaging, per-token perplexity; cased text (Table 3's BLEU is cased).
 """
 
@@ -90,7 +90,7 @@ PAPER_ROWS = {
             'train.num_train_steps': 3 * STEPS},
 }
 
-# Not in the paper: seeds 1 (and 2 for base), as table3_multi30k.py; seed 0 of every row first.
+# Not in the paper: seeds 1 (and 2 for base), as experiments/table3_multi30k/sweep.py; seed 0 of every row first.
 ROWS = mini.with_seeds(PAPER_ROWS)
 
 PAPER = mini.PAPER

@@ -2,7 +2,7 @@
 
   PYTEST_ADDOPTS=--durations=0 bash .ci/run > ci.log 2>&1
   python experiments/test_durations/durations.py --log=ci.log \
-      --output=experiments/test_durations/after.json
+      --output=experiments/test_durations/after_two_workers_full.json
 
 Each test's seconds are its setup, call and teardown together (a module's fixture counts
 towards the first test that uses it). The JSON holds the tests, the per-file totals, the

@@ -1,7 +1,7 @@
 """Config and sweep files, loaded from any directory.
 
 Configs live in `configs/` (documented field by field in `configs/base.py`). A config file is a
-Python file with `get_config()` (or `get_config(arg)`, loaded as `file.py:arg`); it imports the
+Python file with `get_config()` (or `get_config(arg)`, loaded as `FILE.py:ARG`); it imports the
 config files it builds on with `import_sibling`, by path, so that it works from any working
 directory and from an installed package. A sweep file is a config file whose `get_config(row)`
 gives each row's config (`transformer_jax.sweep`). Loading checks no value: a config is checked
@@ -42,7 +42,7 @@ def load_sweep(path: str) -> types.ModuleType:
 
 
 def from_file(spec: str) -> ml_collections.ConfigDict:
-  """The config of a config file, 'path.py' or 'path.py:arg' (as `--config=` takes it)."""
+  """The config of a config file, 'FILE.py' or 'FILE.py:ARG' (as `--config=` takes it)."""
   path, _, arg = spec.partition(':')
   module = load_module(path)
   return module.get_config(arg) if arg else module.get_config()
