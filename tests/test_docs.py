@@ -158,6 +158,7 @@ _H100 = 'experiments/gpu/h100/window_2026-11-27.jsonl'
 _H200 = 'experiments/gpu/h200/fused_loss/benchmarks.jsonl'
 _H200_WINDOW = 'experiments/gpu/h200/window_2026-11-28b.jsonl'
 _HF = 'experiments/hf_export/cpu.json'
+_SWEEP_OVERHEAD = 'experiments/sweep_overhead/cpu.json'
 
 
 def _ct2_one_thread(result: int) -> dict:
@@ -231,6 +232,10 @@ SOURCES = {
     'Four sweep rows as one program': [
         ('1.22', lambda: (lambda r: r['together'] / r['apart'])(
             _load('experiments/speed/together_cpu.json')['rows_per_hour'])),
+    ],
+    'A sweep of three groups': [
+        ('40.5', lambda: _load(_SWEEP_OVERHEAD)['median']['now']['outside_steps_per_group']),
+        ('90.0', lambda: _load(_SWEEP_OVERHEAD)['median']['before']['outside_steps_per_group']),
     ],
     'The training loop against': [
         ('1.03', lambda: _load(_LOOP)['loop_over_benchmark']['K=1']),
