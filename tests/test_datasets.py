@@ -242,8 +242,8 @@ def test_failed_download_says_what_to_do(tmp_path, monkeypatch):
 @pytest.mark.parametrize('network', ['no name resolves', 'no answer'])
 def test_offline_the_dataset_is_named_in_seconds_without_a_download(tmp_path, monkeypatch,
                                                                     network):
-  """The host asked first (`_unreachable`): a machine whose resolver fails, or whose network
-  does not answer, is told within 10 s, with both fixes, and no download is tried."""
+  """Multi30k's host asked first (`_unreachable`): a machine whose resolver fails, or whose
+  network does not answer, is told within 10 s, with both fixes, and no download is tried."""
   def resolver_fails(address, timeout):
     raise socket.gaierror(socket.EAI_NONAME, 'Name or service not known')
 
@@ -262,7 +262,8 @@ def test_offline_the_dataset_is_named_in_seconds_without_a_download(tmp_path, mo
   start = time.monotonic()
   why = 'Name or service not known' if network == 'no name resolves' else 'no answer within 2 s'
   with pytest.raises(RuntimeError, match=r'multi30k is not prepared in .* downloading it failed '
-                     rf'\(raw.githubusercontent.com cannot be reached: .*{why}\)\. .*'
+                     rf'\(ConnectionError: raw.githubusercontent.com cannot be reached: .*{why}\)'
+                     r'\. .*'
                      r'config.data.tfds_data_dir, or give config.data.manual_dir'):
     datasets.load_split(config, 'train')
   assert time.monotonic() - start < 10
