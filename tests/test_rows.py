@@ -125,6 +125,7 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
   assert group.rows_multiple == single.rows_multiple
 
 
+@pytest.mark.slow
 def test_what_a_trainer_compiled_ahead_its_calls_compile_again_nowhere():
   # `RunsTrainer.compile` on another thread (as a sweep compiles its next group), then the
   # trainer's calls on this one: the initial state, one step, four stacked, the split.
