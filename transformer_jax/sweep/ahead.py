@@ -32,7 +32,6 @@ class Compiled:
   """A group's programs (`programs`: None when none could be made), what compiling them took
   (on the thread), and its wall time."""
 
-  group: tuple[str, ...]
   programs: train_loop.Programs | None
   compiles: compilation.Compiles
   seconds: float
@@ -99,5 +98,5 @@ class Ahead:
     except Exception as e:  # pylint: disable=broad-except
       # The group then compiles as it trains, and raises there whatever is wrong with it.
       programs, error = None, f'{type(e).__name__}: {e}'
-    self._result.append(Compiled(self._group, programs, compilation.so_far() - before,
+    self._result.append(Compiled(programs, compilation.so_far() - before,
                                  time.perf_counter() - start, error))
