@@ -110,18 +110,20 @@ def swept(tmp_path_factory) -> Swept:
 @pytest.mark.slow
 def test_groups_train_and_evaluate_in_the_sweeps_process(swept):
   """`swept`: no process started for a group or a row's evaluation, the data and vocabulary
-  loaded once (the three rows share the data config and seed); wide's programs compiled while
-  the group trained (`sweep.ahead`) and none of them compiled or loaded again when wide trains
-  and is evaluated; each row evaluated in its own workdir as Table 3 was, and tabulated under
-  the sweep file's name."""
+  loaded once (the three rows share the data config and seed); each group's programs compiled
+  ahead (`sweep.ahead`: the first's before it trained, wide's while the group trained) and none
+  of them compiled or loaded again when the group trains and is evaluated; each row evaluated
+  in its own workdir as Table 3 was, and tabulated under the sweep file's name."""
   workdir, results = swept.workdir, swept.results
   # No Python process: only tools (git for the provenance's commit, matplotlib's fc-list).
   assert not [args for args in swept.started
               if os.path.basename(str(args[0])).startswith('python') or args[0] == sys.executable]
   assert swept.loads == [str(workdir / 'small')]
-  # The first group compiles as it trains: nothing was compiled ahead for it.
-  assert swept.group_translators == [([str(workdir / 'small'), str(workdir / 'drop')],
-                                      {**sweep_run.EVALUATION, 'model': None})]
+  # The group's translator evaluates with the model its programs were compiled for.
+  ((translator_dirs, settings),) = swept.group_translators
+  assert translator_dirs == [str(workdir / 'small'), str(workdir / 'drop')]
+  assert {k: v for k, v in settings.items() if k != 'model'} == sweep_run.EVALUATION
+  assert settings['model'] is not None
   assert sorted(os.listdir(results)) == ['drop.json', 'small.json', 'wide.json']
   figures = {}
   for row in ('small', 'drop', 'wide'):
@@ -146,20 +148,17 @@ def test_groups_train_and_evaluate_in_the_sweeps_process(swept):
     assert result['checkpoint_steps'] == [20] and result['perplexity'] > 1
     assert (result['beam_size'], result['alpha'], result['split']) == (4, 0.6, 'validation')
   assert wide['model']['d_ff'] == 128 and wide['steps'] == 20
-  # Compiled ahead: the initial state, a step for each of the batch shapes, the dev loss, the
-  # decoder for a bucket at least, Table 3's loss; then neither wide's training (its startup
-  # and steps) nor its evaluation compiled (or loaded from the cache) a program.
-  compiles = {}
+  # Compiled ahead: the initial state, a step for each batch shape, the dev loss, the decoder
+  # for a bucket at least, Table 3's loss; then neither group's training (its startup and
+  # steps) nor its evaluation compiled (or loaded from the cache) a program.
   for row in ('small', 'wide'):
+    assert figures[row]['compiled_ahead']['used']
+    assert figures[row]['compiled_ahead']['compiled'] >= 5
     with open(workdir / row / 'metrics.jsonl') as f:
-      compiles[row] = [r for r in map(json.loads, f) if r['split'] == 'compile']
-  # The shapes of training batch: the first group compiled a step for each (the same data).
-  shapes = sum(r['what'].startswith('train step') for r in compiles['small'])
-  assert small['compiled_ahead'] is None and drop['compiled_ahead'] is None
-  assert wide['compiled_ahead']['used'] and wide['compiled_ahead']['compiled'] >= 4 + shapes
-  assert [(r['what'], r['compiled'] + r['loaded']) for r in compiles['wide'][:-1]] == [
-      ('startup', 0)]
-  assert wide['programs_compiled'] == wide['programs_loaded'] == 0
+      compiles = [r for r in map(json.loads, f) if r['split'] == 'compile']
+    assert [(r['what'], r['compiled'] + r['loaded']) for r in compiles[:-1]] == [('startup', 0)]
+    assert figures[row]['programs_compiled'] == figures[row]['programs_loaded'] == 0
+  assert drop['compiled_ahead'] == small['compiled_ahead']
   assert 0 <= wide['bleu_tokenized'] <= 100
   assert wide['provenance']['machine']['device'] == jax.devices()[0].device_kind
   assert wide['provenance']['machine']['processor']

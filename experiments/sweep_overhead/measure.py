@@ -13,9 +13,11 @@ outside them per group ((wall - steps) / groups: process starts, data, vocabular
 evaluation, checkpoints); the processes of Python started (a `sitecustomize` on PYTHONPATH
 records every interpreter that starts, the sweep's own included); the programs compiled (the
 training runs' 'compile' records, the evaluations' counts and those compiled ahead, none loaded
-from a cache: each run has its own); the groups whose programs were compiled while the group
-before trained, and the wall seconds of that compiling. Each variant's figures are printed as a JSON line as soon as they are measured
-(`measure.interleaved`): those lines are the result of a run stopped early.
+from a cache: each run has its own); the groups whose programs were compiled ahead
+(`transformer_jax/sweep/ahead.py`), and the wall seconds of that compiling; and each group's
+share: its training's seconds outside the steps (data, compiling, checkpoints, the dev
+evaluation) and its evaluation's. Each variant's figures are printed as a JSON line as soon as
+they are measured (`measure.interleaved`): those lines are the result of a run stopped early.
 """
 
 import json
@@ -119,13 +121,22 @@ def run_sweep(checkout: str, overrides: list[str]) -> dict:
     with open(processes) as f:
       started = [line.strip() for line in f if line.strip()]
     ahead = [rows[group[0]].get('compiled_ahead') for group in groups]
+    per_group = []
+    for group in sorted(groups):
+      first = rows[group[0]]
+      evaluations = group[:1] if first.get('evaluated_together') else group
+      per_group.append({
+          'rows': list(group),
+          'training_outside_steps_seconds':
+              first['train_seconds'] - _steps_seconds(os.path.join(workdir, group[0])),
+          'evaluation_seconds': sum(rows[row]['eval_seconds'] for row in evaluations)})
     return {'wall_seconds': wall, 'steps_seconds': steps, 'groups': len(groups),
             'groups_compiled_ahead': sum(bool(a and a['used']) for a in ahead),
             'ahead_seconds': sum(a['seconds'] for a in ahead if a),
             'outside_steps_per_group': (wall - steps) / len(groups),
             'python_processes': len(started),
             'package_processes': sum('transformer_jax' in line for line in started),
-            'programs_compiled': _programs(workdir, rows),
+            'programs_compiled': _programs(workdir, rows), 'per_group': per_group,
             'dev_perplexity': {row: r['perplexity'] for row, r in sorted(rows.items())}}
   finally:
     shutil.rmtree(scratch, ignore_errors=True)

@@ -26,7 +26,6 @@ import dataclasses
 import json
 import os
 import time
-from typing import Callable
 
 import jax
 import ml_collections
@@ -64,13 +63,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 @dataclasses.dataclass(frozen=True)
 class Programs:
   """What runs trained together compile: their model, trainer and dev evaluators, built for
-  `configs` (their fields, flattened, as JSON). `train_together` builds them, or takes them
-  built and compiled already (`compile_ahead`)."""
+  `configs` (their fields, flattened, as JSON), and the data they were built on.
+  `train_together` builds them, or takes them built and compiled already (`compile_ahead`)."""
 
   configs: str
   model: ShardedModel
   trainer: RunsTrainer
   evaluators: list[Evaluator]
+  data: pipeline.Data
 
 
 def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
@@ -84,7 +84,7 @@ def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
   `sweep.run`), holds the data loaded by each (`data_key`): runs whose first workdir has no
   vocabulary yet take it from there instead of loading it again, its vocabulary written into
   each workdir. `programs`, those `compile_ahead` made for these configs and workdirs, are
-  trained with instead of new ones."""
+  trained with instead of new ones, on the data they were built on."""
   if len(set(map(os.path.abspath, dirs))) != len(dirs):
     raise ValueError(f'runs trained together need a workdir each, got {dirs}')
   configs = _together(configs, dirs)
@@ -94,11 +94,18 @@ def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
   compilation.use_cache(configs[0])
   if configs[0].parallel.distributed:
     _initialize_distributed(configs[0])
+  with _locked(dirs):
+    return _train(configs, dirs, {} if loaded is None else loaded, programs)
+
+
+@contextlib.contextmanager
+def _locked(dirs: list[str]):
+  """Each workdir checked writable and locked (`workdirs.lock`) for the duration."""
   with contextlib.ExitStack() as locks:
     for workdir in dirs:
       workdirs.check_writable(workdir)
       locks.enter_context(workdirs.lock(workdir))
-    return _train(configs, dirs, {} if loaded is None else loaded, programs)
+    yield
 
 
 def _together(configs: list[ml_collections.ConfigDict], dirs: list[str]
@@ -120,19 +127,21 @@ def _model_and_trainer(configs: list[ml_collections.ConfigDict], dirs: list[str]
 
 
 def compile_ahead(configs: list[ml_collections.ConfigDict], dirs: list[str],
-                  data_for: Callable[[str], pipeline.Data | None]) -> Programs | None:
+                  loaded: dict) -> Programs | None:
   """The programs `train_together(configs, dirs, loaded)` trains with, built and compiled now,
-  before it starts (a sweep's next group, while a group trains: `sweep.ahead`): the trainer's
-  for each shape of training batch, the evaluators' for the dev batches it evaluates on.
-  `data_for(data_key(...))` gives the data they train on, as `loaded` will hold it. None when
-  it gives None, or when the devices span several processes."""
-  if jax.process_count() > 1:
+  before it starts (a sweep's groups: `sweep.ahead`): the trainer's for each shape of training
+  batch, the evaluators' for the dev batches it evaluates on. The data comes from `loaded`, or
+  is loaded (into the first workdir, as `train_together` would, and kept in `loaded`). None when
+  the runs span several processes."""
+  if configs[0].parallel.distributed or jax.process_count() > 1:
     return None
   configs = _together(configs, dirs)
+  compilation.use_cache(configs[0])
   model, trainer = _model_and_trainer(configs, dirs)
-  data = data_for(data_key(configs[0], trainer.rows_multiple))
-  if data is None:
-    return None
+  with _locked(dirs):
+    for config, workdir in zip(configs, dirs):
+      checkpointing.check_compatible(config, workdir)
+    data = _load_data(configs, dirs, trainer.rows_multiple, loaded)
   config = configs[0]
   train = config.train
   k, batcher = _steps_per_call(config, data, lead=False), data.batchers['train']
@@ -150,7 +159,7 @@ def compile_ahead(configs: list[ml_collections.ConfigDict], dirs: list[str],
   for evaluator in {id(e): e for e in evaluators}.values():
     evaluator.compile(trainer.run_abstract_state.params, 'validation', train.num_eval_steps,
                       train.eval_bleu)
-  return Programs(_fields(configs), model, trainer, evaluators)
+  return Programs(_fields(configs), model, trainer, evaluators, data)
 
 
 def data_key(config: ml_collections.ConfigDict, rows_multiple: int) -> str:
@@ -225,9 +234,9 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
     return [{} for _ in dirs]
   if programs is None:
     model, trainer = _model_and_trainer(configs, dirs)
+    data = _load_data(configs, dirs, trainer.rows_multiple, loaded)
   else:
-    model, trainer = programs.model, programs.trainer
-  data = _load_data(configs, dirs, trainer.rows_multiple, loaded)
+    model, trainer, data = programs.model, programs.trainer, programs.data
   labels = [f'{workdir}: ' if len(dirs) > 1 else '' for workdir in dirs]
 
   train = config.train

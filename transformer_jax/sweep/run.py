@@ -10,7 +10,8 @@ The data and vocabulary are loaded once for every group of one data config and s
 (`train_loop.data_key`). A row whose JSON exists is skipped, so a sweep that crashed, was
 killed (at any moment) or was stopped resumes where it was: the group in flight from its last
 checkpoint, a group killed while its rows' files were written from its results file.
-While a group trains, the next one's programs compile in a background thread (`ahead`).
+Each group's programs compile in a background thread (`ahead`): the first group's training
+before it starts, then its evaluation and the next group's while it trains.
 A SIGTERM stops the group in flight at its next step, saved (`preemption`); the sweep then
 stops with an error saying to run it again. A group's `train_seconds` are the wall time of
 every attempt to train it (saved every `SAVE_SECONDS_EVERY` seconds, so an attempt that is
@@ -102,13 +103,15 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
           print(f'{", ".join(group)}: not started: predicted {seconds:.0f} s, {left:.0f} s left',
                 flush=True)
           passed_over.append(group)
+          ahead.drop(group)
           continue
+        ahead.start(group, [configs[row] for row in group],  # unless started
+                    [os.path.join(workdir, row) for row in group])
         compiled = ahead.take(group)
-        if compiled is not None:
-          print(f'{", ".join(group)}: compiled ahead in {compiled.seconds:.1f} s: '
-                + (compiled.compiles.describe() if compiled.programs
-                   else f'not used ({compiled.error or "its data was not loaded yet"})'),
-                flush=True)
+        part = compiled.training
+        print(f'{", ".join(group)}: its training compiled ahead in {part.seconds:.1f} s: '
+              + (part.compiles.describe() if compiled.programs is not None
+                 else f'not used ({part.error})'), flush=True)
         if index + 1 < len(the_plan.start):  # compiled while this group trains
           following = the_plan.start[index + 1]
           ahead.start(following, [configs[row] for row in following],
@@ -158,7 +161,8 @@ def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides
               device_kind: str, loaded: dict, compiled: Compiled | None = None) -> list[dict]:
   """Trains (or resumes) the rows of `group` as one program, each in `workdir/<row>`, then
   evaluates them as one program; returns their figures. With `compiled` (`ahead`), with the
-  programs compiled there. What the group prints also goes to the first row's `sweep.log`."""
+  programs compiled there (waiting for its evaluation's before evaluating). What the group
+  prints also goes to the first row's `sweep.log`."""
   programs = compiled.programs if compiled is not None else None
   dirs = [os.path.join(workdir, row) for row in group]
   for directory in dirs:
@@ -177,6 +181,8 @@ def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides
                            f'{configs[row].train.num_train_steps} (preempted); run the sweep '
                            'again to resume it')
     start = time.perf_counter()
+    if compiled is not None:
+      compiled.evaluation()
     model = programs.model if programs is not None else None
     translator = (Translator(dirs[0], **EVALUATION, model=model) if len(group) == 1
                   else RowsTranslator(dirs, **EVALUATION, model=model))
