@@ -35,6 +35,7 @@ from transformer_jax.config import loading
 from transformer_jax.data import builtin_grammar
 from transformer_jax.training import metrics_log
 
+checkout = loading.import_sibling(__file__, '../tools/checkout')
 measure = loading.import_sibling(__file__, '../tools/measure')
 
 _BEFORE = flags.DEFINE_string('before', None, 'A checkout of the commit to compare with.',
@@ -43,7 +44,7 @@ _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Interleaved rounds (before, now; no
 _OUTPUT = flags.DEFINE_string('output', None, 'Where the figures go (JSON).')
 cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
-_SWEEP = os.path.join(measure.REPO, 'experiments', 'sweep_overhead', 'sweep.py')
+_SWEEP = os.path.join(checkout.ROOT, 'experiments', 'sweep_overhead', 'sweep.py')
 _SITECUSTOMIZE = ('import os, sys\n'
                   'with open(os.environ["SWEEP_OVERHEAD_PROCESSES"], "a") as f:\n'
                   '  f.write(" ".join(sys.orig_argv[:4]) + "\\n")\n')
@@ -144,7 +145,7 @@ def run_sweep(checkout: str, overrides: list[str]) -> dict:
 
 def main(argv):
   del argv
-  checkouts = {'before': os.path.abspath(_BEFORE.value), 'now': measure.REPO}
+  checkouts = {'before': os.path.abspath(_BEFORE.value), 'now': checkout.ROOT}
   data = tempfile.mkdtemp()
   overrides = corpus(data)
   rounds = measure.interleaved(list(checkouts), _ROUNDS.value,
