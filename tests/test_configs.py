@@ -8,7 +8,7 @@ import pytest
 from transformer_jax.config import checks, choices, fields, loading
 from transformer_jax.data import batching, pipeline
 from transformer_jax.model import costs, model_config
-from transformer_jax.training import checkpointing
+from transformer_jax.training import saved_config
 
 base = loading.import_sibling(__file__, '../configs/base')
 big = loading.import_sibling(__file__, '../configs/big')
@@ -178,6 +178,7 @@ def test_unknown_row_is_an_error():
     ('model.qkv_init', 'orthogonal', 'config.model.qkv_init must be one of'),
     ('model.decoder_start', 'bos', 'config.model.decoder_start must be one of'),
     ('dtype', 'float16', 'config.dtype must be one of'),
+    ('data.target_lang', 'en', 'config.data.source_lang and config.data.target_lang must differ'),
     ('model.max_len', 300, 'config.model.max_len=300 positions cannot hold the longest output, '
      r'config.data.max_length \+ config.decode.max_extra_length = 306'),
     ('decode.beam_size', 18500, 'config.decode.beam_size=18500 needs a vocabulary of at least '
@@ -246,12 +247,6 @@ def test_a_files_dataset_names_its_missing_or_malformed_field(fields, message):
   checks.validate(config)  # the test split is optional
 
 
-def test_a_model_config_built_directly_rejects_an_unknown_option():
-  with pytest.raises(ValueError,
-                     match=r"norm_position must be one of \('post', 'pre'\), got 'Pre'"):
-    model_config.TransformerConfig(vocab_size=8, norm_position='Pre')
-
-
 @pytest.mark.parametrize('field', choices.MODEL)
 def test_string_options_default_to_their_first_choice_here_and_in_base(field):
   default = model_config.TransformerConfig(vocab_size=8)
@@ -268,38 +263,38 @@ def test_a_saved_config_without_a_newer_model_option_gets_its_default(tmp_path):
   """A workdir written before an option existed was trained with the option's default."""
   config = multi30k.get_config()
   config.model.qkv_init = 'fused'
-  checkpointing.write_config(config, str(tmp_path))
+  saved_config.write_config(config, str(tmp_path))
   saved = json.loads((tmp_path / 'config.json').read_text())
   del saved['model']['attention_bias'], saved['model']['decoder_start']
   (tmp_path / 'config.json').write_text(json.dumps(saved))
-  loaded = checkpointing.load_config(str(tmp_path))
+  loaded = saved_config.load_config(str(tmp_path))
   assert loaded.model.attention_bias is False
   assert loaded.model.decoder_start == 'learned'  # the embedding before the option existed
   assert loaded.model.qkv_init == 'fused'
-  checkpointing.check_compatible(config, str(tmp_path))
+  saved_config.check_compatible(config, str(tmp_path))
 
 
 def test_a_run_saved_before_every_added_field_resumes(tmp_path):
   # The oldest config.json that resumes: base's 56 fields from before any was added. Each field
   # added since gets the value those runs had; one added to configs/base.py without an entry in
-  # checkpointing._ADDED_FIELDS would make base's count 57 here, and such runs fail to resume.
+  # saved_config._ADDED_FIELDS would make base's count 57 here, and such runs fail to resume.
   config = base.get_config()
   saved = json.loads(config.to_json_best_effort())
-  for field in checkpointing._ADDED_FIELDS:  # pylint: disable=protected-access
+  for field in saved_config._ADDED_FIELDS:  # pylint: disable=protected-access
     section, name = field.split('.')
     del saved[section][name]
   assert len(fields.flatten(ml_collections.ConfigDict(saved))) == 56
-  checkpointing.write_config(config, str(tmp_path))
+  saved_config.write_config(config, str(tmp_path))
   (tmp_path / 'config.json').write_text(json.dumps(saved))
   (tmp_path / 'checkpoints' / '4').mkdir(parents=True)
-  loaded = checkpointing.load_config(str(tmp_path))
-  for field, value in checkpointing._ADDED_FIELDS.items():  # pylint: disable=protected-access
+  loaded = saved_config.load_config(str(tmp_path))
+  for field, value in saved_config._ADDED_FIELDS.items():  # pylint: disable=protected-access
     assert loaded[field.split('.')[0]][field.split('.')[1]] == value
-  checkpointing.check_compatible(config, str(tmp_path))
+  saved_config.check_compatible(config, str(tmp_path))
 
 
 def _workdir_with_checkpoint(tmp_path, config):
-  checkpointing.write_config(config, str(tmp_path))
+  saved_config.write_config(config, str(tmp_path))
   (tmp_path / 'checkpoints' / '4').mkdir(parents=True)
   return str(tmp_path)
 
@@ -313,7 +308,7 @@ def test_checkpoints_cannot_resume_on_other_data(tmp_path, field, value):
   config = multi30k.get_config()
   config.update_from_flattened_dict({field: value})
   with pytest.raises(ValueError, match=f'trained on other data \\({field} '):
-    checkpointing.check_compatible(config, workdir)
+    saved_config.check_compatible(config, workdir)
 
 
 def test_checkpoints_cannot_resume_with_another_vocabulary_file(tmp_path):
@@ -323,9 +318,9 @@ def test_checkpoints_cannot_resume_with_another_vocabulary_file(tmp_path):
   config.data.spm_model = str(tmp_path / 'other.model')
   (tmp_path / 'other.model').write_bytes(b'another vocabulary')
   with pytest.raises(ValueError, match='data.spm_model .*other.model is not .*spm.model'):
-    checkpointing.check_compatible(config, workdir)
+    saved_config.check_compatible(config, workdir)
   (tmp_path / 'other.model').write_bytes(b'the run\'s vocabulary')  # a copy: the same file
-  checkpointing.check_compatible(config, workdir)
+  saved_config.check_compatible(config, workdir)
 
 
 def test_checkpoints_cannot_resume_with_another_dropout_generator(tmp_path):
@@ -334,46 +329,46 @@ def test_checkpoints_cannot_resume_with_another_dropout_generator(tmp_path):
   config.train.dropout_prng_impl = 'rbg'
   with pytest.raises(ValueError, match="another generator \\(train.dropout_prng_impl "
                      "'threefry2x32' -> 'rbg'\\)"):
-    checkpointing.check_compatible(config, workdir)
+    saved_config.check_compatible(config, workdir)
 
 
 def test_other_changes_resume_and_are_named_in_a_warning(tmp_path, caplog):
   workdir = _workdir_with_checkpoint(tmp_path, multi30k.get_config())
   config = multi30k.get_config()
   config.train.lr_scale, config.model.dropout_rate = 0.5, 0.1
-  checkpointing.check_compatible(config, workdir)
+  saved_config.check_compatible(config, workdir)
   assert 'model.dropout_rate 0.3 -> 0.1, train.lr_scale 1.0 -> 0.5' in caplog.text
 
 
 def test_without_checkpoints_a_saved_config_binds_nothing(tmp_path):
   """A first run that stopped before its first checkpoint left only config.json behind."""
-  checkpointing.write_config(multi30k.get_config(), str(tmp_path))
+  saved_config.write_config(multi30k.get_config(), str(tmp_path))
   config = multi30k.get_config()
   config.model.d_ff, config.data.target_lang = 512, 'fr'
-  checkpointing.check_compatible(config, str(tmp_path))
+  saved_config.check_compatible(config, str(tmp_path))
   (tmp_path / 'checkpoints' / '4').mkdir(parents=True)
   with pytest.raises(ValueError, match='model.d_ff 256 -> 512'):
-    checkpointing.check_compatible(config, str(tmp_path))
+    saved_config.check_compatible(config, str(tmp_path))
 
 
 def test_without_checkpoints_a_vocabulary_left_behind_binds_the_data_fields(tmp_path):
   """A first run that learned its vocabulary and stopped before its first checkpoint: a run
   for another language pair must not reuse that vocabulary silently."""
-  checkpointing.write_config(multi30k.get_config(), str(tmp_path))
+  saved_config.write_config(multi30k.get_config(), str(tmp_path))
   (tmp_path / 'spm.model').write_bytes(b'the first run\'s vocabulary')
   config = multi30k.get_config()
   config.model.d_ff = 512  # not the vocabulary's: allowed
-  checkpointing.check_compatible(config, str(tmp_path))
+  saved_config.check_compatible(config, str(tmp_path))
   config.data.target_lang = 'fr'
   with pytest.raises(ValueError, match=f"{tmp_path / 'spm.model'} was learned for other data "
                      r"\(data.target_lang 'de' -> 'fr'\); delete it"):
-    checkpointing.check_compatible(config, str(tmp_path))
+    saved_config.check_compatible(config, str(tmp_path))
   config.data.spm_model = str(tmp_path / 'other.model')  # the workdir's is not used
-  checkpointing.check_compatible(config, str(tmp_path))
+  saved_config.check_compatible(config, str(tmp_path))
 
 
 @pytest.mark.parametrize('text', ['{"model": {"d_model": 1', '[]', '{"data": {}}'])
 def test_a_damaged_saved_config_is_an_error_naming_the_file(tmp_path, text):
   (tmp_path / 'config.json').write_text(text)
   with pytest.raises(ValueError, match=f'{tmp_path / "config.json"} is not a config written by'):
-    checkpointing.load_config(str(tmp_path))
+    saved_config.load_config(str(tmp_path))

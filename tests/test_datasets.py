@@ -216,7 +216,6 @@ def test_missing_manual_dir_is_an_error(tmp_path):
     ('multi30k', 'de', 'fr', "config.data.target_lang='fr'"),
     ('builtin', 'en', 'fr', "config.data.target_lang='fr'"),
     ('wmt14_translate/fr-en', 'de', 'en', "config.data.source_lang='de'"),
-    ('wmt14_translate/de-en', 'en', 'en', 'are both'),
     ('wmt15_translate/de-en', 'en', 'de', 'config.data.dataset'),
 ])
 def test_languages_not_in_the_dataset_are_an_error(tmp_path, dataset, source, target, message):

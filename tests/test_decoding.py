@@ -11,7 +11,7 @@ import pytest
 
 from conftest import init_params, random_tokens, tiny_config
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
-from transformer_jax.decoding import decoding, search
+from transformer_jax.decoding import batch_decode, search
 from transformer_jax.model.attention import CACHE_BLOCK
 from transformer_jax.model.transformer import Transformer
 
@@ -91,7 +91,7 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
   inputs = jnp.asarray(random_tokens(rng, (2, 6), cfg.vocab_size, lengths=[6, 2]))
   source_mask = inputs != PAD_ID
   encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-  scorer = decoding.cached_scorer(model, params, encoded, source_mask, length, copies)
+  scorer = batch_decode.cached_scorer(model, params, encoded, source_mask, length, copies)
   step, reorder = jax.jit(scorer.step, static_argnums=3), jax.jit(scorer.reorder)
   repeated = (jnp.repeat(encoded, copies, 0), jnp.repeat(source_mask, copies, 0))
   # The full decoder over each row's history, padded to `length` (one compiled shape; the
@@ -117,8 +117,8 @@ def _without_eos(monkeypatch) -> None:
   """The decoders never end a hypothesis (EOS's log-probability -inf, as PAD_ID's): every
   output runs on to the length cap, through every block of the cached decoder's loops, by
   construction rather than by how random parameters happen to score EOS."""
-  log_probs = decoding._log_probs  # pylint: disable=protected-access
-  monkeypatch.setattr(decoding, '_log_probs',
+  log_probs = batch_decode._log_probs  # pylint: disable=protected-access
+  monkeypatch.setattr(batch_decode, '_log_probs',
                       lambda logits: log_probs(logits.at[:, EOS_ID].set(-jnp.inf)))
 
 
@@ -160,11 +160,11 @@ def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng, monkeypatch):
   cfg = tiny_config(share_embeddings=False, max_len=40)
   model, params = Transformer(cfg), _lively_params(cfg)
   inputs = jnp.asarray(random_tokens(rng, (4, 6), cfg.vocab_size, lengths=[6, 4, 2, 0]))
-  outputs = jax.jit(lambda p, x: decoding.decode(
+  outputs = jax.jit(lambda p, x: batch_decode.decode(
       model, p, x, beam_size=1, alpha=0.6, max_extra_length=2 * CACHE_BLOCK))(params, inputs)
   expected = _greedy_by_full_forward(model, params, inputs, 6 + 2 * CACHE_BLOCK, ends=False)
   np.testing.assert_array_equal(outputs, expected)
-  assert [len(decoding.strip(o)) for o in expected] == [6 + 2 * CACHE_BLOCK] * 3 + [0]
+  assert [len(batch_decode.strip(o)) for o in expected] == [6 + 2 * CACHE_BLOCK] * 3 + [0]
   assert not np.any(outputs[3])  # an empty input gives an empty output
 
 
@@ -176,11 +176,11 @@ def test_cached_and_uncached_translations_agree(rng, monkeypatch, beam_size):
   cfg = tiny_config(share_embeddings=False, max_len=40)
   model, params = Transformer(cfg), _lively_params(cfg, seed=3)
   inputs = jnp.asarray(random_tokens(rng, (3, 5), cfg.vocab_size, lengths=[5, 2, 4]))
-  run = {cached: jax.jit(lambda p, x, cached=cached: decoding.decode(
+  run = {cached: jax.jit(lambda p, x, cached=cached: batch_decode.decode(
       model, p, x, beam_size=beam_size, alpha=0.6, max_extra_length=2 * CACHE_BLOCK,
       cached=cached)) for cached in (True, False)}
   outputs = run[True](params, inputs)
-  assert [len(decoding.strip(o)) for o in np.asarray(outputs)] == [5 + 2 * CACHE_BLOCK] * 3
+  assert [len(batch_decode.strip(o)) for o in np.asarray(outputs)] == [5 + 2 * CACHE_BLOCK] * 3
   np.testing.assert_array_equal(outputs, run[False](params, inputs))
 
 

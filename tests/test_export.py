@@ -28,14 +28,14 @@ from test_datasets import MULTI30K_DIR, read_lines
 from transformer_jax import export
 from transformer_jax.data import tokenizer
 from transformer_jax.data.tokenizer import PAD_ID
-from transformer_jax.decoding import decoding, search
+from transformer_jax.decoding import batch_decode, search
 from transformer_jax.decoding.translator import Translator
 from transformer_jax.model import marian
 from transformer_jax.model import model_config
 from transformer_jax.model.embeddings import sinusoid
 from transformer_jax.model.model_config import TransformerConfig
 from transformer_jax.model.transformer import Transformer
-from transformer_jax.training import checkpointing
+from transformer_jax.training import saved_config
 
 
 def small_config(**changes) -> TransformerConfig:
@@ -188,7 +188,7 @@ def test_what_marian_cannot_express_is_refused_naming_the_field(changes, field):
 def test_an_unexportable_run_is_refused_before_anything_is_written(tmp_path):
   workdir = tmp_path / 'run'
   workdir.mkdir()
-  checkpointing.write_config(train_config(**{'model.norm_position': 'pre'}), str(workdir))
+  saved_config.write_config(train_config(**{'model.norm_position': 'pre'}), str(workdir))
   with pytest.raises(ValueError, match='config.model.norm_position'):
     export.export(str(workdir), str(tmp_path / 'hf'))
   assert sorted(os.listdir(tmp_path)) == ['run']
@@ -197,7 +197,7 @@ def test_an_unexportable_run_is_refused_before_anything_is_written(tmp_path):
 def test_a_workdir_without_checkpoints_is_refused(tmp_path):
   workdir = tmp_path / 'run'
   workdir.mkdir()
-  checkpointing.write_config(train_config(), str(workdir))
+  saved_config.write_config(train_config(), str(workdir))
   with pytest.raises(FileNotFoundError, match='no checkpoint'):
     export.export(str(workdir), str(tmp_path / 'hf'))
   with pytest.raises(FileNotFoundError, match='config.json'):
@@ -271,9 +271,9 @@ def capped(run, tmp_path_factory) -> tuple[str, str]:
   six of Multi30k's test sentences does with the run's model."""
   workdir = str(tmp_path_factory.mktemp('capped') / 'run')
   shutil.copytree(run, workdir)
-  config = checkpointing.load_config(workdir)
+  config = saved_config.load_config(workdir)
   config.decode.max_extra_length, config.decode.beam_size = 0, 1
-  checkpointing.write_config(config, workdir)
+  saved_config.write_config(config, workdir)
   out = str(tmp_path_factory.mktemp('capped_export') / 'hf')
   export.export(workdir, out)
   return workdir, out
@@ -286,7 +286,7 @@ def test_the_exported_directory_loads_with_nothing_else(hf_dir, run):
               os.listdir(hf_dir))
   model = load_exported(hf_dir)
   tokenizer_ = transformers.MarianTokenizer.from_pretrained(hf_dir)
-  config = checkpointing.load_config(run)
+  config = saved_config.load_config(run)
   generation = model.generation_config
   assert (generation.num_beams, generation.max_length) == (
       config.decode.beam_size, config.data.max_length + config.decode.max_extra_length + 1)
@@ -311,7 +311,7 @@ def test_the_exported_model_is_the_averaged_checkpoints(hf_dir, run):
                                                            'state'))['params']
            for step in (150, 300)]
   mean = jax.tree.map(lambda a, b: (np.float64(a) + b) / 2, *saved)
-  cfg = model_config.from_config(checkpointing.load_config(run))
+  cfg = model_config.from_config(saved_config.load_config(run))
   want = marian.marian_weights(cfg, mean)
   got = safetensors.numpy.load_file(os.path.join(hf_dir, 'model.safetensors'))
   assert got.keys() == want.keys()
@@ -356,7 +356,7 @@ def _generate_like_translate(translator: Translator, hf_dir: str, texts: list[st
                                  **generation)
     ours = to_ours(generated.numpy(), model.config.vocab_size)
     for i, row in zip(members, ours):
-      outputs[i] = decoding.strip(row[1:])  # after the start symbol, up to EOS
+      outputs[i] = batch_decode.strip(row[1:])  # after the start symbol, up to EOS
   return outputs
 
 
@@ -396,7 +396,7 @@ def _shuffled(texts: list[str]) -> list[str]:
 
 def _caps(translator: Translator, sources: list[np.ndarray]) -> list[int]:
   """The most output tokens `translate` allows each source (EOS included): its length bucket
-  + decode.max_extra_length (`decoding.decode`)."""
+  + decode.max_extra_length (`batch_decode.decode`)."""
   return [int(translator.lengths[np.searchsorted(translator.lengths, len(s))])
           + translator.config.decode.max_extra_length for s in sources]
 
@@ -586,7 +586,7 @@ def test_an_exported_model_passed_as_a_workdir_is_named(fixture, kind, run, tmp_
   with pytest.raises(ValueError, match=f'{directory} is {kind}'):
     export.export(directory, str(tmp_path / 'out'))
   with pytest.raises(ValueError, match=f'{directory} is {kind}'):
-    checkpointing.check_compatible(checkpointing.load_config(run), directory)
+    saved_config.check_compatible(saved_config.load_config(run), directory)
 
 
 @pytest.mark.slow

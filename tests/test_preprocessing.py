@@ -50,11 +50,6 @@ def test_restore_inverts_it_on_the_multi30k_dev_set(moses):
   assert len(lines) == 1014 and restored >= 0.99 * len(lines)
 
 
-def test_unknown_choice_names_the_field():
-  with pytest.raises(ValueError, match='config.data.preprocessing must be one of'):
-    preprocessing.Preprocessing('lowercase', 'en', 'de')
-
-
 @pytest.mark.slow
 def test_the_vocabulary_and_batches_are_built_from_preprocessed_text(tmp_path):
   # On the session's corpus (conftest.py): its text files, cased and punctuated.

@@ -12,7 +12,7 @@ from conftest import assert_trained_alike, random_tokens, train_config
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import compilation, rows
-from transformer_jax.training.trainer import RunsTrainer, Trainer
+from transformer_jax.training.trainer import TrainerProtocol, Trainer
 
 MESH = {'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.model': 2}
 # Three runs differing in every traced field: the seed, the residual and attention dropout,
@@ -104,18 +104,18 @@ def test_runs_that_differ_elsewhere_are_refused_naming_the_field(field, value):
 
 
 def test_both_trainers_offer_every_member_of_the_loops_contract():
-  # The loop (`loop.train_loop`) trains through `RunsTrainer` alone: one run's `Trainer` and a
+  # The loop (`loop.train_loop`) trains through `TrainerProtocol` alone: one run's `Trainer` and a
   # group's `RowsTrainer` both have each member it names, and a group restores each row's
   # checkpoint into one run's state.
-  members = sorted({*RunsTrainer.__annotations__,
-                    *(name for name in vars(RunsTrainer) if not name.startswith('_'))})
+  members = sorted({*TrainerProtocol.__annotations__,
+                    *(name for name in vars(TrainerProtocol) if not name.startswith('_'))})
   assert members == ['compile', 'init_state', 'join', 'model', 'rows_multiple',
                      'run_abstract_state', 'split', 'train_step', 'train_steps']
   configs = [train_config(**run) for run in RUNS]
   model = ShardedModel(configs[0])
   single, group = Trainer(model), rows.RowsTrainer(model, configs)
   for trainer in (single, group):
-    assert RunsTrainer in type(trainer).__mro__  # declared, not only alike
+    assert TrainerProtocol in type(trainer).__mro__  # declared, not only alike
     missing = [name for name in members if not hasattr(trainer, name)]
     assert not missing, (type(trainer).__name__, missing)
   assert [(leaf.shape, leaf.dtype, leaf.sharding)
@@ -127,7 +127,7 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
 
 @pytest.mark.slow
 def test_what_a_trainer_compiled_ahead_its_calls_compile_again_nowhere():
-  # `RunsTrainer.compile` on another thread (as a sweep compiles its next group), then the
+  # `TrainerProtocol.compile` on another thread (as a sweep compiles its next group), then the
   # trainer's calls on this one: the initial state, one step, four stacked, the split.
   configs = [train_config(**{**run, 'model.d_ff': 40}) for run in RUNS]  # shapes of its own
   model = ShardedModel(configs[0])

@@ -23,7 +23,7 @@ from transformer_jax.config import checks, loading
 from transformer_jax.data import pipeline
 from transformer_jax.decoding import translator as translator_lib
 from transformer_jax.sweep import plan, results as tables, run as sweep_run
-from transformer_jax.training import checkpointing, metrics_log
+from transformer_jax.training import checkpointing, metrics_log, saved_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 table3 = loading.import_sibling(__file__, '../configs/table3')
@@ -261,7 +261,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
 
   def preempted(configs, dirs, loaded, programs):
     assert dirs == [str(workdir)]
-    checkpointing.write_config(config, str(workdir))
+    saved_config.write_config(config, str(workdir))
     for step in ('10', '12', '20.orbax-checkpoint-tmp-1'):  # step 20 never finished writing
       os.makedirs(workdir / 'checkpoints' / step)
     return [{}]

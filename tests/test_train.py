@@ -98,7 +98,7 @@ def test_the_training_command_checks_its_config_once(overrides, uninterrupted, t
                           capture_output=True, text=True)
   assert result.returncode == 0, result.stderr
   assert [line for line in result.stdout.splitlines() if line.startswith('checked by')] == [
-      'checked by cli.py _parse_flags', 'checked by training/checkpointing.py check_compatible']
+      'checked by cli.py _parse_flags', 'checked by training/saved_config.py check_compatible']
   assert 'complete, trained to step' in result.stdout
 
 

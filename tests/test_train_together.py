@@ -16,7 +16,7 @@ from conftest import assert_trained_alike, metrics_lines, short_run, train_confi
 from transformer_jax.decoding import scoring
 from transformer_jax.decoding.translator import RowsTranslator, Translator
 from transformer_jax.loop import train_loop
-from transformer_jax.training import checkpointing, compilation, metrics_log
+from transformer_jax.training import compilation, metrics_log, saved_config
 from transformer_jax.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ def test_each_workdir_is_its_run_trained_alone_on_the_same_batches(together, ove
   # Each run again, alone, from the config its workdir holds (the first run's batch order
   # written in as data.shuffle_seed): every step's loss, the dev figures and the parameters.
   for run, workdir in zip(RUNS, together):
-    saved = checkpointing.load_config(workdir)
+    saved = saved_config.load_config(workdir)
     assert saved.seed == run['seed'] and saved.data.shuffle_seed == RUNS[0]['seed']
     # Every other field is the run's own (its dropout rate and label smoothing among them).
     own = train_config(**overrides, **run)

@@ -18,13 +18,13 @@ import sacrebleu
 
 from conftest import (metrics_lines, text_of_max_length, train_command, two_process_commands,
                       write_corpus, xla_flags)
-from transformer_jax import evaluate, translate
+from transformer_jax import average, evaluate, translate
 from transformer_jax.decoding import scoring
 from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
-from transformer_jax.decoding import bleu, decoding
+from transformer_jax.decoding import batch_decode, bleu
 from transformer_jax.decoding.evaluator import Evaluator
 from transformer_jax.decoding.translator import Translator
-from transformer_jax.training import checkpointing
+from transformer_jax.training import saved_config
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
 pytestmark = pytest.mark.slow
@@ -122,9 +122,9 @@ def _lowercasing_copy(workdir: str, tmp_path) -> str:
   model, read as a model of lowercased text."""
   moses_workdir = str(tmp_path / 'moses')
   shutil.copytree(workdir, moses_workdir)
-  config = checkpointing.load_config(moses_workdir)
+  config = saved_config.load_config(moses_workdir)
   config.data.preprocessing = 'lowercase_moses'
-  checkpointing.write_config(config, moses_workdir)
+  saved_config.write_config(config, moses_workdir)
   return moses_workdir
 
 
@@ -160,7 +160,7 @@ def test_saved_average_is_a_workdir_that_translates_like_the_average(workdir, tm
   jax.tree.map(np.testing.assert_array_equal, saved.params, in_memory.params)
   assert saved.translate(SENTENCES) == in_memory.translate(SENTENCES)
   with pytest.raises(FileExistsError, match='already holds checkpoints'):
-    checkpointing.save_average(workdir, 2, output)
+    average.save_average(workdir, 2, output)
 
 
 def test_translations_on_the_mesh_equal_one_device_and_the_uncached_decoder(workdir):
@@ -174,14 +174,14 @@ def test_translations_on_the_mesh_equal_one_device_and_the_uncached_decoder(work
   params = jax.device_put(translator.params, jax.devices()[0])
   lengths = translator.lengths
   for cached in (True, False):
-    run = jax.jit(lambda p, x, cached=cached: decoding.decode(
+    run = jax.jit(lambda p, x, cached=cached: batch_decode.decode(
         translator.model.eval_model, p, x, beam_size=4, alpha=0.6, max_extra_length=50,
         cached=cached))
     for ids, output in zip(sources, outputs):
       if len(ids):  # one sentence alone, padded to its bucket as the Translator does
         inputs = np.zeros((1, lengths[np.searchsorted(lengths, len(ids))]), np.int32)
         inputs[0, :len(ids)] = ids
-        assert decoding.strip(np.asarray(run(params, jnp.asarray(inputs)))[0]) == output
+        assert batch_decode.strip(np.asarray(run(params, jnp.asarray(inputs)))[0]) == output
 
 
 def test_long_lines_are_truncated_with_a_warning_naming_the_line(workdir, caplog):
@@ -269,7 +269,7 @@ def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
                 '--beam_size=2', '--average_last=3', '--batch_size=128')
   assert result.returncode == 0, result.stderr.decode()[-2000:]
   figures = json.loads(result.stdout.decode().strip().splitlines()[-1])
-  config = checkpointing.load_config(workdir)
+  config = saved_config.load_config(workdir)
   pairs = datasets.load_pairs(config.data, 'test')
   # The whole test split, read from the run's test files (from another directory, no data flags).
   assert pairs == builtin_grammar.splits(seed=0)['test'][:CORPUS_SIZES[2]]
@@ -298,9 +298,9 @@ def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
 def test_a_second_evaluation_compiles_nothing(workdir, tmp_path):
   copy = str(tmp_path / 'run')
   shutil.copytree(workdir, copy)
-  config = checkpointing.load_config(copy)
+  config = saved_config.load_config(copy)
   config.train.compilation_cache_dir = str(tmp_path / 'cache')
-  checkpointing.write_config(config, copy)
+  saved_config.write_config(config, copy)
   runs = []
   for _ in range(2):
     result = _run('transformer_jax.evaluate', f'--workdir={copy}', '--split=validation',
@@ -458,7 +458,7 @@ def test_a_run_on_text_files_keeps_their_absolute_paths(corpus, workdir):
   files' absolute paths, so that evaluate and translate, above, find its splits (the references
   of test_evaluate_command_reports_and_saves_labelled_figures) from another directory."""
   directory, _ = corpus
-  data = checkpointing.load_config(workdir).data
+  data = saved_config.load_config(workdir).data
   assert (data.train_files, data.validation_files, data.test_files) == tuple(
       str(directory / f'{split}.{{lang}}') for split in ('train', 'validation', 'test'))
   assert os.path.realpath(REPO) != os.path.realpath(directory)  # where the commands run

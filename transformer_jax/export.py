@@ -47,7 +47,7 @@ from transformer_jax.model import marian
 from transformer_jax.model import model_config
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
-from transformer_jax.training import checkpointing, metrics_log
+from transformer_jax.training import checkpointing, metrics_log, saved_config
 
 
 def _transformers():
@@ -113,7 +113,7 @@ def generation_settings(config, mean_length: float | None) -> dict:
 def export(workdir: str, out: str, average_last: int | None = None,
            overwrite: bool = False) -> list[int]:
   """Writes `workdir`'s model to `out` (module docstring); returns the averaged steps."""
-  config = checkpointing.load_config(workdir)
+  config = saved_config.load_config(workdir)
   cfg = model_config.from_config(config)
   marian.check_exportable(cfg)
   average_last = config.decode.average_last if average_last is None else average_last

@@ -11,13 +11,15 @@ them (`PAPER`: {row: (perplexity, BLEU)}, `PAPER_PARAMS`: {row: millions of para
 """
 
 import json
+import sys
 
 from absl import flags
 from ml_collections import config_flags
 
 from transformer_jax import cli
-from transformer_jax.config import checks, loading
+from transformer_jax.config import fields, loading
 from transformer_jax.model import costs, model_config
+from transformer_jax.sweep import plan, results
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file, optionally with an argument: FILE.py:ARG.')
@@ -46,27 +48,20 @@ def summarize(config, length: int) -> dict:
   }
 
 
-def sweep_rows(path: str, overrides: dict, length: int) -> list[dict]:
-  """Every row of the sweep file at `path`, with `overrides` applied to each."""
+def sweep_rows(path: str, overrides: list[str], length: int) -> list[dict]:
+  """Every row of the sweep file at `path`, with `FIELD=VALUE` overrides applied to each as the
+  sweep applies them (`plan.row_config`)."""
   sweep = loading.load_sweep(path)
-  paper = getattr(sweep, 'PAPER', {})
   paper_params = getattr(sweep, 'PAPER_PARAMS', {})
   rows = []
-  for row_id in sweep.ROWS:
-    config = sweep.get_config(row_id)
-    config.update_from_flattened_dict(overrides)
-    checks.validate(config)  # the row's config enters here
-    m = config.model
-    paper_ppl, paper_bleu = paper.get(row_id, (None, None))
-    rows.append({
-        'row': row_id, 'N': m.num_layers, 'd_model': m.d_model, 'd_ff': m.d_ff,
-        'h': m.num_heads, 'd_k': m.d_k, 'd_v': m.d_v, 'P_drop': m.dropout_rate,
-        'eps_ls': config.train.label_smoothing, 'steps': config.train.num_train_steps,
-        'positions': m.position_encoding, 'vocab_size': config.data.vocab_size,
-        **summarize(config, length),
-        'paper_params_millions': paper_params.get(row_id), 'paper_ppl': paper_ppl,
-        'paper_bleu': paper_bleu,
-    })
+  for row in sweep.ROWS:
+    config = plan.row_config(sweep, row, overrides)  # the row's config enters here
+    columns = results.shape_columns(row, config.model.to_dict(),
+                                    config.train.label_smoothing,
+                                    config.train.num_train_steps, sweep)
+    paper = {name: columns.pop(name) for name in ('paper_ppl', 'paper_bleu')}
+    rows.append({**columns, 'vocab_size': config.data.vocab_size, **summarize(config, length),
+                 'paper_params_millions': paper_params.get(row), **paper})
   return rows
 
 
@@ -81,8 +76,7 @@ def _format_row(r: dict) -> str:
 def main():
   if _ALL_ROWS.value:
     path = config_flags.get_config_filename(flags.FLAGS['config'])
-    rows = sweep_rows(path, config_flags.get_override_values(flags.FLAGS['config']),
-                      _LENGTH.value)
+    rows = sweep_rows(path, fields.command_line_overrides(sys.argv), _LENGTH.value)
     if _JSON.value:
       print(json.dumps({'rows': rows, 'note': _PAPER_COUNT_NOTE}))
       return

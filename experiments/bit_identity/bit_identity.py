@@ -32,16 +32,17 @@ from transformer_jax.config import checks, loading
 from transformer_jax.loop import train_loop
 from transformer_jax.storage import provenance
 
+checkout = loading.import_sibling(__file__, '../tools/checkout')
+
 _OUTPUT = flags.DEFINE_string('output', None, 'Write the digests to this file.')
 cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 _COMPARE = flags.DEFINE_bool('compare', False, 'Compare the two JSON files given as arguments.')
 
-_THIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _STEPS = 12
 
 
 def _config(tfds_dir: str, **fields):
-  config = loading.from_file(os.path.join(_THIS, 'configs', 'tiny.py'))
+  config = loading.from_file(os.path.join(checkout.ROOT, 'configs', 'tiny.py'))
   config.update_from_flattened_dict({
       'data.tfds_data_dir': tfds_dir, 'train.num_train_steps': _STEPS,
       'train.log_every_steps': 1, 'train.eval_every_steps': _STEPS, 'train.num_eval_steps': 1,

@@ -33,16 +33,18 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-imp
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from transformer_jax import cli
+from transformer_jax.config import loading
 from transformer_jax.data import builtin_grammar, datasets
 from transformer_jax.storage import provenance
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MULTI30K = os.path.join(os.path.dirname(REPO), 'shared', 'data', 'multi30k')
+checkout = loading.import_sibling(__file__, '../tools/checkout')
+
+MULTI30K = os.path.join(os.path.dirname(checkout.ROOT), 'shared', 'data', 'multi30k')
 
 _SCRATCH = flags.DEFINE_string('scratch', None, 'Where corpora, workdirs and datasets go.')
 _SIZES = flags.DEFINE_list('sizes', ['29000', '300000', '1000000', '4500000'],
                            'Training pairs of each corpus.')
-_OUTPUT = flags.DEFINE_string('output', os.path.join(REPO, 'experiments', 'data_scale',
+_OUTPUT = flags.DEFINE_string('output', os.path.join(checkout.ROOT, 'experiments', 'data_scale',
                                                      'data_scale.json'), 'Rows, as JSON.')
 cli.renamed('results', 'output', 'the file the rows are written to')
 _BATCHES = flags.DEFINE_integer('batches', 300, 'Batches over which tokens/s is measured.')
@@ -95,7 +97,7 @@ def _run(command: list[str]) -> tuple[dict, float, int]:
   """(the command's JSON, its wall seconds, its peak resident bytes)."""
   start = time.perf_counter()
   process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             cwd=REPO)
+                             cwd=checkout.ROOT)
   out = process.stdout.read()
   _, status, usage = os.wait4(process.pid, 0)
   seconds = time.perf_counter() - start

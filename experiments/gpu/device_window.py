@@ -62,6 +62,8 @@ from transformer_jax import cli
 from transformer_jax.config import loading
 from transformer_jax.storage import provenance
 
+checkout = loading.import_sibling(__file__, '../tools/checkout')
+
 _OUTPUT = flags.DEFINE_string('output', None, 'Where window.jsonl and window.log go.',
                               required=True)
 cli.renamed('out', 'output', 'the directory written')
@@ -73,11 +75,10 @@ _PARTS = flags.DEFINE_list('parts', None, 'Only these parts (default: all, in or
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/device_window', "The sweep's rows' workdirs.")
 _TOGETHER = flags.DEFINE_integer(
     'together', 4, "The sweep's rows trained as one program, at most: a group must finish "
-    'within the window, and base\'s group of 11 did not in the 2026-11-28d window.')
+    'within the window (experiments/table3_regularised/README.md: the groups leases finished).')
 _REHEARSE = flags.DEFINE_bool('rehearse', False, 'configs/tiny.py for base and big, and few '
                               'steps: every part run through on a CPU in minutes.')
 
-_THIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _REGULARISED = 'experiments/table3_regularised/rows'
 
 
@@ -86,7 +87,7 @@ def _regularised_rows() -> str:
   rows, not results) a folder of the workdir, so that no rehearsal row is taken for a real one."""
   if _REHEARSE.value:
     return os.path.join(_WORKDIR.value, 'table3_regularised_rows')
-  return os.path.join(_THIS, _REGULARISED)
+  return os.path.join(checkout.ROOT, _REGULARISED)
 # The sweep's rows that decide the most trends first: base's seeds, which every trend is judged
 # against, with the D rows that share their program; the rest in the sweep's order.
 _FIRST_ROWS = ('base', 'D1', 'D2', 'D3', 'D4', 'base_seed1', 'base_seed2', 'D1_seed1', 'D2_seed1',
@@ -103,7 +104,7 @@ _CAPS = {'multi30k_e2e': 330, 'profile_multi30k': 150}
 
 def _sweep_rows() -> str:
   """--rows: _FIRST_ROWS, then every other row of the sweep in its order."""
-  sweep = loading.load_sweep(os.path.join(_THIS, 'experiments', 'table3_regularised',
+  sweep = loading.load_sweep(os.path.join(checkout.ROOT, 'experiments', 'table3_regularised',
                                          'sweep.py'))
   return '--rows=' + ','.join([*_FIRST_ROWS, *(r for r in sweep.ROWS if r not in _FIRST_ROWS)])
 
@@ -269,7 +270,7 @@ def main(argv):
     command = parts[name] + ([f'--stop_after_minutes={(left - 25) / 60:.2f}']
                              if name == 'table3_regularised' else [])
     # A session of its own, so that the deadline stops the part's child processes too.
-    process = subprocess.Popen(command, cwd=_THIS, stdout=subprocess.PIPE, stderr=log,
+    process = subprocess.Popen(command, cwd=checkout.ROOT, stdout=subprocess.PIPE, stderr=log,
                                text=True, start_new_session=True)
     rows = (_Collector(_regularised_rows(),
                        os.path.join(_OUTPUT.value, 'table3_regularised.jsonl'))

@@ -41,8 +41,8 @@ import transformers
 from transformer_jax import cli, export
 from transformer_jax.data import datasets
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
-from transformer_jax.decoding import decoding, search
-from transformer_jax.decoding.translator import Translator
+from transformer_jax.decoding import batch_decode, search
+from transformer_jax.decoding.translator import Translator, decode_batches
 from transformer_jax.model import marian
 from transformer_jax.storage import provenance
 
@@ -53,18 +53,6 @@ _BEAM_SIZES = flags.DEFINE_list('beam_sizes', None, 'Beam sizes to measure (defa
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Sentences per batch.')
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
 cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
-
-
-def batches(translator: Translator, sources: list[np.ndarray]) -> list[tuple[int, list[int]]]:
-  """(bucket length, sentence indices) of each batch `translate_ids` decodes."""
-  lengths = translator.lengths
-  bucket = np.searchsorted(lengths, [len(s) for s in sources])
-  plan = []
-  for b in reversed(range(len(lengths))):
-    members = [i for i in np.flatnonzero(bucket == b) if len(sources[i])]
-    plan += [(int(lengths[b]), members[start:start + translator.rows])
-             for start in range(0, len(members), translator.rows)]
-  return plan
 
 
 def to_ours(model, ids) -> np.ndarray:
@@ -85,7 +73,7 @@ def generate(model, tokenizer, texts: list[str], cap: int, beam_size: int,
   batch = tokenizer(texts, return_tensors='pt', padding=True)
   with torch.inference_mode():
     outputs = model.generate(**batch, num_beams=beam_size, max_length=cap + 1, **settings)
-  return [decoding.strip(row[1:]) for row in to_ours(model, outputs.numpy())]
+  return [batch_decode.strip(row[1:]) for row in to_ours(model, outputs.numpy())]
 
 
 def ct2_translate(ct2_model, tokenizer, texts: list[str], cap: int, beam_size: int,
@@ -154,7 +142,9 @@ def measure(translator: Translator, model, tokenizer, texts: list[str], beam_siz
   decoding of `texts` at `beam_size`: seconds and agreement with ours (module docstring)."""
   sources = translator.encode(texts, f'{_SPLIT.value} source')
   prepared = [translator.preprocessing.source(text) for text in texts]
-  plan = batches(translator, sources)
+  # The batches `translate_ids` decodes: (bucket length, sentence indices).
+  plan = list(decode_batches(translator.lengths, np.array([len(s) for s in sources]),
+                             translator.batch_rows))
   alpha, beta = translator.config.decode.alpha, model.generation_config.length_penalty
   cap = lambda length: length + translator.config.decode.max_extra_length
 

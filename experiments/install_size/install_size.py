@@ -22,7 +22,10 @@ import time
 from absl import app, flags
 
 from transformer_jax import cli
+from transformer_jax.config import loading
 from transformer_jax.storage import provenance
+
+checkout = loading.import_sibling(__file__, '../tools/checkout')
 
 _CPU_TORCH = flags.DEFINE_string('cpu_torch',
                                  'torch --index-url https://download.pytorch.org/whl/cpu',
@@ -30,7 +33,6 @@ _CPU_TORCH = flags.DEFINE_string('cpu_torch',
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
 cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
-_THIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _bytes(directory: str) -> int:
@@ -46,7 +48,7 @@ def install(first: list[str]) -> dict:
     subprocess.run([sys.executable, '-m', 'venv', venv], check=True)
     python = os.path.join(venv, 'bin', 'python')
     start = time.perf_counter()
-    for args in ([first] if first else []) + [[f'{_THIS}[hf]']]:
+    for args in ([first] if first else []) + [[f'{checkout.ROOT}[hf]']]:
       subprocess.run([python, '-m', 'pip', 'install', '-q', *args], check=True)
     seconds = time.perf_counter() - start
     torch = subprocess.run([python, '-c', 'import torch; print(torch.__version__)'],

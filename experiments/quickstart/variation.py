@@ -30,14 +30,16 @@ import tempfile
 from absl import app, flags
 
 from transformer_jax import cli
+from transformer_jax.config import loading
 from transformer_jax.storage import provenance
 from transformer_jax.training import metrics_log
+
+checkout = loading.import_sibling(__file__, '../tools/checkout')
 
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
 cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 _SETTINGS = flags.DEFINE_list('settings', None, 'Names of the settings to run (default: all).')
 
-_THIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # (name, command prefix, XLA_FLAGS)
 SETTINGS = (('this CPU', [], ''),
             ('one core', ['taskset', '-c', '0'], ''),
@@ -52,7 +54,7 @@ def run(prefix: list[str], xla_flags: str, workdir: str) -> dict:
   env = {**os.environ, 'XLA_FLAGS': xla_flags, 'XDG_CACHE_HOME': f'{workdir}_cache'}
   command = [*prefix, sys.executable, '-m', 'transformer_jax.train', '--config=configs/tiny.py',
              f'--workdir={workdir}']
-  done = subprocess.run(command, cwd=_THIS, env=env, capture_output=True, text=True)
+  done = subprocess.run(command, cwd=checkout.ROOT, env=env, capture_output=True, text=True)
   if done.returncode:
     raise RuntimeError(f'{" ".join(command)} failed:\n{done.stderr[-3000:]}')
   records = metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))

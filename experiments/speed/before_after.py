@@ -26,6 +26,7 @@ from absl import app, flags
 from transformer_jax import cli
 from transformer_jax.config import loading
 
+checkout = loading.import_sibling(__file__, '../tools/checkout')
 measure = loading.import_sibling(__file__, '../tools/measure')
 
 
@@ -42,7 +43,6 @@ _KINDS = flags.DEFINE_list('kinds', ['step', 'loop'], 'What to time: the step, t
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
 cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
-_THIS = measure.REPO
 
 
 def _loop(code: str, scratch: str) -> float:
@@ -79,12 +79,12 @@ def main(argv):
     subprocess.run([sys.executable, '-m', 'transformer_jax.data', f'--config={_CONFIG.value}',
                     '--inspect', '--batches=1',
                     *measure.packed_overrides(_CONFIG.value, _MANUAL_DIR.value, scratch)],
-                   cwd=_THIS,
+                   cwd=checkout.ROOT,
                    check=True, stdout=subprocess.DEVNULL)
 
     def timed(variant: str) -> float:
       kind, when = variant.split()
-      code = before if when == 'before' else _THIS
+      code = before if when == 'before' else checkout.ROOT
       return _step(code, devices) if kind == 'step' else _loop(code, scratch)
 
     rounds = measure.interleaved(variants, _ROUNDS.value, timed)

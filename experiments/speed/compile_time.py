@@ -29,6 +29,7 @@ import numpy as np
 from transformer_jax import cli
 from transformer_jax.config import loading
 
+checkout = loading.import_sibling(__file__, '../tools/checkout')
 measure = loading.import_sibling(__file__, '../tools/measure')
 
 _CONFIG = flags.DEFINE_string('config', 'configs/tiny.py', 'The config file to train.')
@@ -82,14 +83,14 @@ def _run(workdir: str, code: str, extra: list[str]) -> dict:
 
 def main(argv):
   del argv
-  this = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   names = [name for name in _RUNS if _BEFORE.value or not name.startswith('before')]
   runs = {name: [] for name in names}
   with tempfile.TemporaryDirectory() as root:
     # Prepares the dataset (TFDS) once, outside every timed run.
     subprocess.run([sys.executable, '-m', 'transformer_jax.data', '--inspect',
                     f'--config={_CONFIG.value}', *[f'--config.{o}' for o in _OVERRIDE.value]],
-                   cwd=this, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   cwd=checkout.ROOT, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     for round_ in range(_ROUNDS.value):
       cache = os.path.join(root, f'cache{round_}')
       for name in names:
@@ -97,7 +98,7 @@ def main(argv):
         if name.startswith('before'):
           figures = _run(workdir, _BEFORE.value, [])
         else:
-          figures = _run(workdir, this, [f'--config.train.compilation_cache_dir={cache}'])
+          figures = _run(workdir, checkout.ROOT, [f'--config.train.compilation_cache_dir={cache}'])
         runs[name].append(figures)
         print(f'round {round_}, {name}: {json.dumps(figures)}', flush=True)
   summary = {name: {key: float(np.mean([r[key] for r in results]))

@@ -30,6 +30,7 @@ from absl import app, flags
 from transformer_jax import cli
 from transformer_jax.config import loading
 
+checkout = loading.import_sibling(__file__, '../tools/checkout')
 measure = loading.import_sibling(__file__, '../tools/measure')
 
 
@@ -47,7 +48,6 @@ cli.renamed('json', 'output', 'the file the figures are written to; --json is a 
 _BENCHMARK_STEPS = flags.DEFINE_integer('benchmark_steps', 8, 'Steps in each timed round of '
                                         'the benchmark (at least one call).')
 _LOG_EVERY = 8  # the loop's logging interval, or K where K is more
-_THIS = measure.REPO
 
 
 def _loop(code: str, k: int | None, scratch: str) -> float:
@@ -69,7 +69,7 @@ def _benchmark(k: int) -> float:
        # As the loop's (the config's intervals need not be multiples of k).
        f'--config.train.eval_every_steps={_STEPS.value}',
        f'--config.train.checkpoint_every_steps={_STEPS.value}'],
-      cwd=_THIS, check=True, stdout=subprocess.PIPE, text=True)
+      cwd=checkout.ROOT, check=True, stdout=subprocess.PIPE, text=True)
   result = json.loads(result.stdout.strip().splitlines()[-1])
   _DEVICE.append(result['device'])
   return 1 / result['step_time_s']
@@ -79,7 +79,7 @@ def _measure(variant: str, scratch: str) -> float:
   if variant == 'loop before':
     return _loop(os.path.abspath(_BEFORE.value), None, scratch)
   kind, k = variant.split(' K=')
-  return _loop(_THIS, int(k), scratch) if kind == 'loop' else _benchmark(int(k))
+  return _loop(checkout.ROOT, int(k), scratch) if kind == 'loop' else _benchmark(int(k))
 
 
 _DEVICE = []  # the device kind, as the benchmark reports it
@@ -97,7 +97,7 @@ def main(argv):
     subprocess.run([sys.executable, '-m', 'transformer_jax.data', f'--config={_CONFIG.value}',
                     '--inspect', '--batches=1',
                     *measure.packed_overrides(_CONFIG.value, _MANUAL_DIR.value, scratch)],
-                   cwd=_THIS,
+                   cwd=checkout.ROOT,
                    check=True, stdout=subprocess.DEVNULL)
     variants = (['loop before'] if _BEFORE.value else []) + [
         f'{kind} K={k}' for kind in ('loop', 'benchmark') for k in _KS.value]

@@ -26,6 +26,7 @@ from transformer_jax import cli
 from transformer_jax.config import loading
 from transformer_jax.training import metrics_log
 
+checkout = loading.import_sibling(__file__, '../tools/checkout')
 measure = loading.import_sibling(__file__, '../tools/measure')
 multi30k_raw = loading.import_sibling(__file__, '../tools/multi30k_raw')
 
@@ -38,7 +39,6 @@ _STEPS = flags.DEFINE_integer('steps', 100, 'Training steps of every row.')
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
 cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
-_THIS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _overrides(scratch: str) -> list[str]:
@@ -60,7 +60,7 @@ def _step_seconds(workdir: str) -> float:
 
 def _run(command: list[str]) -> float:
   start = time.perf_counter()
-  subprocess.run(command, cwd=_THIS, check=True, stdout=subprocess.DEVNULL)
+  subprocess.run(command, cwd=checkout.ROOT, check=True, stdout=subprocess.DEVNULL)
   return time.perf_counter() - start
 
 

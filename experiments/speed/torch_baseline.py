@@ -22,7 +22,6 @@ where PyTorch's steps are synchronous, each JAX step is waited for too
 
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -30,19 +29,19 @@ import time
 
 from absl import app, flags
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, REPO)
+from transformer_jax import cli
+from transformer_jax.config import loading
+from transformer_jax.storage import provenance
 
-from experiments.speed.shapes import LENGTH, SHAPES, VOCAB_SIZE  # noqa: E402
-from transformer_jax import cli  # noqa: E402
-from transformer_jax.storage import provenance  # noqa: E402
+checkout = loading.import_sibling(__file__, '../tools/checkout')
+shapes = loading.import_sibling(__file__, 'shapes')
+LENGTH, SHAPES, VOCAB_SIZE = shapes.LENGTH, shapes.SHAPES, shapes.VOCAB_SIZE
 
 
 def sizes_of(shape: str) -> dict:
   """The model and batch sizes of a shape name or a config file."""
   if shape in SHAPES:
     return {**SHAPES[shape], 'vocab_size': VOCAB_SIZE, 'dropout_rate': 0.1}
-  from transformer_jax.config import loading
   config = loading.from_file(shape)
   m = config.model
   if m.d_k * m.num_heads != m.d_model or m.d_v != m.d_k:
@@ -135,7 +134,7 @@ def jax_result(shape: str, sizes: dict, dtype: str, num_steps: int) -> dict:
       [sys.executable, '-m', 'transformer_jax.benchmark', config, f'--config.dtype={dtype}',
        f'--batch_size={sizes["batch_size"]}', f'--length={LENGTH}', f'--steps={num_steps}',
        '--json'],
-      cwd=REPO, check=True, capture_output=True, text=True).stdout
+      cwd=checkout.ROOT, check=True, capture_output=True, text=True).stdout
   return json.loads(output.strip().splitlines()[-1])
 
 

@@ -19,8 +19,8 @@ from transformer_jax.config import loading
 from transformer_jax.storage import provenance
 from transformer_jax.training import metrics_log
 
+checkout = loading.import_sibling(__file__, 'checkout')
 multi30k_raw = loading.import_sibling(__file__, 'multi30k_raw')
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def interleaved(variants: list[str], rounds: int, measure: Callable[[str], Any]) -> list[dict]:
@@ -45,7 +45,7 @@ def medians(rounds: list[dict]) -> dict:
 def packed_shape(config_file: str) -> tuple[int, int]:
   """Rows and length of the config's training batches packed at `data.max_length` (one
   shape, so that every step compiles once)."""
-  data = loading.from_file(os.path.join(REPO, config_file)).data
+  data = loading.from_file(os.path.join(checkout.ROOT, config_file)).data
   return data.tokens_per_batch // data.max_length, data.max_length
 
 

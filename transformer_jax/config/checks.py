@@ -3,8 +3,8 @@ offending field.
 
 A config is validated once, in the process it enters, where it enters: a command's `--config`
 with its `--config.<field>=...` overrides (`cli.run`); a sweep row with the sweep's overrides
-(`sweep.plan.row_config`, `summary.sweep_rows`); a workdir's saved config
-(`checkpointing.load_config`, `checkpointing.check_compatible` when a run resumes, `Translator`
+(`sweep.plan.row_config`, which `summary --all_rows` uses too); a workdir's saved config
+(`saved_config.load_config`, `saved_config.check_compatible` when a run resumes, `Translator`
 after its own decoding settings). Every function that takes a config
 (`train_loop.train_and_evaluate`, `model_config.from_config`, `ShardedModel`, `Trainer`,
 `pipeline.load`, `benchmark.run`, ...) takes a valid one: a script that builds a config calls

@@ -1,8 +1,9 @@
 """A config's fields by dotted name ('model.d_ff'): overridden as the command line does, and
 flattened to compare configs field by field.
 
-`overridden` and `unknown_override` read `FIELD=VALUE` overrides; `flatten` gives every leaf
-field; `shuffle_seed` is the one field that falls back on another.
+`overridden` and `unknown_override` read `FIELD=VALUE` overrides (`command_line_overrides`: a
+command line's `--config.FIELD=VALUE`); `flatten` gives every leaf field; `shuffle_seed` is the
+one field that falls back on another.
 """
 
 import json
@@ -12,17 +13,20 @@ import ml_collections
 from ml_collections import config_flags
 
 
+def command_line_overrides(argv: list[str]) -> list[str]:
+  """The `--config.FIELD=VALUE` arguments of a command line `argv` as `FIELD=VALUE`."""
+  return [arg[len('--config.'):] for arg in argv[1:] if arg.startswith('--config.')]
+
+
 def unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str | None:
   """The first `--config.<field>=...` argument of `argv` whose field is not in `config`, if
   any."""
-  for arg in argv[1:]:
-    if not arg.startswith('--config.'):
-      continue
-    field = arg[len('--config.'):].split('=', 1)[0]
+  for override in command_line_overrides(argv):
+    field = override.split('=', 1)[0]
     node = config
     for part in field.split('.'):
       if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-        return f'{arg}: config.{field} does not exist'
+        return f'--config.{override}: config.{field} does not exist'
       node = node[part]
   return None
 

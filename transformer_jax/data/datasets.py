@@ -389,9 +389,6 @@ def splits(data_config: ml_collections.ConfigDict) -> tuple[str, ...]:
 
 
 def _check_languages(data_config: ml_collections.ConfigDict, languages: list[str]) -> None:
-  if data_config.source_lang == data_config.target_lang:
-    raise ValueError('config.data.source_lang and config.data.target_lang are both '
-                     f'{data_config.source_lang!r}')
   for field in ('source_lang', 'target_lang'):
     if data_config[field] not in languages:
       raise ValueError(f'config.data.{field}={data_config[field]!r} is not a language of '

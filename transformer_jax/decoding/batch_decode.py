@@ -1,6 +1,6 @@
 """Decoding a batch of source token ids with a Transformer: greedy or beam search (§6.1).
 
-  outputs = decoding.decode(model, params, inputs, beam_size=4, alpha=0.6, max_extra_length=50)
+  outputs = batch_decode.decode(model, params, inputs, beam_size=4, alpha=0.6, max_extra_length=50)
 
 `model` must be deterministic (dropout off). The source is encoded once. The incremental
 decoder (the default) then keeps a key/value cache: the encoder-decoder attention keys and

@@ -21,7 +21,7 @@ import sacrebleu
 
 from transformer_jax.data import pipeline, preprocessing, tokenizer
 from transformer_jax.data.tokenizer import PAD_ID
-from transformer_jax.decoding import decoding
+from transformer_jax.decoding import batch_decode
 from transformer_jax.model import loss, partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 
@@ -43,7 +43,7 @@ class Evaluator:
     self._model = model
     self._data = data
     decode = model.config.decode
-    self._decode = decoding.jit_decode(model, decode.beam_size, decode.alpha,
+    self._decode = batch_decode.jit_decode(model, decode.beam_size, decode.alpha,
                                        decode.max_extra_length)
     self._lowercased = preprocessing.from_config(model.config.data).lowercases
 

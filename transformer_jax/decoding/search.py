@@ -2,7 +2,7 @@
 
 A `Scorer` supplies the next token's log-probabilities one position at a time; the search
 algorithms below run entirely inside `lax.while_loop`s, so a jitted search compiles once per
-input shape. `decoding.py` builds scorers from a Transformer (with or without a key/value
+input shape. `batch_decode.py` builds scorers from a Transformer (with or without a key/value
 cache); tests build them from hand-written tables.
 
 Rows are laid out sentence-major: with `copies` hypotheses per sentence, row r belongs to

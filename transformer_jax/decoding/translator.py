@@ -23,10 +23,10 @@ import tqdm
 from transformer_jax.config import checks
 from transformer_jax.data import batching, pipeline, preprocessing, tokenizer
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
-from transformer_jax.decoding import decoding
+from transformer_jax.decoding import batch_decode
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.training import checkpointing, compilation, rows
+from transformer_jax.training import checkpointing, compilation, rows, saved_config
 
 
 def bucket_lengths(config) -> list[int]:
@@ -69,7 +69,7 @@ def compile_rows(model: ShardedModel, config, rows: int, sizes: np.ndarray,
   `config.decode`, `batch_size`, `cached`) runs to decode sources of `sizes` tokens and to take
   the loss of `loss_batches` (local batches)."""
   decode = config.decode
-  decoder = decoding.jit_decode(model, decode.beam_size, decode.alpha, decode.max_extra_length,
+  decoder = batch_decode.jit_decode(model, decode.beam_size, decode.alpha, decode.max_extra_length,
                                 cached, rows=rows > 1)
   if rows > 1:
     params, loss_sums = stacked_abstract_params(model, rows), _rows_loss_sums(model)
@@ -93,14 +93,14 @@ def _stack_params(model: ShardedModel) -> Callable:
   """Jitted: a list of runs' parameters -> the parameters stacked on a leading row axis."""
   return model.program(('stack params',), lambda: jax.jit(
       lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees),
-      out_shardings=decoding.stacked_params_sharding(model)))
+      out_shardings=batch_decode.stacked_params_sharding(model)))
 
 
 def _rows_loss_sums(model: ShardedModel) -> Callable:
   """Jitted: (stacked parameters, batch) -> each row's loss sums (dropout off)."""
   return model.program(('rows loss_sums',), lambda: jax.jit(
       jax.vmap(model._loss_sums, in_axes=(0, None)),  # pylint: disable=protected-access
-      in_shardings=(decoding.stacked_params_sharding(model), model.batch_sharding)))
+      in_shardings=(batch_decode.stacked_params_sharding(model), model.batch_sharding)))
 
 
 class Translator:
@@ -112,7 +112,7 @@ class Translator:
                average_last: int | None = None, batch_size: int = 64, cached: bool = True,
                model: ShardedModel | None = None):
     # The saved config and the decoding settings given here enter together: validated once.
-    config = checkpointing.read_config(workdir)
+    config = saved_config.read_config(workdir)
     for field, value in (('beam_size', beam_size), ('alpha', alpha),
                          ('average_last', average_last)):
       if value is not None:
@@ -140,7 +140,7 @@ class Translator:
     self.batch_rows = batch_rows(self.model, batch_size)
     self.lengths = bucket_lengths(config)
     decode = config.decode
-    self._decode = decoding.jit_decode(self.model, decode.beam_size, decode.alpha,
+    self._decode = batch_decode.jit_decode(self.model, decode.beam_size, decode.alpha,
                                        decode.max_extra_length, cached)
 
   def settings(self) -> str:
@@ -183,7 +183,7 @@ class Translator:
     outputs = [[[] for _ in sources] for _ in self.workdirs]
     for i, decoded in self._decoded(sources, progress):
       for row, output in zip(outputs, decoded.reshape(len(self.workdirs), -1)):
-        row[i] = decoding.strip(output)
+        row[i] = batch_decode.strip(output)
     return outputs
 
   def _decoded(self, sources: Sequence[np.ndarray], progress: bool
@@ -236,7 +236,7 @@ class RowsTranslator(Translator):
 
   def __init__(self, workdirs: Sequence[str], **settings):
     super().__init__(workdirs[0], **settings)  # `model` too: the model of every row
-    rows.check_together([checkpointing.read_config(workdir) for workdir in workdirs],
+    rows.check_together([saved_config.read_config(workdir) for workdir in workdirs],
                         list(workdirs))
     self.workdirs = list(workdirs)
     params, self.steps = [self.params], [self.steps]
@@ -248,7 +248,7 @@ class RowsTranslator(Translator):
       self.steps.append(steps)
     model, decode = self.model, self.config.decode
     self.params = _stack_params(model)(params)
-    self._decode = decoding.jit_decode(model, decode.beam_size, decode.alpha,
+    self._decode = batch_decode.jit_decode(model, decode.beam_size, decode.alpha,
                                        decode.max_extra_length, self.cached, rows=True)
     self._loss_sums = _rows_loss_sums(model)
 

@@ -39,8 +39,8 @@ from transformer_jax.loop import train_metrics
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
 from transformer_jax.training import checkpointing, compilation, feed, metrics_log, preemption
-from transformer_jax.training import rows
-from transformer_jax.training.trainer import RunsTrainer, Trainer
+from transformer_jax.training import rows, saved_config
+from transformer_jax.training.trainer import TrainerProtocol, Trainer
 
 
 def _initialize_distributed(config: ml_collections.ConfigDict) -> None:
@@ -68,7 +68,7 @@ class Programs:
 
   configs: str
   model: ShardedModel
-  trainer: RunsTrainer
+  trainer: TrainerProtocol
   evaluators: list[Evaluator]
   data: pipeline.Data
 
@@ -119,7 +119,7 @@ def _fields(configs: list[ml_collections.ConfigDict]) -> str:
 
 
 def _model_and_trainer(configs: list[ml_collections.ConfigDict], dirs: list[str]
-                       ) -> tuple[ShardedModel, RunsTrainer]:
+                       ) -> tuple[ShardedModel, TrainerProtocol]:
   model = ShardedModel(configs[0])
   # One run, or several as one program (`rows`): the loop is the same for both.
   return model, (Trainer(model) if len(configs) == 1
@@ -140,7 +140,7 @@ def compile_ahead(configs: list[ml_collections.ConfigDict], dirs: list[str],
   model, trainer = _model_and_trainer(configs, dirs)
   with _locked(dirs):
     for config, workdir in zip(configs, dirs):
-      checkpointing.check_compatible(config, workdir)
+      saved_config.check_compatible(config, workdir)
     data = _load_data(configs, dirs, trainer.rows_multiple, loaded)
   config = configs[0]
   train = config.train
@@ -187,7 +187,7 @@ def _load_data(configs: list[ml_collections.ConfigDict], dirs: list[str], rows_m
   def load_and_save():
     data = load()
     for config, workdir in zip(configs, dirs):
-      checkpointing.write_config(config, workdir)
+      saved_config.write_config(config, workdir)
       vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
       if not config.data.spm_model and not os.path.exists(vocabulary):
         with atomic.replacing(vocabulary) as temporary, open(temporary, 'wb') as f:
@@ -209,7 +209,7 @@ def _latest_step(dirs: list[str]) -> int | None:
   return steps[0]
 
 
-def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: RunsTrainer):
+def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: TrainerProtocol):
   """(step, state, data position) of the runs' latest checkpoints (of one step,
   `_latest_step`), joined into the trainer's state; None when there are none."""
   restored = [c.restore_latest(trainer.run_abstract_state) for c in checkpoints]
@@ -224,7 +224,7 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
   config = configs[0]
   lead = jax.process_index() == 0
   for run_config, workdir in zip(configs, dirs):
-    checkpointing.check_compatible(run_config, workdir)
+    saved_config.check_compatible(run_config, workdir)
   latest = _latest_step(dirs)
   if latest is not None and latest >= config.train.num_train_steps:
     if lead:

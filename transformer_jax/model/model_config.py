@@ -11,8 +11,6 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from transformer_jax.config.choices import MODEL as CHOICES  # each string option's values
-
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
@@ -47,11 +45,6 @@ class TransformerConfig:
   # Logical axis -> mesh axes (`config.parallel.axis_rules`), set by `ShardedModel`: the
   # activations' placement (`model.split_rows`). () places nothing.
   axis_rules: tuple = ()
-
-  def __post_init__(self):
-    for field, choices in CHOICES.items():
-      if getattr(self, field) not in choices:
-        raise ValueError(f'{field} must be one of {choices}, got {getattr(self, field)!r}')
 
   def replace(self, **changes) -> 'TransformerConfig':
     return dataclasses.replace(self, **changes)

@@ -22,24 +22,31 @@ def table_name(sweep_path: str) -> str:
   return os.path.basename(folder) if stem == 'sweep' else stem
 
 
+def shape_columns(row: str, model: dict, label_smoothing: float, steps: int, sweep: Any
+                  ) -> dict:
+  """Table 3's columns that say what a row is (the model's shape, dropout, ε_ls, positions;
+  steps) from its `model` fields, and the paper's perplexity and BLEU for it (`sweep.PAPER`)."""
+  paper_ppl, paper_bleu = getattr(sweep, 'PAPER', {}).get(row, (None, None))
+  return {'row': row, 'N': model['num_layers'], 'd_model': model['d_model'],
+          'd_ff': model['d_ff'], 'h': model['num_heads'], 'd_k': model['d_k'],
+          'd_v': model['d_v'], 'P_drop': model['dropout_rate'], 'eps_ls': label_smoothing,
+          'positions': model['position_encoding'], 'steps': steps,
+          'paper_ppl': paper_ppl, 'paper_bleu': paper_bleu}
+
+
 def table_rows(sweep: Any, results: dict) -> list[dict]:
-  """One row of Table 3's columns (the model's shape, dropout, ε_ls, positions; steps, training
-  minutes, dev perplexity and BLEU, the paper's) per finished row, in the sweep's order."""
-  paper = getattr(sweep, 'PAPER', {})
+  """One row of Table 3's columns (`shape_columns`; training minutes, dev perplexity and BLEU)
+  per finished row, in the sweep's order."""
   table = []
   for row in sweep.ROWS:
     if row not in results:
       continue
-    r, (paper_ppl, paper_bleu) = results[row], paper.get(row, (None, None))
-    m = r['model']
-    table.append({
-        'row': row, 'N': m['num_layers'], 'd_model': m['d_model'], 'd_ff': m['d_ff'],
-        'h': m['num_heads'], 'd_k': m['d_k'], 'd_v': m['d_v'], 'P_drop': m['dropout_rate'],
-        'eps_ls': r['label_smoothing'], 'positions': m['position_encoding'],
-        'steps': r['steps'], 'train_minutes': round(r['train_seconds'] / 60, 1),
-        'dev_ppl': round(r['perplexity'], 2), 'dev_bleu': round(r['bleu_tokenized'], 2),
-        'dev_sacrebleu': round(r['bleu_detokenized'], 2),
-        'paper_ppl': paper_ppl, 'paper_bleu': paper_bleu})
+    r = results[row]
+    columns = shape_columns(row, r['model'], r['label_smoothing'], r['steps'], sweep)
+    paper = {name: columns.pop(name) for name in ('paper_ppl', 'paper_bleu')}
+    table.append({**columns, 'train_minutes': round(r['train_seconds'] / 60, 1),
+                  'dev_ppl': round(r['perplexity'], 2), 'dev_bleu': round(r['bleu_tokenized'], 2),
+                  'dev_sacrebleu': round(r['bleu_detokenized'], 2), **paper})
   return table
 
 

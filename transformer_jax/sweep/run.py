@@ -36,7 +36,7 @@ from transformer_jax.loop import train_loop
 from transformer_jax.storage import atomic, provenance
 from transformer_jax.sweep import plan, results as tables
 from transformer_jax.sweep.ahead import Ahead, Compiled
-from transformer_jax.training import checkpointing, metrics_log
+from transformer_jax.training import checkpointing, metrics_log, saved_config
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
 EVALUATION = {'beam_size': 4, 'alpha': 0.6, 'average_last': 1}
@@ -200,7 +200,7 @@ def _row_result(row: str, directory: str, train_seconds: float, eval_seconds: fl
                 ahead: dict | None) -> dict:
   """A finished row's JSON: Table 3's evaluation, the dev curve logged during training, how
   and where it ran (the config its workdir saved: a group's batch order written in)."""
-  config = checkpointing.read_config(directory)
+  config = saved_config.read_config(directory)
   dev_curve = [{'step': r['step'], 'perplexity': r['perplexity']}
                for r in metrics_log.read(os.path.join(directory, 'metrics.jsonl'))
                if r['split'] == 'validation']

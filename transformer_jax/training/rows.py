@@ -12,7 +12,7 @@ parameters and the dropout key), the dropout rates, label smoothing and the lear
 and warmup, none of which changes a shape or the program's structure. Their values enter the program
 as traced scalars, one a row (`Trainer.step`'s `hyper`); fields equal in every run stay constants,
 so that a group whose runs differ only in the seed compiles the single run's program under `vmap`.
-`RowsTrainer` only vmaps `Trainer`'s `initial_state` and `step`; both are a `RunsTrainer`, the
+`RowsTrainer` only vmaps `Trainer`'s `initial_state` and `step`; both are a `TrainerProtocol`, the
 interface the training loop trains one run and a group through. Every run sees the same batches;
 each row's step is the step its run would take alone on those batches (`tests/test_rows.py`). A
 small model leaves most of an accelerator idle and its host dispatching; R rows a step give the
@@ -28,7 +28,7 @@ import ml_collections
 from transformer_jax.config import fields
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.training.trainer import TRACEABLE, RunsTrainer, TrainState, Trainer
+from transformer_jax.training.trainer import TRACEABLE, TrainerProtocol, TrainState, Trainer
 from transformer_jax.training.trainer import compile_steps, jit_steps
 
 # The config fields that may differ among runs trained together.
@@ -72,11 +72,11 @@ def sharing_batches(configs: list[ml_collections.ConfigDict], names: list[str]
   return configs
 
 
-class RowsTrainer(RunsTrainer):
+class RowsTrainer(TrainerProtocol):
   """The train step of `configs` (runs of `model.config`'s shapes, `check_together`) as one
   program on `model`'s mesh, the row axis of every state leaf unsplit (each device holds
   every row's share of a parameter, as it would hold the one run's): several runs'
-  `RunsTrainer`."""
+  `TrainerProtocol`."""
 
   def __init__(self, model: ShardedModel, configs: list[ml_collections.ConfigDict],
                names: list[str] | None = None):
@@ -120,7 +120,7 @@ class RowsTrainer(RunsTrainer):
     return self._stack(states)
 
   def compile(self, batches: list[dict]) -> None:
-    """`RunsTrainer.compile`."""
+    """`TrainerProtocol.compile`."""
     state = compile_steps(self._init, (self.seeds,), self._step, self._steps, batches,
                           self.hyper)
     self._split.lower(state).compile()

@@ -8,7 +8,7 @@ on a `ShardedModel`.
 
 `step` is the optimizer step itself, a pure function of the state and a batch; the jitted
 `train_step` and `train_steps` run it on the mesh (`jit_steps`), and `rows.RowsTrainer` vmaps it
-over several runs; both trainers are a `RunsTrainer`, what the training loop needs. Its metrics
+over several runs; both trainers are a `TrainerProtocol`, what the training loop needs. Its metrics
 are sums over the batch's target tokens (`loss.SUM_NAMES`), as evaluation's are, with the
 gradient norm and the learning rate; per-token figures are derived on the host
 (`loss.per_token`), over however many steps are logged together.
@@ -46,7 +46,7 @@ class TrainState(train_state.TrainState):
   dropout_key: jax.Array
 
 
-class RunsTrainer(Protocol):
+class TrainerProtocol(Protocol):
   """What the training loop (`loop.train_loop`) needs of a trainer: `Trainer` trains one run,
   `rows.RowsTrainer` several as one program, and the loop is the same for both. It keeps one
   state, whatever that holds; but each run has its own checkpoints, so the loop saves the
@@ -87,7 +87,7 @@ class RunsTrainer(Protocol):
 def jit_steps(model: ShardedModel, step: Callable, state_sharding, *arg_shardings
               ) -> tuple[Callable, Callable]:
   """`step(state, batch, *args) -> (state, metrics)` jitted on `model`'s mesh for the two calls
-  of `RunsTrainer`: `train_step`, one step a call, and `train_steps`, as many steps as the
+  of `TrainerProtocol`: `train_step`, one step a call, and `train_steps`, as many steps as the
   batches stack (leading axis) in one program, scanned, so the host dispatches once for all of
   them (`train.steps_per_call`); their metrics come stacked. The state is donated: updated in
   place, its buffers reused."""
@@ -128,9 +128,9 @@ def _micro_batches(batch: dict, k: int) -> dict:
           for name, value in batch.items()}
 
 
-class Trainer(RunsTrainer):
+class Trainer(TrainerProtocol):
   """The optimizer and the jitted train step of `model.config` on `model`'s mesh: one run's
-  `RunsTrainer`."""
+  `TrainerProtocol`."""
 
   def __init__(self, model: ShardedModel):
     self.model = model
@@ -170,16 +170,16 @@ class Trainer(RunsTrainer):
     return self._init()
 
   def split(self, state: TrainState) -> list[TrainState]:
-    """The one run's state (`RunsTrainer.split`)."""
+    """The one run's state (`TrainerProtocol.split`)."""
     return [state]
 
   def join(self, states: list[TrainState]) -> TrainState:
-    """The one run's state (`RunsTrainer.join`)."""
+    """The one run's state (`TrainerProtocol.join`)."""
     (state,) = states
     return state
 
   def compile(self, batches: list[dict]) -> None:
-    """`RunsTrainer.compile`."""
+    """`TrainerProtocol.compile`."""
     compile_steps(self._init, (), self.train_step, self.train_steps, batches)
 
   def _loss_sums(self, params, batch: dict, dropout_key, module, label_smoothing
