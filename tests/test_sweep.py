@@ -304,10 +304,11 @@ def test_training_time_is_saved_while_it_runs_and_adds_up_over_attempts(tmp_path
 
 
 def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
-  """run.run with run_group replaced by rows that take 0.05 s each (or fail, for `fail`);
-  returns the rows that ran, in order."""
+  """run.run with run_group replaced by rows that take 0.05 s each (or fail, for `fail`), and
+  nothing compiled ahead for them; returns the rows that ran, in order."""
   ran = []
   monkeypatch.setattr(tables, 'write_table', lambda *args: None)
+  monkeypatch.setattr(sweep_run.train_loop, 'compile_ahead', lambda configs, dirs, loaded: None)
 
   def fake_group(group, configs, workdir, overrides, device_kind, loaded, compiled):
     for row in group:  # the workdirs run_group makes
