@@ -212,7 +212,7 @@ def _row_result(row: str, directory: str, train_seconds: float, eval_seconds: fl
           # are evaluated as one program too, in `eval_seconds` (the group's).
           'together': {'rows': list(group), 'shuffle_seed': config.data.shuffle_seed},
           'evaluated_together': True,
-          # What compiling the group's programs ahead (while the group before trained) took.
+          # What compiling the group's programs ahead (`ahead`) took.
           'compiled_ahead': ahead,
           'provenance': record}
 
