@@ -56,12 +56,12 @@ def sweep_rows(path: str, overrides: list[str], length: int) -> list[dict]:
   rows = []
   for row in sweep.ROWS:
     config = plan.row_config(sweep, row, overrides)  # the row's config enters here
-    columns = results.shape_columns(row, config.model.to_dict(),
-                                    config.train.label_smoothing,
-                                    config.train.num_train_steps, sweep)
-    paper = {name: columns.pop(name) for name in ('paper_ppl', 'paper_bleu')}
-    rows.append({**columns, 'vocab_size': config.data.vocab_size, **summarize(config, length),
-                 'paper_params_millions': paper_params.get(row), **paper})
+    rows.append({**results.shape_columns(row, config.model.to_dict(),
+                                         config.train.label_smoothing,
+                                         config.train.num_train_steps),
+                 'vocab_size': config.data.vocab_size, **summarize(config, length),
+                 'paper_params_millions': paper_params.get(row),
+                 **results.paper_columns(sweep, row)})
   return rows
 
 

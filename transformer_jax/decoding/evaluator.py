@@ -44,7 +44,7 @@ class Evaluator:
     self._data = data
     decode = model.config.decode
     self._decode = batch_decode.jit_decode(model, decode.beam_size, decode.alpha,
-                                       decode.max_extra_length)
+                                           decode.max_extra_length)
     self._lowercased = preprocessing.from_config(model.config.data).lowercases
 
   def _batches(self, split: str, num_batches: int):

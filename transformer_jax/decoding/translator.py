@@ -69,8 +69,8 @@ def compile_rows(model: ShardedModel, config, rows: int, sizes: np.ndarray,
   `config.decode`, `batch_size`, `cached`) runs to decode sources of `sizes` tokens and to take
   the loss of `loss_batches` (local batches)."""
   decode = config.decode
-  decoder = batch_decode.jit_decode(model, decode.beam_size, decode.alpha, decode.max_extra_length,
-                                cached, rows=rows > 1)
+  decoder = batch_decode.jit_decode(model, decode.beam_size, decode.alpha,
+                                    decode.max_extra_length, cached, rows=rows > 1)
   if rows > 1:
     params, loss_sums = stacked_abstract_params(model, rows), _rows_loss_sums(model)
     _stack_params(model).lower([model.abstract_params] * rows).compile()
@@ -141,7 +141,7 @@ class Translator:
     self.lengths = bucket_lengths(config)
     decode = config.decode
     self._decode = batch_decode.jit_decode(self.model, decode.beam_size, decode.alpha,
-                                       decode.max_extra_length, cached)
+                                           decode.max_extra_length, cached)
 
   def settings(self) -> str:
     """What the translations come from: the workdir, the checkpoints averaged, beam and α."""
@@ -249,7 +249,7 @@ class RowsTranslator(Translator):
     model, decode = self.model, self.config.decode
     self.params = _stack_params(model)(params)
     self._decode = batch_decode.jit_decode(model, decode.beam_size, decode.alpha,
-                                       decode.max_extra_length, self.cached, rows=True)
+                                           decode.max_extra_length, self.cached, rows=True)
     self._loss_sums = _rows_loss_sums(model)
 
   def settings(self) -> str:

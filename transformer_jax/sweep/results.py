@@ -22,31 +22,34 @@ def table_name(sweep_path: str) -> str:
   return os.path.basename(folder) if stem == 'sweep' else stem
 
 
-def shape_columns(row: str, model: dict, label_smoothing: float, steps: int, sweep: Any
-                  ) -> dict:
+def shape_columns(row: str, model: dict, label_smoothing: float, steps: int) -> dict:
   """Table 3's columns that say what a row is (the model's shape, dropout, ε_ls, positions;
-  steps) from its `model` fields, and the paper's perplexity and BLEU for it (`sweep.PAPER`)."""
-  paper_ppl, paper_bleu = getattr(sweep, 'PAPER', {}).get(row, (None, None))
+  steps), from its `model` fields."""
   return {'row': row, 'N': model['num_layers'], 'd_model': model['d_model'],
           'd_ff': model['d_ff'], 'h': model['num_heads'], 'd_k': model['d_k'],
           'd_v': model['d_v'], 'P_drop': model['dropout_rate'], 'eps_ls': label_smoothing,
-          'positions': model['position_encoding'], 'steps': steps,
-          'paper_ppl': paper_ppl, 'paper_bleu': paper_bleu}
+          'positions': model['position_encoding'], 'steps': steps}
+
+
+def paper_columns(sweep: Any, row: str) -> dict:
+  """The paper's perplexity and BLEU for `row` (`sweep.PAPER`; None where it gives none)."""
+  paper_ppl, paper_bleu = getattr(sweep, 'PAPER', {}).get(row, (None, None))
+  return {'paper_ppl': paper_ppl, 'paper_bleu': paper_bleu}
 
 
 def table_rows(sweep: Any, results: dict) -> list[dict]:
-  """One row of Table 3's columns (`shape_columns`; training minutes, dev perplexity and BLEU)
-  per finished row, in the sweep's order."""
+  """One row of Table 3's columns (`shape_columns`; training minutes, dev perplexity and BLEU;
+  `paper_columns`) per finished row, in the sweep's order."""
   table = []
   for row in sweep.ROWS:
     if row not in results:
       continue
     r = results[row]
-    columns = shape_columns(row, r['model'], r['label_smoothing'], r['steps'], sweep)
-    paper = {name: columns.pop(name) for name in ('paper_ppl', 'paper_bleu')}
-    table.append({**columns, 'train_minutes': round(r['train_seconds'] / 60, 1),
+    table.append({**shape_columns(row, r['model'], r['label_smoothing'], r['steps']),
+                  'train_minutes': round(r['train_seconds'] / 60, 1),
                   'dev_ppl': round(r['perplexity'], 2), 'dev_bleu': round(r['bleu_tokenized'], 2),
-                  'dev_sacrebleu': round(r['bleu_detokenized'], 2), **paper})
+                  'dev_sacrebleu': round(r['bleu_detokenized'], 2),
+                  **paper_columns(sweep, row)})
   return table
 
 
