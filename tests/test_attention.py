@@ -112,6 +112,7 @@ def test_fully_masked_row_is_finite_and_has_finite_gradients(rng):
   assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
 
 
+@pytest.mark.slow
 def test_jax_attention_equals_eq_1_written_out_and_leaves_the_pictures_to_it(rng):
   """attention_impl='xla' (jax.nn.dot_product_attention, as 'cudnn' calls it): the outputs and
   gradients of eq. (1) written out, an all-padding row included; applied to collect the

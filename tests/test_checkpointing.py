@@ -122,6 +122,7 @@ print(json.dumps({'step': step, 'w': float(state['params']['w'].addressable_data
 '''
 
 
+@pytest.mark.slow
 def test_a_checkpoint_one_process_cannot_read_is_skipped_by_every_process(tmp_path):
   _saved(tmp_path, [2, 4]).close()
   script = tmp_path / 'restore.py'

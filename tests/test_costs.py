@@ -35,6 +35,7 @@ def _dot_flops(jaxpr) -> int:
   return total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('options', [dict(), dict(share_embeddings=False, num_layers=3)])
 def test_forward_flops_equal_the_matmuls_xla_is_given(options):
   cfg = tiny_config(**options)

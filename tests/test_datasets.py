@@ -91,6 +91,7 @@ def test_load_split_german_to_english_swaps_roles(multi30k, multi30k_config, dat
     assert (english, german) == datasets.source_target(multi30k['test'][i], multi30k_config)
 
 
+@pytest.mark.slow
 def test_builtin_translation_is_the_grammar_corpus(data_dir):
   config = data_config(dataset='builtin', source_lang='en', target_lang='de',
                        tfds_data_dir=data_dir)

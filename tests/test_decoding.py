@@ -23,8 +23,8 @@ MODEL_OPTIONS = [
 ]
 
 
-@pytest.mark.parametrize('options', MODEL_OPTIONS[:1] + [
-    pytest.param(options, marks=pytest.mark.slow) for options in MODEL_OPTIONS[1:]])
+@pytest.mark.slow
+@pytest.mark.parametrize('options', MODEL_OPTIONS)
 def test_cached_logits_equal_the_full_forward_pass(rng, options):
   """Feeding a target one token at a time through the cache gives, at every position, the
   logits that the uncached decoder computes over the whole target at once. The target spans
@@ -53,6 +53,7 @@ def test_cached_logits_equal_the_full_forward_pass(rng, options):
   np.testing.assert_allclose(np.stack(stepwise, 1), full, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesis():
   cfg = tiny_config(max_len=24)
   model, params = Transformer(cfg), init_params(cfg)
@@ -79,8 +80,8 @@ def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesi
   assert 'index' not in layer['self_attention']
 
 
-@pytest.mark.parametrize('options', [MODEL_OPTIONS[0],
-                                     pytest.param(MODEL_OPTIONS[1], marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize('options', MODEL_OPTIONS[:2])
 def test_reordered_hypotheses_score_their_own_history(rng, options):
   """Beam search reorders hypotheses (a sentence's rows take over each other's histories,
   some twice) while the cache stays where it was written: at every step, each row's
@@ -168,7 +169,8 @@ def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng, monkeypatch):
   assert not np.any(outputs[3])  # an empty input gives an empty output
 
 
-@pytest.mark.parametrize('beam_size', [1, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize('beam_size', [1, 4])
 def test_cached_and_uncached_translations_agree(rng, monkeypatch, beam_size):
   """Over every block of the cached decoder's loops: without EOS, every output runs on to the
   cap."""

@@ -24,7 +24,7 @@ def _logits(cfg, params, inputs, decoder_inputs, seed=0):
     dict(position_encoding='learned', share_embeddings=False),
     dict(decoder_start='learned'),
     # jax.nn.dot_product_attention, the path 'cudnn' shares; it needs d_k = d_v.
-    dict(attention_impl='xla', d_k=6, d_v=6),
+    pytest.param(dict(attention_impl='xla', d_k=6, d_v=6), marks=pytest.mark.slow),
 ], ids=['post-norm', 'pre-norm', 'pre-norm-scalenorm-fixnorm', 'learned-untied',
         'learned-start', 'jax-attention'])
 def test_logits_match_numpy_reference(rng, options):
@@ -105,6 +105,7 @@ def test_dropout_sites_are_those_of_section_5_4(rng, norm_position):
   assert all(x.shape[-2:] == (cfg.num_heads, cfg.d_v) for *_, x in heads)
 
 
+@pytest.mark.slow
 def test_future_target_tokens_do_not_influence_the_past(rng):
   cfg = tiny_config()
   params = init_params(cfg)
@@ -184,6 +185,7 @@ def test_dropout_only_in_training(rng):
   assert not np.allclose(train_a, _logits(train, params, inputs, decoder_inputs, seed=2))
 
 
+@pytest.mark.slow
 def test_layerdrop_skips_whole_layers(rng):
   """Each training forward pass equals the reference with some subset of layers removed, and
   several subsets occur across dropout keys."""

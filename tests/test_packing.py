@@ -50,10 +50,10 @@ def test_segment_positions_restart_for_every_sentence():
                                 [[0, 1, 2, 0, 1, 0, 0, 1], [0, 1, 2, 3, 4, 5, 6, 7]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('position_encoding, attention', [
-    pytest.param('sinusoid', {}, marks=pytest.mark.slow), ('learned', {}),
-    pytest.param('sinusoid', {'attention_impl': 'xla', 'd_k': 6, 'd_v': 6},
-                 marks=pytest.mark.slow)])  # jax's, with segment masks
+    ('sinusoid', {}), ('learned', {}),
+    ('sinusoid', {'attention_impl': 'xla', 'd_k': 6, 'd_v': 6})])  # jax's, with segment masks
 def test_packed_pairs_get_the_logits_they_have_alone(position_encoding, attention):
   cfg = tiny_config(position_encoding=position_encoding, max_len=32, **attention)
   model, params = Transformer(cfg), init_params(cfg)

@@ -19,7 +19,7 @@ import pytest
 from conftest import (REPO, metrics_lines, short_run, train_command, train_config,
                       two_process_commands, xla_flags)
 from transformer_jax.data import batching
-from transformer_jax.decoding.evaluator import Evaluator
+from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import train_loop
 from transformer_jax.training import metrics_log
 from transformer_jax.training.trainer import Trainer
@@ -268,7 +268,7 @@ def test_a_nan_is_caught_before_an_evaluation_between_logged_steps(overrides, tm
 
   evaluated = []
   monkeypatch.setattr(Trainer, 'step', poisoned)
-  monkeypatch.setattr(Evaluator, '__call__',
+  monkeypatch.setattr(DevEvaluator, '__call__',
                       lambda self, *args: evaluated.append(args) or {})
   config = train_config(**{**overrides, 'train.log_every_steps': 100,
                            'train.checkpoint_every_steps': 100, 'train.eval_every_steps': 6})

@@ -46,6 +46,7 @@ def _one_device(*overrides: tuple[str, float]) -> tuple:
   return losses, params
 
 
+@pytest.mark.slow
 def test_a_step_is_adam_on_the_loss_per_target_token():
   # Two steps on one device without dropout, against float64 Adam (§5.3) on the gradient of the
   # batch's summed loss over its number of target tokens. The batches' token counts differ, so

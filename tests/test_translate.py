@@ -22,7 +22,7 @@ from transformer_jax import average, evaluate, translate
 from transformer_jax.decoding import scoring
 from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
 from transformer_jax.decoding import batch_decode, bleu
-from transformer_jax.decoding.evaluator import Evaluator
+from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.decoding.translator import Translator
 from transformer_jax.training import saved_config
 
@@ -349,7 +349,7 @@ def test_the_training_evaluator_names_bleu_of_lowercased_text(workdir, tmp_path)
   for path, lowercased in ((workdir, False), (_lowercasing_copy(workdir, tmp_path), True)):
     translator = Translator(path, beam_size=1, average_last=1)
     data = pipeline.load(translator.config, path, translator.model.batch_shards)
-    metrics = Evaluator(translator.model, data)(translator.params, 'validation', 1)
+    metrics = DevEvaluator(translator.model, data)(translator.params, 'validation', 1)
     assert 0 <= metrics['bleu'] <= 100
     assert metrics.get('bleu_lowercased') == (metrics['bleu'] if lowercased else None)
 
@@ -376,7 +376,7 @@ import jax, numpy as np
 process, port, workdir, sentences = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 jax.config.update('jax_cpu_collectives_implementation', 'gloo')
 jax.distributed.initialize(f'127.0.0.1:{port}', num_processes=2, process_id=process)
-from transformer_jax.decoding.evaluator import Evaluator
+from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.decoding.translator import Translator
 from transformer_jax.model import partitioning
 # The data axis alternates between the processes, as a pod's topology-ordered mesh may:
@@ -423,9 +423,9 @@ def test_translations_over_two_processes_follow_the_input_order(workdir, tmp_pat
 def test_bleu_during_training_over_two_processes_is_that_of_one_process(corpus, workdir,
                                                                       tmp_path):
   """The module's run resumed for one step by two processes (two CPU devices each), its dev
-  evaluation with BLEU over the whole split (`Evaluator` gathers both processes' translations
+  evaluation with BLEU over the whole split (`DevEvaluator` gathers both processes' translations
   and references): the BLEU, loss and number of sentences it logs are those of one process's
-  `Evaluator` on the checkpoint it saved, each sentence of the split counted once."""
+  `DevEvaluator` on the checkpoint it saved, each sentence of the split counted once."""
   run = str(tmp_path / 'run')
   shutil.copytree(workdir, run)
   directory, _ = corpus
@@ -444,7 +444,7 @@ def test_bleu_during_training_over_two_processes_is_that_of_one_process(corpus, 
   translator = Translator(run, average_last=1)
   assert translator.steps == [151]
   data = pipeline.load(translator.config, run, translator.model.batch_shards)
-  alone = Evaluator(translator.model, data)(translator.params, 'validation')
+  alone = DevEvaluator(translator.model, data)(translator.params, 'validation')
   assert alone['bleu'] > 0  # a model that translates
   assert logged['bleu'] == pytest.approx(alone['bleu'], abs=1e-6)
   assert logged['nll'] == pytest.approx(alone['nll'], rel=1e-5)

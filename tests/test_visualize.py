@@ -130,6 +130,7 @@ def test_a_source_of_exactly_the_maximum_length_is_shown_whole(workdir):
     visualize.collect(translator, source + ' a', 'a')
 
 
+@pytest.mark.slow
 def test_an_unknown_workdir_is_a_one_line_error(tmp_path):
   result = _visualize(f'--workdir={tmp_path / "missing"}', '--source=a dog .')
   assert result.returncode != 0

@@ -2,7 +2,7 @@ r"""Scores a trained workdir on a split as the paper did (§6.1) and reports eac
 labelled: the command of `decoding.scoring`.
 
 `decoding.scoring` says what is scored and where the translations and figures go. During
-training, `decoding.evaluator` scores the dev split.
+training, `decoding.dev_evaluation` scores the dev split.
 
   python -m transformer_jax.evaluate --workdir=DIR --split=test [--json] \
       [--beam_size=4] [--alpha=0.6] [--average_last=5] [--batch_size=64]

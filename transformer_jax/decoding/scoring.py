@@ -28,7 +28,7 @@ import jax
 import numpy as np
 
 from transformer_jax.data import batching, datasets, pipeline, preprocessing, tokenizer
-from transformer_jax.decoding import bleu, evaluator
+from transformer_jax.decoding import bleu, dev_evaluation
 from transformer_jax.decoding.translator import Translator, compile_rows
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
@@ -45,8 +45,8 @@ def perplexity(translator: Translator, pairs: list[tuple[str, str]], split: str)
   totals = [{} for _ in translator.workdirs]
   for batch in batching.eval_batches(batcher, jax.process_index(), jax.process_count()):
     sums = translator.rows_loss_sums(model.put_batch(batch))
-    totals = [evaluator.add_sums(total, row) for total, row in zip(totals, sums)]
-  return [{'perplexity': evaluator.per_token(total)['perplexity'],
+    totals = [dev_evaluation.add_sums(total, row) for total, row in zip(totals, sums)]
+  return [{'perplexity': dev_evaluation.per_token(total)['perplexity'],
            'perplexity_pairs': len(batcher.split),
            'perplexity_pairs_too_long': batcher.split.num_dropped} for total in totals]
 

@@ -34,7 +34,7 @@ import tqdm
 
 from transformer_jax.config import fields
 from transformer_jax.data import datasets, pipeline, tokenizer
-from transformer_jax.decoding.evaluator import Evaluator
+from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import train_metrics
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
@@ -69,7 +69,7 @@ class Programs:
   configs: str
   model: ShardedModel
   trainer: TrainerProtocol
-  evaluators: list[Evaluator]
+  evaluators: list[DevEvaluator]
   data: pipeline.Data
 
 
@@ -336,14 +336,14 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
 
 
 def _evaluators(configs: list[ml_collections.ConfigDict], model: ShardedModel,
-                data: pipeline.Data) -> list[Evaluator]:
+                data: pipeline.Data) -> list[DevEvaluator]:
   """An evaluator for each run, shared by runs of one label smoothing (the only field of
   `rows.VARYING` that evaluation reads: the reported loss)."""
   shared = {}
   for config in configs:
     smoothing = config.train.label_smoothing
     if smoothing not in shared:
-      shared[smoothing] = Evaluator(
+      shared[smoothing] = DevEvaluator(
           model if smoothing == model.config.train.label_smoothing
           else ShardedModel(config, model.mesh), data)
   return [shared[config.train.label_smoothing] for config in configs]

@@ -1,6 +1,6 @@
-"""Scoring the dev split during training (`Evaluator`, which the training loop calls).
+"""Scoring the dev split during training (`DevEvaluator`, which the training loop calls).
 
-`Evaluator`: loss, per-token perplexity (Table 3's PPL), token accuracy, and
+`DevEvaluator`: loss, per-token perplexity (Table 3's PPL), token accuracy, and
 corpus BLEU (sacreBLEU on detokenized text, with the number of sentences it scored) of
 translations decoded as `config.decode` says
 (beam search, or greedy with beam_size 1). Its references are the target token ids decoded
@@ -36,7 +36,7 @@ def per_token(totals: dict) -> dict:
   return {name: float(value) for name, value in loss.per_token(totals).items()}
 
 
-class Evaluator:
+class DevEvaluator:
   """Evaluates a split of `data`; decoding compiles once per bucket shape."""
 
   def __init__(self, model: ShardedModel, data: pipeline.Data):
