@@ -26,10 +26,11 @@ import tempfile
 
 # Before jax and tensorflow_datasets are imported (TFDS reads its default directory then).
 # The tests' programs each run a few steps, so compiling them is most of their time: LLVM at
-# optimisation level 0 compiles the same HLO faster. The processes tests start inherit it (and
-# `xla_flags` keeps it), so that a run resumed in this process from a command's checkpoint
-# computes as that command did.
-TEST_XLA_FLAGS = '--xla_backend_optimization_level=0'
+# optimisation level 0, and XLA's older loop emitters for its CPU fusions rather than the MLIR
+# fusion emitters, compile the same HLO faster (tests/README.md). The processes tests start
+# inherit them (and `xla_flags` keeps them), so that a run resumed in this process from a
+# command's checkpoint computes as that command did.
+TEST_XLA_FLAGS = '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false'
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + TEST_XLA_FLAGS).strip()
 _OWNS_SESSION_DIR = 'TRANSFORMER_JAX_TEST_SESSION_DIR' not in os.environ
 if _OWNS_SESSION_DIR:
