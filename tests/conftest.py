@@ -123,7 +123,10 @@ def pytest_collection_modifyitems(items):
   than the other.)"""
   with open(os.path.join(REPO, DURATIONS), encoding='utf-8') as f:
     seconds = json.load(f)['files']
-  module = lambda item: item.nodeid.split('::')[0]
+
+  def module(item) -> str:
+    return item.nodeid.split('::')[0]
+
   slow = {module(item) for item in items if item.get_closest_marker('slow')}
   items.sort(key=lambda item: (module(item) not in slow, -seconds.get(module(item), math.inf)))
 
