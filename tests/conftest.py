@@ -115,12 +115,12 @@ DURATIONS = 'experiments/test_durations/amd_epyc_after_ml_dtypes_full.json'
 
 
 def pytest_collection_modifyitems(items):
-  """Each module's tests together and in their order, the modules with an end-to-end (`slow`)
-  test first, longest first by their seconds in DURATIONS (a module it does not list before
-  them), then the rest: on two workers the long runs start first and the unit tests fill in
-  at the end, so that the workers finish together. (In alphabetical order, the order of
-  collection, a simulation of the scheduler on DURATIONS' seconds gives one worker 82 s more
-  than the other.)"""
+  """Each module's tests together and in their order, the modules longest first by their
+  seconds in DURATIONS (one it does not list first if it holds an end-to-end, `slow`, test,
+  else last): on two workers the long runs start first and the unit tests fill in at the end,
+  so that the workers finish together. (In alphabetical order, the order of collection, a
+  simulation of the scheduler on DURATIONS' seconds gives one worker 82 s more than the
+  other.)"""
   with open(os.path.join(REPO, DURATIONS), encoding='utf-8') as f:
     seconds = json.load(f)['files']
 
@@ -128,7 +128,7 @@ def pytest_collection_modifyitems(items):
     return item.nodeid.split('::')[0]
 
   slow = {module(item) for item in items if item.get_closest_marker('slow')}
-  items.sort(key=lambda item: (module(item) not in slow, -seconds.get(module(item), math.inf)))
+  items.sort(key=lambda item: -seconds.get(module(item), math.inf if module(item) in slow else 0))
 
 
 @pytest.hookimpl(tryfirst=True)
