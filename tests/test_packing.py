@@ -208,9 +208,9 @@ def test_a_packed_batch_has_the_loss_and_gradients_of_its_pairs_unpacked():
                        batch['targets'], 0.1, 5, batch.get('source_segments'),
                        batch.get('target_segments'), method='loss_sums')['loss']
 
-  expected, expected_grads = jax.value_and_grad(total)(params, alone)
+  expected, expected_grads = jax.jit(jax.value_and_grad(total))(params, alone)
   for packed_total in (total, fused_total):
-    value, grads = jax.value_and_grad(packed_total)(params, batch)
+    value, grads = jax.jit(jax.value_and_grad(packed_total))(params, batch)
     np.testing.assert_allclose(value, expected, rtol=1e-5)
     # float32 sums in another order: each element within 1e-4 of itself, or within 1e-6 of
     # its array's largest element (a gradient summed over the whole batch).

@@ -128,9 +128,11 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
 @pytest.mark.slow
 def test_what_a_trainer_compiled_ahead_its_calls_compile_again_nowhere():
   # `TrainerProtocol.compile` on another thread (as a sweep compiles its next group), then the
-  # trainer's calls on this one: the initial state, one step, four stacked, the split.
-  configs = [train_config(**{**run, 'model.d_ff': 40}) for run in RUNS]  # shapes of its own
-  model = ShardedModel(configs[0])
+  # trainer's calls on this one: the initial state, one step, four stacked, the split. The
+  # runs and mesh of the tests above, whose programs the compilation cache holds: what the
+  # calls would compile or load again counts alike.
+  configs = [train_config(**MESH, **run, **{'train.loss_chunk': 0}) for run in RUNS]
+  model = ShardedModel(configs[0], partitioning.make_mesh(configs[0], jax.devices()))
   batch, stacked = model.put_batch(BATCHES[0]), model.put_batches(BATCHES[:4])
   for trainer in (Trainer(model), rows.RowsTrainer(model, configs)):
     ahead = threading.Thread(target=trainer.compile, args=([batch, stacked],))
