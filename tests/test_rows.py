@@ -50,6 +50,12 @@ def _alone(row: int):
   return history, jax.device_get(state)
 
 
+def _group(loss_chunk: int) -> tuple[list, ShardedModel]:
+  """RUNS' configs on MESH with `train.loss_chunk`, and the model on that mesh."""
+  configs = [train_config(**MESH, **run, **{'train.loss_chunk': loss_chunk}) for run in RUNS]
+  return configs, ShardedModel(configs[0], partitioning.make_mesh(configs[0], jax.devices()))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('loss_chunk', [0, 4])
 def test_each_row_is_its_run_trained_alone_on_the_same_batches(loss_chunk):
@@ -58,8 +64,7 @@ def test_each_row_is_its_run_trained_alone_on_the_same_batches(loss_chunk):
   # its parameters, optimizer state, step and dropout key after them, are its run's alone
   # with the logits whole, whether the group's loss takes them whole or in chunks of 4 target
   # positions (the fused loss).
-  configs = [train_config(**MESH, **run, **{'train.loss_chunk': loss_chunk}) for run in RUNS]
-  model = ShardedModel(configs[0], partitioning.make_mesh(configs[0], jax.devices()))
+  configs, model = _group(loss_chunk)
   trainer = rows.RowsTrainer(model, configs)
   assert set(trainer.hyper) == {'model.dropout_rate', 'model.attention_dropout_rate',
                                 'train.label_smoothing', 'train.lr_scale', 'train.warmup_steps'}
@@ -131,8 +136,7 @@ def test_what_a_trainer_compiled_ahead_its_calls_compile_again_nowhere():
   # trainer's calls on this one: the initial state, one step, four stacked, the split. The
   # runs and mesh of the tests above, whose programs the compilation cache holds: what the
   # calls would compile or load again counts alike.
-  configs = [train_config(**MESH, **run, **{'train.loss_chunk': 0}) for run in RUNS]
-  model = ShardedModel(configs[0], partitioning.make_mesh(configs[0], jax.devices()))
+  configs, model = _group(loss_chunk=0)
   batch, stacked = model.put_batch(BATCHES[0]), model.put_batches(BATCHES[:4])
   for trainer in (Trainer(model), rows.RowsTrainer(model, configs)):
     ahead = threading.Thread(target=trainer.compile, args=([batch, stacked],))
