@@ -44,7 +44,9 @@ def installed(tmp_path_factory):
   _run([sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--quiet', '--wheel-dir',
         root / 'wheels', source], root, env)
   [wheel] = (root / 'wheels').glob('transformer_jax-*.whl')
-  _run([sys.executable, '-m', 'venv', root / 'venv'], root, env)
+  # Without a pip of its own (ensurepip is most of a venv's creation time): this environment's
+  # pip installs into it (`--python`).
+  _run([sys.executable, '-m', 'venv', '--without-pip', root / 'venv'], root, env)
   python = root / 'venv' / 'bin' / 'python'
   # The dependencies come from this environment (itself a virtual environment in CI), added
   # after the new one's own site-packages; the package itself only from the wheel.
@@ -56,8 +58,8 @@ def installed(tmp_path_factory):
       ''.join(f'import site; site.addsitedir({path!r})\n' for path in parent))
   # --ignore-installed: in CI the parent environment holds an installed copy of the package,
   # which pip would otherwise count as already there.
-  _run([python, '-m', 'pip', 'install', '--no-deps', '--no-index', '--ignore-installed', '--quiet',
-        wheel], root, env)
+  _run([sys.executable, '-m', 'pip', '--python', python, 'install', '--no-deps', '--no-index',
+        '--ignore-installed', '--quiet', wheel], root, env)
   return python, wheel
 
 

@@ -264,12 +264,24 @@ def test_a_workdir_without_checkpoints_is_an_error(workdir, tmp_path):
   assert f'no checkpoint in {empty / "checkpoints"}' in result.stderr.decode()
 
 
-def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
-  result = _run('transformer_jax.evaluate', f'--workdir={workdir}', '--split=test', '--json',
-                '--beam_size=2', '--average_last=3', '--batch_size=128')
-  assert result.returncode == 0, result.stderr.decode()[-2000:]
-  figures = json.loads(result.stdout.decode().strip().splitlines()[-1])
-  config = saved_config.load_config(workdir)
+def test_evaluate_command_reports_labelled_figures_and_a_second_evaluation_compiles_nothing(
+    workdir, tmp_path):
+  """The command run twice on a copy of the run with a compilation cache of its own: the first
+  evaluation's figures are labelled, computed from the run's own test files and saved beside
+  its hypotheses; the second compiles nothing and scores the same."""
+  copy = str(tmp_path / 'run')
+  shutil.copytree(workdir, copy)
+  config = saved_config.load_config(copy)
+  config.train.compilation_cache_dir = str(tmp_path / 'cache')
+  saved_config.write_config(config, copy)
+
+  def evaluated() -> dict:
+    result = _run('transformer_jax.evaluate', f'--workdir={copy}', '--split=test', '--json',
+                  '--beam_size=2', '--average_last=3', '--batch_size=128')
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    return json.loads(result.stdout.decode().strip().splitlines()[-1])
+
+  figures = evaluated()
   pairs = datasets.load_pairs(config.data, 'test')
   # The whole test split, read from the run's test files (from another directory, no data flags).
   assert pairs == builtin_grammar.splits(seed=0)['test'][:CORPUS_SIZES[2]]
@@ -293,25 +305,12 @@ def test_evaluate_command_reports_and_saves_labelled_figures(workdir):
   saved = figures['hypotheses'][:-len('.txt')] + '.json'
   with open(saved) as f:
     assert json.load(f) == figures
-
-
-def test_a_second_evaluation_compiles_nothing(workdir, tmp_path):
-  copy = str(tmp_path / 'run')
-  shutil.copytree(workdir, copy)
-  config = saved_config.load_config(copy)
-  config.train.compilation_cache_dir = str(tmp_path / 'cache')
-  saved_config.write_config(config, copy)
-  runs = []
-  for _ in range(2):
-    result = _run('transformer_jax.evaluate', f'--workdir={copy}', '--split=validation',
-                  '--json', '--beam_size=2', '--average_last=1')
-    assert result.returncode == 0, result.stderr.decode()[-2000:]
-    runs.append(json.loads(result.stdout.decode().strip().splitlines()[-1]))
-  first, second = runs
-  assert first['programs_compiled'] > 0 and first['decode_compile_seconds'] > 0
+  # The second: nothing compiled, every program loaded from the cache, the same scores.
+  second = evaluated()
+  assert figures['programs_compiled'] > 0 and figures['decode_compile_seconds'] > 0
   assert second['programs_compiled'] == 0
-  assert second['programs_loaded'] == first['programs_compiled'] + first['programs_loaded']
-  assert second['bleu_tokenized'] == first['bleu_tokenized']
+  assert second['programs_loaded'] == figures['programs_compiled'] + figures['programs_loaded']
+  assert second['bleu_tokenized'] == figures['bleu_tokenized']
   assert 'loaded from the compilation cache' in evaluate.report(second)
 
 
@@ -456,7 +455,8 @@ def test_bleu_during_training_over_two_processes_is_that_of_one_process(corpus, 
 def test_a_run_on_text_files_keeps_their_absolute_paths(corpus, workdir):
   """The module's run (trained from the corpus's directory with relative paths) saved its
   files' absolute paths, so that evaluate and translate, above, find its splits (the references
-  of test_evaluate_command_reports_and_saves_labelled_figures) from another directory."""
+  of test_evaluate_command_reports_labelled_figures_and_a_second_evaluation_compiles_nothing)
+  from another directory."""
   directory, _ = corpus
   data = saved_config.load_config(workdir).data
   assert (data.train_files, data.validation_files, data.test_files) == tuple(
