@@ -111,7 +111,7 @@ WHOLE_MODULES = frozenset(f'tests/test_{name}.py' for name in (
 
 # Every test file's seconds in a measured run of the whole suite (experiments/test_durations/),
 # which orders the modules below.
-DURATIONS = 'experiments/test_durations/amd_epyc_export_packed_full.json'
+DURATIONS = 'experiments/test_durations/amd_epyc_fewer_processes_full.json'
 
 
 def pytest_collection_modifyitems(items):
