@@ -87,14 +87,17 @@ def test_each_workdir_holds_its_run_and_the_second_trained_alone_matches_it(
 
 
 def test_runs_interrupted_together_resume_exactly(together, overrides, tmp_path):
-  # The group's workdirs as an interruption after step 8 leaves them: step 12's checkpoints
-  # gone (the logs may hold later steps; readers keep each step's last record).
+  # The group's workdirs as a kill between its runs' saves of step 12 leaves them: the first
+  # run's step 12 saved, the second's not (the logs may hold later steps; readers keep each
+  # step's last record). Both resume from step 8, the newest both saved; the first's step 12,
+  # of a save the group did not finish, is moved aside, not deleted.
   dirs = [str(tmp_path / f'run{i}') for i in range(2)]
   for source, workdir in zip(together, dirs):
     shutil.copytree(source, workdir)
-    shutil.rmtree(os.path.join(workdir, 'checkpoints', str(STEPS)))
+  shutil.rmtree(os.path.join(dirs[1], 'checkpoints', str(STEPS)))
   logged = [len(metrics_lines(workdir)) for workdir in dirs]
   train_loop.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+  assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished', '8']
   for workdir, uninterrupted, before in zip(dirs, together, logged):
     # The call went on from step 8's checkpoint, not from the start.
     resumed = metrics_lines(workdir)[before:]

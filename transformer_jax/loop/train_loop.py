@@ -198,20 +198,25 @@ def _load_data(configs: list[ml_collections.ConfigDict], dirs: list[str], rows_m
   return data if jax.process_index() == 0 else load()
 
 
-def _latest_step(dirs: list[str]) -> int | None:
-  """The step the runs resume from (None: from scratch). Runs trained together resume from one
-  step: refused before any work otherwise."""
-  steps = [max(checkpointing.saved_steps(workdir), default=None) for workdir in dirs]
-  if len(set(steps)) > 1:
+def _resume_step(dirs: list[str]) -> tuple[int | None, list[list[int]]]:
+  """The step the runs resume from, the newest that every run saved (None: from scratch), and
+  each run's newer checkpoints: a group stopped between its runs' saves of one step leaves that
+  step, the newest of any run, in some workdirs only, and trains it again. Runs trained together
+  resume from one step: any other difference is refused before any work."""
+  saved = [checkpointing.saved_steps(workdir) for workdir in dirs]
+  latest = max(set.intersection(*map(set, saved)), default=None)
+  newer = [[step for step in steps if latest is None or step > latest] for steps in saved]
+  if any(steps and steps != [max(sum(saved, []))] for steps in newer):
     raise ValueError('runs trained together resume from one step; their latest checkpoints '
-                     'are at ' + ', '.join(f'{d}: {s or "none"}' for d, s in zip(dirs, steps))
+                     'are at ' + ', '.join(f'{d}: {max(s, default=None) or "none"}'
+                                           for d, s in zip(dirs, saved))
                      + ': train them apart, or the missing ones in new workdirs')
-  return steps[0]
+  return latest, newer
 
 
 def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: TrainerProtocol):
   """(step, state, data position) of the runs' latest checkpoints (of one step,
-  `_latest_step`), joined into the trainer's state; None when there are none."""
+  `_resume_step`), joined into the trainer's state; None when there are none."""
   restored = [c.restore_latest(trainer.run_abstract_state) for c in checkpoints]
   if restored[0] is None:
     return None
@@ -225,7 +230,7 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
   lead = jax.process_index() == 0
   for run_config, workdir in zip(configs, dirs):
     saved_config.check_compatible(run_config, workdir)
-  latest = _latest_step(dirs)
+  latest, unfinished = _resume_step(dirs)
   if latest is not None and latest >= config.train.num_train_steps:
     if lead:
       print(f'{", ".join(dirs)}: complete, trained to step {latest} of '
@@ -244,10 +249,11 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
   # checkpoints (`close` waits for the saves under way).
   with contextlib.ExitStack() as cleanup:
     checkpoints = []
-    for workdir in dirs:
+    for workdir, steps in zip(dirs, unfinished):
       checkpoints.append(checkpointing.Checkpoints(workdir, train.keep_checkpoints,
                                                    train.checkpoint_every_steps))
       cleanup.callback(checkpoints[-1].close)
+      checkpoints[-1].move_aside(steps, 'unfinished')  # a save the group did not finish
     iterator = data.train_iterator(fields.shuffle_seed(config), jax.process_index(),
                                    jax.process_count())
     cleanup.callback(iterator.close)

@@ -152,9 +152,10 @@ def _recover(rows: list[str], workdir: str, results_dir: str) -> None:
 
 
 def _steps_left(configs: dict, workdir: str, group: list[str]) -> int:
-  """The steps a group has left to train (a group cut off earlier resumes)."""
-  steps = configs[group[0]].train.num_train_steps
-  return steps - max(checkpointing.saved_steps(os.path.join(workdir, group[0])), default=0)
+  """The steps a group has left to train (a group cut off earlier resumes from the newest step
+  all its rows saved: at most the newest of any differs, `train_loop.train_together`)."""
+  saved = [max(checkpointing.saved_steps(os.path.join(workdir, row)), default=0) for row in group]
+  return configs[group[0]].train.num_train_steps - min(saved)
 
 
 def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides: list[str],

@@ -105,7 +105,7 @@ class Checkpoints:
       if error:
         unreadable.append((step, error))
         continue
-      self._move_aside([bad for bad, _ in unreadable])
+      self.move_aside([bad for bad, _ in unreadable], 'corrupt')
       return step, *restored
     if unreadable:
       step, error = unreadable[0]
@@ -154,7 +154,9 @@ class Checkpoints:
       return None, error
     return result, None
 
-  def _move_aside(self, steps: Sequence[int]) -> None:
+  def move_aside(self, steps: Sequence[int], reason: str) -> None:
+    """Renames checkpoints `steps` to `<step>.<reason>` (a number added if that is taken), so
+    that no reader or resume sees them while they stay on disk; every process calls it."""
     if not steps:
       return
     multihost_utils.sync_global_devices('checkpoints read')  # nobody still reads them
@@ -162,14 +164,14 @@ class Checkpoints:
     def move():
       for step in steps:
         path = self._manager.directory / str(step)
-        aside = path.with_name(f'{step}.corrupt')
+        aside = path.with_name(f'{step}.{reason}')
         suffix = 1
         while aside.exists():
-          aside, suffix = path.with_name(f'{step}.corrupt{suffix}'), suffix + 1
+          aside, suffix = path.with_name(f'{step}.{reason}{suffix}'), suffix + 1
         path.rename(aside)
-        logging.warning('moved the unreadable checkpoint %s to %s', path, aside)
+        logging.warning('moved the %s checkpoint %s to %s', reason, path, aside)
 
-    workdirs.on_lead(move, 'move the unreadable checkpoints aside')
+    workdirs.on_lead(move, f'move the {reason} checkpoints aside')
     self._manager.reload()
 
   def wait(self) -> None:
