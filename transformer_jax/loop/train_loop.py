@@ -205,8 +205,9 @@ def _resume_step(dirs: list[str]) -> tuple[int | None, list[list[int]]]:
   resume from one step: any other difference is refused before any work."""
   saved = [checkpointing.saved_steps(workdir) for workdir in dirs]
   latest = max(set.intersection(*map(set, saved)), default=None)
+  newest = max((step for steps in saved for step in steps), default=None)
   newer = [[step for step in steps if latest is None or step > latest] for steps in saved]
-  if any(steps and steps != [max(sum(saved, []))] for steps in newer):
+  if any(steps not in ([], [newest]) for steps in newer):
     raise ValueError('runs trained together resume from one step; their latest checkpoints '
                      'are at ' + ', '.join(f'{d}: {max(s, default=None) or "none"}'
                                            for d, s in zip(dirs, saved))
