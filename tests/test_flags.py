@@ -37,6 +37,8 @@ FLAGS = {
                {'config_file', 'config_dict', 'string'}),
     'cpu_torch': ('the PyTorch CPU wheel index', {'string'}),
     'curves': ('row files whose dev curves are read', {'multi_string'}),
+    'devices_per_group': ('the devices each of a sweep\'s groups trains on, side by side',
+                          {'integer'}),
     'dtype': ('the compute dtype', {'enum'}),
     'input': ('the file read (default: stdin)', {'string'}),
     'inspect': ('print the data pipeline\'s statistics', {'bool'}),

@@ -259,7 +259,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
   workdir = tmp_path / 'row'
   config = train_config(**{'train.num_train_steps': 20})
 
-  def preempted(configs, dirs, loaded, programs):
+  def preempted(configs, dirs, loaded, programs, devices, notice):
     assert dirs == [str(workdir)]
     saved_config.write_config(config, str(workdir))
     for step in ('10', '12', '20.orbax-checkpoint-tmp-1'):  # step 20 never finished writing
@@ -277,7 +277,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
 
 def test_a_failed_group_names_its_rows_and_its_log_holds_what_it_printed(tmp_path,
                                                                         monkeypatch):
-  def failing(configs, dirs, loaded, programs):
+  def failing(configs, dirs, loaded, programs, devices, notice):
     print('step 3: something printed')
     raise ValueError('a NaN')
 
@@ -308,9 +308,10 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
   nothing compiled ahead for them; returns the rows that ran, in order."""
   ran = []
   monkeypatch.setattr(tables, 'write_table', lambda *args: None)
-  monkeypatch.setattr(sweep_run.train_loop, 'compile_ahead', lambda configs, dirs, loaded: None)
+  monkeypatch.setattr(sweep_run.train_loop, 'compile_ahead', lambda configs, dirs, loaded, devices: None)
 
-  def fake_group(group, configs, workdir, overrides, device_kind, loaded, compiled):
+  def fake_group(group, configs, workdir, overrides, device_kind, loaded, compiled, devices,
+                 notice):
     for row in group:  # the workdirs run_group makes
       os.makedirs(os.path.join(workdir, row), exist_ok=True)
     finished = []
@@ -322,7 +323,8 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
       finished.append({'row': row, 'perplexity': 5.0, 'bleu_tokenized': 30.0,
                        'train_seconds': 0.3, 'steps': 20, 'eval_seconds': 0.0,
                        'together': {'rows': group},
-                       'provenance': {'machine': {'device': device_kind}}})
+                       'provenance': {'machine': {'device': device_kind,
+                                                  'devices': len(devices)}}})
     return finished
 
   monkeypatch.setattr(sweep_run, 'run_group', fake_group)
@@ -339,13 +341,15 @@ def test_after_a_failed_row_no_new_row_starts(tmp_path, monkeypatch):
 
 
 def _finished(group: list[str], train_seconds: float, steps: int, eval_seconds: float,
-              device: str = 'cpu', together: bool = False) -> dict:
+              device: str = 'cpu', together: bool = False, devices: int | None = None) -> dict:
   """The JSONs of a group's rows as the sweep writes them, with what the prediction reads
   (rows evaluated one by one, or `together` as one program: its time in each)."""
   return {row: {'row': row, 'train_seconds': train_seconds, 'steps': steps,
                 'eval_seconds': eval_seconds, 'together': {'rows': group},
                 **({'evaluated_together': True} if together else {}),
-                'provenance': {'machine': {'device': device}}} for row in group}
+                'provenance': {'machine': {'device': device,
+                                           **({} if devices is None else {'devices': devices})}}}
+          for row in group}
 
 
 def test_a_groups_time_is_predicted_from_the_slowest_finished_group_of_its_size():
@@ -386,10 +390,53 @@ def test_the_plan_finishes_the_most_rows_in_the_time_given():
   assert text.index('not expected to finish') < text.index('a, a1: 50 s predicted')
 
 
+def test_the_plan_over_slots_fills_each_within_the_deadline_and_balances_without_one():
+  """With 3 slots and a deadline: every predicted group in one slot or passed over, each slot's
+  predicted seconds within the time left, no group passed over that fits in a slot's time left,
+  the first slot's groups the most rows that fit (the one-slot knapsack), the groups not
+  predicted after the predicted ones, spread over the slots; without a deadline, every group to
+  the slot with the fewest predicted seconds so far, in row order."""
+  groups = [['a', 'a1'], ['b'], ['c', 'c1', 'c2'], ['d'], ['e', 'e1'], ['f'], ['u'], ['v', 'v1']]
+  seconds = {('a', 'a1'): 50.0, ('b',): 40.0, ('c', 'c1', 'c2'): 70.0, ('d',): 25.5,
+             ('e', 'e1'): 120.0, ('f',): 90.0, ('u',): None, ('v', 'v1'): None}
+  known = [g for g in groups if seconds[tuple(g)] is not None]
+  for budget in (0, 30, 60, 100, 140, 400):
+    chosen = plan.plan(groups, seconds, budget, slots=3)
+    assert len(chosen.slots) == 3
+    placed = [g for slot in chosen.slots for g in slot if seconds[tuple(g)] is not None]
+    assert sorted(placed + chosen.passed_over) == sorted(known), budget
+    used = [sum(-(-seconds[tuple(g)] // 1) for g in slot if seconds[tuple(g)] is not None)
+            for slot in chosen.slots]
+    assert all(u <= budget for u in used), budget
+    for group in chosen.passed_over:
+      assert all(u + seconds[tuple(group)] > budget for u in used), (budget, group)
+    one_slot = plan.plan(groups, seconds, budget)
+    assert [g for g in chosen.slots[0] if seconds[tuple(g)] is not None] == [
+        g for g in one_slot.start if seconds[tuple(g)] is not None], budget
+    for slot in chosen.slots:  # the predicted first, each part in row order
+      predicted = [seconds[tuple(g)] is None for g in slot]
+      assert predicted == sorted(predicted)
+      assert all(groups.index(a) < groups.index(b) for a, b in zip(slot, slot[1:])
+                 if (seconds[tuple(a)] is None) == (seconds[tuple(b)] is None))
+    assert sorted(g for slot in chosen.slots for g in slot
+                  if seconds[tuple(g)] is None) == [['u'], ['v', 'v1']]
+  balanced = plan.plan(groups, seconds, None, slots=3)
+  assert balanced.passed_over == []
+  loads = [0.0] * 3
+  for group in groups:  # the reference: least loaded slot first, the fewest groups among equals
+    counts = [len([g for g in slot if groups.index(g) < groups.index(group)])
+              for slot in balanced.slots]
+    slot = min(range(3), key=lambda i: (loads[i], counts[i], i))
+    assert group in balanced.slots[slot], group
+    loads[slot] += seconds[tuple(group)] or 0.0
+  text = balanced.describe(None)
+  assert ' slot 0 (' in text and ' slot 2 (' in text
+
+
 def test_a_group_predicted_to_end_after_the_deadline_is_not_started(tmp_path, monkeypatch, capsys):
   """With --stop_after_minutes, the plan printed first; a group that the finished groups of its
   size on this device say would end too late is passed over (named), a smaller one still
-  starts, and a group of a size never measured starts; the steps a cut-off group has already
+  starts, and a group of a size never measured starts while time is left, not after; the steps a cut-off group has already
   trained are not counted again."""
   ran = _fake_rows(tmp_path, monkeypatch)
   results = tmp_path / 'results'
@@ -400,8 +447,9 @@ def test_a_group_predicted_to_end_after_the_deadline_is_not_started(tmp_path, mo
   sweep = _sweep_file(tmp_path, rows)
   device = jax.devices()[0].device_kind
   # Groups finished earlier on this device: two rows of 20 steps in 130 s; one row in 10 s.
-  for name, result in {**_finished(['x', 'x_seed1'], 120.0, 20, 5.0, device),
-                       **_finished(['y'], 8.0, 20, 2.0, device)}.items():
+  devices = len(jax.local_devices())  # each group's, by default
+  for name, result in {**_finished(['x', 'x_seed1'], 120.0, 20, 5.0, device, devices=devices),
+                       **_finished(['y'], 8.0, 20, 2.0, device, devices=devices)}.items():
     (results / f'{name}.json').write_text(json.dumps(result))
   sweep_run.run(sweep, str(tmp_path / 'run'), ['pair', 'pair_seed1', 'wide'], str(results),
                 together=2, stop_after_minutes=1.0)
@@ -416,10 +464,17 @@ def test_a_group_predicted_to_end_after_the_deadline_is_not_started(tmp_path, mo
   sweep_run.run(sweep, str(tmp_path / 'run'), ['pair', 'pair_seed1', 'wide'], str(results),
                 together=2, stop_after_minutes=1.0)
   assert ran == ['wide', 'pair', 'pair_seed1']
-  # A size not measured on this device (no group of 3 has finished) starts.
+  # A size not measured on this device (no group of 3 has finished): not started past the
+  # deadline, started while time is left.
   triple = [f'triple_seed{i}' for i in (2, 3, 4)]
+  capsys.readouterr()
   sweep_run.run(sweep, str(tmp_path / 'run'), triple, str(results), together=3,
-                stop_after_minutes=0.01)
+                stop_after_minutes=0)
+  assert ran[3:] == []
+  assert ('triple_seed2, triple_seed3, triple_seed4: not started: not predicted, 0 s left'
+          in capsys.readouterr().out)
+  sweep_run.run(sweep, str(tmp_path / 'run'), triple, str(results), together=3,
+                stop_after_minutes=1.0)
   assert ran[3:] == triple
 
 

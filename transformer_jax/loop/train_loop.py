@@ -1,4 +1,4 @@
-"""Training with the paper's recipe (§5) on every available device: `train_and_evaluate`, the
+"""Training with the paper's recipe (§5) on every available device or those given: `train_and_evaluate`, the
 loop that trains one run or several as one program (`train_together`) and evaluates them.
 
 The training command (`transformer_jax.train`) calls `train_and_evaluate`; a notebook or script
@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import threading
 import time
 
 import jax
@@ -36,6 +37,7 @@ from transformer_jax.config import fields
 from transformer_jax.data import datasets, pipeline, tokenizer
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import train_metrics
+from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
 from transformer_jax.training import checkpointing, compilation, feed, metrics_log, preemption
@@ -74,7 +76,9 @@ class Programs:
 
 
 def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
-                   loaded: dict | None = None, programs: Programs | None = None) -> list[dict]:
+                   loaded: dict | None = None, programs: Programs | None = None,
+                   devices: list[jax.Device] | None = None,
+                   notice: preemption.Notice | None = None) -> list[dict]:
   """`train_and_evaluate` of several runs as one program (`rows`), run i in `dirs[i]`: each
   workdir gets its run's config, vocabulary, checkpoints, metrics.jsonl and evaluations as if
   the run had trained alone, on the batches of the first run's `data.shuffle_seed` (or seed),
@@ -84,7 +88,10 @@ def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
   `sweep.run`), holds the data loaded by each (`data_key`): runs whose first workdir has no
   vocabulary yet take it from there instead of loading it again, its vocabulary written into
   each workdir. `programs`, those `compile_ahead` made for these configs and workdirs, are
-  trained with instead of new ones, on the data they were built on."""
+  trained with instead of new ones, on the data they were built on. `devices`: the devices
+  they train on (default: every device), as a sweep's groups side by side do (`sweep.run`);
+  `notice`: the preemption notice to stop at, one that a caller entered on the main thread
+  (default: one of their own, `preemption.Notice`)."""
   if len(set(map(os.path.abspath, dirs))) != len(dirs):
     raise ValueError(f'runs trained together need a workdir each, got {dirs}')
   configs = _together(configs, dirs)
@@ -95,7 +102,7 @@ def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
   if configs[0].parallel.distributed:
     _initialize_distributed(configs[0])
   with _locked(dirs):
-    return _train(configs, dirs, {} if loaded is None else loaded, programs)
+    return _train(configs, dirs, {} if loaded is None else loaded, programs, devices, notice)
 
 
 @contextlib.contextmanager
@@ -118,26 +125,27 @@ def _fields(configs: list[ml_collections.ConfigDict]) -> str:
   return json.dumps([fields.flatten(config) for config in configs], sort_keys=True, default=str)
 
 
-def _model_and_trainer(configs: list[ml_collections.ConfigDict], dirs: list[str]
+def _model_and_trainer(configs: list[ml_collections.ConfigDict], dirs: list[str],
+                       devices: list[jax.Device] | None
                        ) -> tuple[ShardedModel, TrainerProtocol]:
-  model = ShardedModel(configs[0])
+  model = ShardedModel(configs[0], partitioning.make_mesh(configs[0], devices))
   # One run, or several as one program (`rows`): the loop is the same for both.
   return model, (Trainer(model) if len(configs) == 1
                  else rows.RowsTrainer(model, configs, dirs))
 
 
 def compile_ahead(configs: list[ml_collections.ConfigDict], dirs: list[str],
-                  loaded: dict) -> Programs | None:
+                  loaded: dict, devices: list[jax.Device] | None = None) -> Programs | None:
   """The programs `train_together(configs, dirs, loaded)` trains with, built and compiled now,
   before it starts (a sweep's groups: `sweep.ahead`): the trainer's for each shape of training
   batch, the evaluators' for the dev batches it evaluates on. The data comes from `loaded`, or
-  is loaded (into the first workdir, as `train_together` would, and kept in `loaded`). None when
-  the runs span several processes."""
+  is loaded (into the first workdir, as `train_together` would, and kept in `loaded`); on
+  `devices` (default: every device). None when the runs span several processes."""
   if configs[0].parallel.distributed or jax.process_count() > 1:
     return None
   configs = _together(configs, dirs)
   compilation.use_cache(configs[0])
-  model, trainer = _model_and_trainer(configs, dirs)
+  model, trainer = _model_and_trainer(configs, dirs, devices)
   with _locked(dirs):
     for config, workdir in zip(configs, dirs):
       saved_config.check_compatible(config, workdir)
@@ -170,6 +178,11 @@ def data_key(config: ml_collections.ConfigDict, rows_multiple: int) -> str:
   return json.dumps([data, config.seed, rows_multiple], sort_keys=True, default=str)
 
 
+# Held while data is loaded into a caller's `loaded` (a sweep's groups side by side and its
+# compiling ahead load from several threads).
+_LOADING = threading.Lock()
+
+
 def _load_data(configs: list[ml_collections.ConfigDict], dirs: list[str], rows_multiple: int,
                loaded: dict) -> pipeline.Data:
   """The datasets and vocabulary (from `loaded`, or `pipeline.load` in the first workdir, kept
@@ -179,6 +192,10 @@ def _load_data(configs: list[ml_collections.ConfigDict], dirs: list[str], rows_m
   fresh = not os.path.exists(os.path.join(dirs[0], tokenizer.MODEL_FILENAME))
 
   def load():
+    with _LOADING:
+      return load_once()
+
+  def load_once():
     if fresh and key in loaded:  # loaded for an earlier call: its seconds are not this one's
       return dataclasses.replace(loaded[key], seconds={'shared': 0.0})
     loaded[key] = pipeline.load(configs[0], dirs[0], rows_multiple)
@@ -225,7 +242,8 @@ def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: TrainerProto
 
 
 def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: dict,
-           programs: Programs | None) -> list[dict]:
+           programs: Programs | None, devices: list[jax.Device] | None,
+           notice: preemption.Notice | None) -> list[dict]:
   startup = compilation.so_far()
   config = configs[0]
   lead = jax.process_index() == 0
@@ -239,7 +257,7 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
             'train.num_train_steps to train further)', flush=True)
     return [{} for _ in dirs]
   if programs is None:
-    model, trainer = _model_and_trainer(configs, dirs)
+    model, trainer = _model_and_trainer(configs, dirs, devices)
     data = _load_data(configs, dirs, trainer.rows_multiple, loaded)
   else:
     model, trainer, data = programs.model, programs.trainer, programs.data
@@ -283,7 +301,7 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
     cleanup.callback(progress.close)
     pending = train_metrics.TrainMetrics(progress)
     eval_metrics = [{} for _ in dirs]
-    with preemption.Notice() as notice:
+    with (preemption.Notice() if notice is None else contextlib.nullcontext(notice)) as notice:
       for call in calls:
         step = call.steps[-1]
         before = compilation.so_far()

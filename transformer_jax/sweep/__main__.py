@@ -3,7 +3,7 @@ evaluated as one program, and tabulates them beside the paper's figures.
 
   python -m transformer_jax.sweep --sweep=experiments/table3_multi30k/sweep.py --workdir=DIR \
       [--rows=A1,C3] [--results=experiments/table3_multi30k/rows] [--together=N] \
-      [--stop_after_minutes=M] [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
+      [--devices_per_group=d] [--stop_after_minutes=M] [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
 
 A sweep file is a config file whose `get_config(row)` gives each row's config, with
     ROWS   the row ids, in table order (a dict or a sequence);
@@ -33,13 +33,20 @@ see the same batches, those of its first row's seed (written into each row's con
 initialisation and dropout, not the data order. Each row keeps its workdir, evaluation and JSON
 (which names the group); the group's training time is every row's `train_seconds`.
 
+`--devices_per_group=d` splits the process's D devices into D/d slots (default: one slot of
+them all): each slot trains its groups one after another on its own d devices, the slots side by
+side, each group's data parallel over its slot (`config.parallel`'s mesh of d devices). Table 3's
+small models leave an accelerator launch-bound, so on 8 devices `--devices_per_group=1` trains 8
+groups in about the time one takes over all 8. A row's figures do not depend on its slot: each
+equals its group trained alone on d devices.
+
 `--stop_after_minutes=M` (a lent accelerator's window) prints, before anything starts, the plan:
 the groups expected to finish within M minutes, chosen so that the most rows finish
 (`sweep.plan.plan`), from the groups of each size already finished on this device (their JSONs
-in the results directory: training per step times the steps a group has left, plus its
-evaluation); a group of a size not yet measured starts after them if time is left. A group whose
-prediction no longer fits when its turn comes is passed over; those passed over are named at
-the end.
+in the results directory, trained on as many devices a group: training per step times the steps
+a group has left, plus its evaluation), and which slot trains which; a group of a size not yet
+measured starts after them if time is left. A group whose prediction no longer fits when its turn
+comes is passed over; those passed over are named at the end.
 """
 
 import os
@@ -60,6 +67,9 @@ _OVERRIDE = flags.DEFINE_multi_string('override', [], 'FIELD=VALUE: a config fie
                                       'every row (as train\'s --config.FIELD=VALUE).')
 _TOGETHER = flags.DEFINE_integer('together', 1, 'Rows trained and evaluated as one program, at '
                                  'most (module docstring).')
+_DEVICES_PER_GROUP = flags.DEFINE_integer('devices_per_group', None, 'Devices each group '
+                                          'trains on, the groups side by side on the others '
+                                          '(default: all; module docstring).')
 _STOP_AFTER = flags.DEFINE_float('stop_after_minutes', None, 'Start only the groups expected '
                                  'to finish within this many minutes from the start (module '
                                  'docstring).')
@@ -73,7 +83,7 @@ def main():
     raise ValueError('--concurrent was removed: the sweep trains and evaluates its groups one '
                      'at a time in its own process; --together=N trains N rows as one program')
   run.run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,
-          _OVERRIDE.value, _TOGETHER.value, _STOP_AFTER.value)
+          _OVERRIDE.value, _TOGETHER.value, _STOP_AFTER.value, _DEVICES_PER_GROUP.value)
 
 
 if __name__ == '__main__':

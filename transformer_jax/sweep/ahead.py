@@ -2,17 +2,18 @@
 trains and is evaluated without compiling (`jit(...).lower(...).compile()`).
 
   ahead = Ahead(loaded, evaluation, split)       # `loaded`: the sweep's data, by data key
-  ahead.start(group, configs, dirs)              # queued behind the groups started before
+  ahead.start(group, configs, dirs, devices)     # queued behind the groups started before
   compiled = ahead.take(group)                   # waits for its training's programs
   ...                                            # the group trains
   compiled.evaluation()                          # waits for its evaluation's programs
 
-Each group's compiling has two parts, run in the order started: its training
+Each group's compiling has two parts, for the devices it will train on: its training
 (`train_loop.compile_ahead`: the data loaded if no group before loaded it, the initial state,
-the step for each batch shape, the dev evaluation), then its evaluation (`scoring.compile_ahead`:
-Table 3's decoder for each bucket of the dev sources, the loss). A sweep starts its first group
-and waits for that group's training programs only; the group's evaluation, and then the next
-group, compile while it trains. Nothing compiles twice: the group trains and is evaluated with
+the step for each batch shape, the dev evaluation), queued when the group is started, then its
+evaluation (`scoring.compile_ahead`: Table 3's decoder for each bucket of the dev sources, the
+loss), queued when it is taken. A sweep starts the first group of each of its slots (the
+devices a group trains on, `sweep.run`) and each slot waits for its group's training programs
+only; the group's evaluation, and then the slot's next group, compile while it trains. Nothing compiles twice: the group trains and is evaluated with
 the objects compiled here (`train_loop.Programs`, the `ShardedModel` its translator reuses),
 and waits for a part still compiling rather than compile it again.
 
@@ -23,7 +24,10 @@ there; on a CPU it takes cores from the training steps.
 import concurrent.futures
 import copy
 import dataclasses
+import threading
 import time
+
+import jax
 
 from transformer_jax.decoding import scoring
 from transformer_jax.loop import train_loop
@@ -69,26 +73,34 @@ class Ahead:
   def __init__(self, loaded: dict, evaluation: dict, split: str):
     self._loaded, self._evaluation, self._split = loaded, evaluation, split
     self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='compile ahead')
-    self._started: dict[tuple[str, ...], tuple[concurrent.futures.Future, ...]] = {}
+    # Groups started and not taken: their training's compiling, and the rows they have.
+    self._started: dict[tuple[str, ...], tuple[concurrent.futures.Future, int]] = {}
+    self._lock = threading.Lock()  # the slots of a sweep start and take from their threads
 
-  def start(self, group: list[str], configs: list, dirs: list[str]) -> None:
-    """Queues `group`'s compiling (its rows' `configs`, trained in `dirs`), unless started."""
-    if tuple(group) not in self._started:
-      training = self._thread.submit(self._timed, train_loop.compile_ahead, configs, dirs,
-                                     self._loaded)
-      evaluating = self._thread.submit(self._compile_evaluation, training, len(configs))
-      self._started[tuple(group)] = training, evaluating
+  def start(self, group: list[str], configs: list, dirs: list[str],
+            devices: list[jax.Device] | None = None) -> None:
+    """Queues the compiling of `group`'s training (its rows' `configs`, trained in `dirs` on
+    `devices`, default every device), unless started."""
+    with self._lock:
+      if tuple(group) not in self._started:
+        training = self._thread.submit(self._timed, train_loop.compile_ahead, configs, dirs,
+                                       self._loaded, devices)
+        self._started[tuple(group)] = training, len(configs)
 
   def take(self, group: list[str]) -> Compiled:
-    """`group`'s programs (`start`ed), once its training's are compiled."""
-    training, evaluating = self._started.pop(tuple(group))
+    """`group`'s programs (`start`ed), once its training's are compiled; its evaluation's
+    compiling queued."""
+    with self._lock:
+      training, rows = self._started.pop(tuple(group))
     programs, part = training.result()
-    return Compiled(programs, part, evaluating)
+    return Compiled(programs, part, self._thread.submit(self._compile_evaluation, programs, rows))
 
   def drop(self, group: list[str]) -> None:
-    """Gives up `group`'s compiling (not to be trained): what has not started never will."""
-    for future in self._started.pop(tuple(group), ()):
-      future.cancel()
+    """Gives up `group`'s compiling (not to be trained), if it has not started."""
+    with self._lock:
+      started = self._started.pop(tuple(group), None)
+    if started is not None:
+      started[0].cancel()
 
   def close(self) -> None:
     """Gives up every group started and not taken, and ends the thread."""
@@ -106,8 +118,7 @@ class Ahead:
       error = f'{type(e).__name__}: {e}'
     return result, Part(compilation.so_far() - before, time.perf_counter() - start, error)
 
-  def _compile_evaluation(self, training: concurrent.futures.Future, rows: int) -> Part:
-    programs, _ = training.result()
+  def _compile_evaluation(self, programs: train_loop.Programs | None, rows: int) -> Part:
     if programs is None:
       return Part(compilation.Compiles(), 0.0)
 

@@ -2,7 +2,9 @@
 expected to finish by a deadline (`plan`).
 
 A deadline is a lent accelerator's window; the groups' times are predicted from those of the
-groups finished on this device (`predicted_seconds`).
+groups finished on this kind of device and as many devices a group (`predicted_seconds`). A
+sweep's slots, the devices of a process split into groups' worth, train their groups side by
+side; the plan says which groups each slot trains.
 """
 
 import dataclasses
@@ -40,18 +42,20 @@ def groups(configs: dict[str, Any], together: int) -> list[list[str]]:
   return [group for _, group in formed]
 
 
-def predicted_seconds(results: dict, group_size: int, steps: int,
-                      device_kind: str) -> float | None:
-  """Seconds that a group of `group_size` rows of `steps` steps will take to train and evaluate,
-  predicted from the finished rows `results` (row -> JSON) trained on `device_kind` in groups of
-  that size: the slowest such group's training seconds per step times `steps`, plus its rows'
+def predicted_seconds(results: dict, group_size: int, steps: int, device_kind: str,
+                      devices: int = 1) -> float | None:
+  """Seconds that a group of `group_size` rows of `steps` steps will take to train and evaluate
+  on `devices` devices, predicted from the finished rows `results` (row -> JSON) trained on as
+  many devices of `device_kind` in groups of that size (a row that does not record its devices
+  trained on one): the slowest such group's training seconds per step times `steps`, plus its rows'
   evaluation seconds (a group evaluated as one program records its evaluation's time in each
   row: counted once). None when no such group has finished."""
   measured = {}  # group -> (its training seconds per step, its evaluation seconds)
   for result in results.values():
     group = tuple(result.get('together', {}).get('rows', [result['row']]))
-    device = result.get('provenance', {}).get('machine', {}).get('device')  # older rows: none
-    if len(group) == group_size and device == device_kind:
+    machine = result.get('provenance', {}).get('machine', {})  # older rows: none
+    if (len(group) == group_size and machine.get('device') == device_kind
+        and machine.get('devices', 1) == devices):
       _, evals = measured.get(group, (0.0, 0.0))
       measured[group] = (result['train_seconds'] / result['steps'],
                          result['eval_seconds'] if result.get('evaluated_together')
@@ -63,12 +67,18 @@ def predicted_seconds(results: dict, group_size: int, steps: int,
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-  """The groups to start, in order, and those passed over; `seconds`: each group's predicted
-  seconds (None: no group of its size has finished on this device)."""
+  """The groups each slot starts, in order (`slots`: one list a slot, the devices a group
+  trains on, `sweep.run`), and those passed over; `seconds`: each group's predicted seconds
+  (None: no group of its size has finished on this device and as many devices)."""
 
-  start: list[list[str]]
+  slots: list[list[list[str]]]
   passed_over: list[list[str]]
   seconds: dict[tuple[str, ...], float | None]
+
+  @property
+  def start(self) -> list[list[str]]:
+    """Every group to start, slot after slot."""
+    return [group for slot in self.slots for group in slot]
 
   def describe(self, seconds_left: float | None) -> str:
     """The plan as lines, for the log before anything starts."""
@@ -81,37 +91,60 @@ class Plan:
     head = ('plan: every group, in order' if seconds_left is None else
             f'plan for {seconds_left:.0f} s: the groups expected to finish, the most rows that '
             f'fit ({sum(map(len, predicted))}), then those not predicted, if time is left')
-    lines = [head, *map(line, self.start)]
+    lines = [head]
+    for index, slot in enumerate(self.slots):
+      if len(self.slots) > 1:
+        known = sum(self.seconds[tuple(g)] or 0.0 for g in slot)
+        lines.append(f' slot {index} ({len(slot)} groups, {known:.0f} s predicted):')
+      lines += map(line, slot)
     if self.passed_over:
       lines += ['not expected to finish, not started:', *map(line, self.passed_over)]
     return '\n'.join(lines)
 
 
 def plan(groups_: list[list[str]], seconds: dict[tuple[str, ...], float | None],
-         seconds_left: float | None) -> Plan:
-  """The groups to start within `seconds_left` (None: all, in order): those whose predicted
-  `seconds` fit with the most rows in all (fewest seconds among equals; a knapsack, solved
-  exactly by whole seconds), in row order, then the groups not predicted (a size not yet
-  measured), which start if there is time left when they come. Groups passed over are named."""
-  if seconds_left is None:
-    return Plan(list(groups_), [], seconds)
+         seconds_left: float | None, slots: int = 1) -> Plan:
+  """Which groups each of `slots` slots (side by side, each on its own devices) starts within
+  `seconds_left`, in row order. Without a deadline (None), every group, each given to the slot
+  with the fewest predicted seconds so far (the fewest groups among equals). With one, the
+  slots are filled one after another, each with the groups not yet given whose predicted
+  `seconds` fit in its time with the most rows (fewest seconds among equals; a knapsack,
+  solved exactly by whole seconds); the groups not predicted (a size not yet measured) then
+  go to the slots as without a deadline, and start if there is time left when they come.
+  Groups passed over are named."""
   known = [g for g in groups_ if seconds[tuple(g)] is not None]
   unknown = [g for g in groups_ if seconds[tuple(g)] is None]
+  if seconds_left is None:
+    known, unknown = [], list(groups_)
+  chosen = [[] for _ in range(slots)]
+  for slot in chosen if known else ():
+    picked = _most_rows(known, seconds, seconds_left)
+    slot += picked
+    known = [g for g in known if g not in picked]
+  for group in unknown:
+    load = [(sum(seconds[tuple(g)] or 0.0 for g in slot), len(slot)) for slot in chosen]
+    chosen[load.index(min(load))].append(group)
+  order = {tuple(g): i for i, g in enumerate(groups_)}
+  for slot in chosen:
+    slot.sort(key=lambda g: (seconds_left is not None and seconds[tuple(g)] is None,
+                             order[tuple(g)]))
+  return Plan(chosen, known, seconds)
+
+
+def _most_rows(groups_: list[list[str]], seconds: dict[tuple[str, ...], float],
+               seconds_left: float) -> list[list[str]]:
+  """Those of `groups_` whose `seconds` fit in `seconds_left` with the most rows in all, the
+  fewest seconds among equals (a knapsack, solved exactly by whole seconds)."""
   budget = max(int(seconds_left), 0)
   # best[t] = (rows, -seconds, chosen indices) using at most t whole seconds.
   best = [(0, 0, ())] * (budget + 1)
-  for index, group in enumerate(known):
+  for index, group in enumerate(groups_):
     cost = int(-(-seconds[tuple(group)] // 1))
     if cost > budget:
       continue
     for t in range(budget, cost - 1, -1):
-      rows, negative, chosen = best[t - cost]
-      candidate = (rows + len(group), negative - cost, chosen + (index,))
+      rows, negative, picked = best[t - cost]
+      candidate = (rows + len(group), negative - cost, picked + (index,))
       if candidate[:2] > best[t][:2]:
         best[t] = candidate
-  chosen = set(best[budget][2])
-  start = [g for i, g in enumerate(known) if i in chosen]
-  order = {tuple(g): i for i, g in enumerate(groups_)}
-  start.sort(key=lambda g: order[tuple(g)])
-  passed_over = [g for i, g in enumerate(known) if i not in chosen]
-  return Plan(start + unknown, passed_over, seconds)
+  return [groups_[i] for i in best[budget][2]]

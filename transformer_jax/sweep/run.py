@@ -1,23 +1,32 @@
-"""Runs the rows of a sweep in this process, a group at a time, each group trained and then
-evaluated as one program; every row's figures to `<results>/<row>.json`.
+"""Runs the rows of a sweep in this process, each group trained and then evaluated as one
+program, groups side by side on the process's devices; every row's figures to
+`<results>/<row>.json`.
 
 A group (`plan.groups`; a row alone is a group of one) trains as one program
 (`train_loop.train_together`) and is evaluated as one program on the dev split as Table 3 was
 (`EVALUATION`: `scoring.evaluate_rows` of a `RowsTranslator`); after each group the table is
 rewritten (`results`).
 
+The process's devices are split into slots of `devices_per_group` devices (default: one slot of
+every device); each slot trains its groups one after another in a thread of its own, on its own
+devices, while the other slots train theirs (`plan.plan` says which slot trains which group).
+A small model leaves an accelerator's step launch-bound, so a group spread over several devices
+takes about as long a step as on one: side by side, D/d groups train in that time.
+
 The data and vocabulary are loaded once for every group of one data config and seed
 (`train_loop.data_key`). A row whose JSON exists is skipped, so a sweep that crashed, was
-killed (at any moment) or was stopped resumes where it was: the group in flight from its last
+killed (at any moment) or was stopped resumes where it was: each group in flight from its last
 checkpoint, a group killed while its rows' files were written from its results file.
-Each group's programs compile in a background thread (`ahead`): the first group's training
-before it starts, then its evaluation and the next group's while it trains.
-A SIGTERM stops the group in flight at its next step, saved (`preemption`); the sweep then
-stops with an error saying to run it again. A group's `train_seconds` are the wall time of
-every attempt to train it (saved every `SAVE_SECONDS_EVERY` seconds, so an attempt that is
+Each group's programs compile in a background thread (`ahead`): each slot's first group's
+training before it starts, then its evaluation and the slot's next group's while it trains.
+A SIGTERM stops every group in flight at its next step, saved (`preemption`); so does a group
+that fails, and no slot starts another group; the sweep then stops with the first error
+(a preempted group's says to run the sweep again). A group's `train_seconds` are the wall time
+of every attempt to train it (saved every `SAVE_SECONDS_EVERY` seconds, so an attempt that is
 killed still counts), its dev evaluations during training included.
 """
 
+import concurrent.futures
 import contextlib
 import io
 import json
@@ -33,10 +42,12 @@ from transformer_jax.config import loading
 from transformer_jax.decoding import scoring
 from transformer_jax.decoding.translator import RowsTranslator, Translator
 from transformer_jax.loop import train_loop
+from transformer_jax.model import partitioning
+from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, provenance
 from transformer_jax.sweep import plan, results as tables
 from transformer_jax.sweep.ahead import Ahead, Compiled
-from transformer_jax.training import checkpointing, metrics_log, saved_config
+from transformer_jax.training import checkpointing, metrics_log, preemption, saved_config
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
 EVALUATION = {'beam_size': 4, 'alpha': 0.6, 'average_last': 1}
@@ -49,12 +60,14 @@ SAVE_SECONDS_EVERY = 30.0
 
 def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
         results_dir: str | None = None, overrides: list[str] = (), together: int = 1,
-        stop_after_minutes: float | None = None) -> dict:
+        stop_after_minutes: float | None = None,
+        devices_per_group: int | None = None) -> dict:
   """Runs the rows not finished yet (all of the sweep's, or `rows`) in groups of up to
-  `together` rows, with `overrides` (`FIELD=VALUE`) in every row; with `stop_after_minutes`,
-  only the groups the plan expects to finish by then (`plan.plan`, printed before anything
-  starts), each started only if its prediction still fits when it comes. Returns every
-  finished row's figures."""
+  `together` rows, with `overrides` (`FIELD=VALUE`) in every row, each group on
+  `devices_per_group` of this process's devices (default: all), groups side by side on the
+  others; with `stop_after_minutes`, only the groups the plan expects to finish by then
+  (`plan.plan`, printed before anything starts), each started only if its prediction still
+  fits when it comes. Returns every finished row's figures."""
   started = time.monotonic()
   sweep = loading.load_sweep(sweep_path)
   rows = list(sweep.ROWS) if rows is None else list(rows)
@@ -64,8 +77,14 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
                      f'(rows: {", ".join(sweep.ROWS)})')
   if together < 1:
     raise ValueError(f'--together must be at least 1, got {together}')
-  # Every row's config is checked before anything trains.
+  slots = device_slots(jax.local_devices(), devices_per_group)
+  # Every row's config is checked before anything trains, its mesh on a slot's devices too.
   configs = {row: plan.row_config(sweep, row, overrides) for row in rows}
+  for row, config in configs.items():
+    try:
+      partitioning.mesh_shape(config, len(slots[0]))
+    except ValueError as e:
+      raise ValueError(f'row {row}, on {len(slots[0])} devices a group: {e}') from None
   results_dir = results_dir or os.path.join(workdir, 'rows')
   os.makedirs(results_dir, exist_ok=True)
   _recover(sweep.ROWS, workdir, results_dir)
@@ -79,63 +98,160 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
         print(f'{row}: done already ({path})', flush=True)
   to_run = [row for row in rows if row not in results]
   if to_run:
-    device_kind = jax.devices()[0].device_kind
-    formed = plan.groups({row: configs[row] for row in to_run}, together)
+    deadline = None if stop_after_minutes is None else started + 60 * stop_after_minutes
+    side_by_side = _SideBySide(sweep_path, sweep, configs, workdir, results_dir, overrides,
+                               results, slots, deadline)
+    side_by_side.train(plan.groups({row: configs[row] for row in to_run}, together))
+    if side_by_side.passed_over:
+      print(f'not started before --stop_after_minutes={stop_after_minutes:g}: '
+            + '; '.join(', '.join(group) for group in side_by_side.passed_over), flush=True)
+  tables.write_table(sweep_path, sweep, results, workdir)
+  return results
 
-    def predicted(group: list[str]) -> float | None:
-      return plan.predicted_seconds(results, len(group), _steps_left(configs, workdir, group),
-                                    device_kind)
 
-    def seconds_left() -> float | None:
-      if stop_after_minutes is None:
-        return None
-      return 60 * stop_after_minutes - (time.monotonic() - started)
+def device_slots(devices: list[jax.Device], devices_per_group: int | None
+                 ) -> list[list[jax.Device]]:
+  """`devices` in consecutive slots of `devices_per_group` (None: one slot of them all); a
+  ValueError if that does not divide them."""
+  per_group = len(devices) if devices_per_group is None else devices_per_group
+  if per_group < 1 or len(devices) % per_group:
+    raise ValueError(f'--devices_per_group={per_group} must divide the {len(devices)} devices '
+                     'of this process (jax.local_devices())')
+  return [devices[i:i + per_group] for i in range(0, len(devices), per_group)]
 
-    the_plan = plan.plan(formed, {tuple(g): predicted(g) for g in formed}, seconds_left())
-    print(the_plan.describe(seconds_left()), flush=True)
-    passed_over = list(the_plan.passed_over)
-    loaded = {}  # the data of each data config and seed, loaded once (`train_loop.data_key`)
-    ahead = Ahead(loaded, EVALUATION, SPLIT)
+
+class _SideBySide:
+  """A sweep's groups trained slot by slot, the slots side by side, each in its own thread;
+  the finished rows' files and the table written as each group ends."""
+
+  def __init__(self, sweep_path: str, sweep: Any, configs: dict[str, Any], workdir: str,
+               results_dir: str, overrides: list[str], results: dict,
+               slots: list[list[jax.Device]], deadline: float | None):
+    self._sweep_path, self._sweep, self._configs = sweep_path, sweep, configs
+    self._workdir, self._results_dir, self._overrides = workdir, results_dir, overrides
+    self._results, self._slots, self._deadline = results, slots, deadline
+    self._device_kind = slots[0][0].device_kind
+    self._loaded = {}  # the data of each data config and seed, loaded once (`train_loop`)
+    self._lock = threading.Lock()  # the results, the table and what is passed over
+    self._stop = threading.Event()  # a group failed: no slot starts another
+    self.passed_over: list[list[str]] = []
+
+  def _predicted(self, group: list[str]) -> float | None:
+    with self._lock:
+      results = dict(self._results)
+    return plan.predicted_seconds(results, len(group),
+                                  _steps_left(self._configs, self._workdir, group),
+                                  self._device_kind, len(self._slots[0]))
+
+  def _seconds_left(self) -> float | None:
+    return None if self._deadline is None else self._deadline - time.monotonic()
+
+  def _start_compiling(self, ahead: Ahead, group: list[str], devices: list[jax.Device]) -> None:
+    ahead.start(group, [self._configs[row] for row in group],
+                [os.path.join(self._workdir, row) for row in group], devices)
+
+  def train(self, groups: list[list[str]]) -> None:
+    """Trains `groups` as the plan says, printed first; raises the first group's error after
+    every slot has stopped (the groups in flight saved)."""
+    the_plan = plan.plan(groups, {tuple(g): self._predicted(g) for g in groups},
+                         self._seconds_left(), len(self._slots))
+    print(the_plan.describe(self._seconds_left()), flush=True)
+    self.passed_over += the_plan.passed_over
+    ahead = Ahead(self._loaded, EVALUATION, SPLIT)
+    with preemption.Notice() as notice, _ThreadLogs.installed(), \
+        concurrent.futures.ThreadPoolExecutor(len(self._slots), 'slot') as threads:
+      try:
+        for queue, devices in zip(the_plan.slots, self._slots):  # each slot's first group
+          if queue:
+            self._start_compiling(ahead, queue[0], devices)
+        slots = [threads.submit(self._train_slot, queue, devices, ahead, notice)
+                 for queue, devices in zip(the_plan.slots, self._slots)]
+        errors = [error for error in map(_error_of, slots) if error is not None]
+      finally:
+        ahead.close()
+    if errors:
+      raise next((e for e in errors if not isinstance(e, _Preempted)), errors[0])
+
+  def _train_slot(self, queue: list[list[str]], devices: list[jax.Device], ahead: Ahead,
+                  notice: preemption.Notice) -> None:
+    """Trains `queue`'s groups, one after another, on `devices`; on an error, asks every
+    other slot to stop (saved) and raises it."""
     try:
-      for index, group in enumerate(the_plan.start):
-        left, seconds = seconds_left(), predicted(group)
-        if left is not None and seconds is not None and seconds > left:
-          print(f'{", ".join(group)}: not started: predicted {seconds:.0f} s, {left:.0f} s left',
-                flush=True)
-          passed_over.append(group)
+      for index, group in enumerate(queue):
+        if self._stop.is_set() or notice.received:
+          break
+        if not self._fits(group):
           ahead.drop(group)
           continue
-        ahead.start(group, [configs[row] for row in group],  # unless started
-                    [os.path.join(workdir, row) for row in group])
+        self._start_compiling(ahead, group, devices)  # unless started
         compiled = ahead.take(group)
         part = compiled.training
         print(f'{", ".join(group)}: its training compiled ahead in {part.seconds:.1f} s: '
               + (part.compiles.describe() if compiled.programs is not None
                  else f'not used ({part.error})'), flush=True)
-        if index + 1 < len(the_plan.start):  # compiled while this group trains
-          following = the_plan.start[index + 1]
-          ahead.start(following, [configs[row] for row in following],
-                      [os.path.join(workdir, row) for row in following])
-        print(f'{", ".join(group)}: training in {workdir}/'
-              + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}'), flush=True)
-        finished = run_group(group, configs, workdir, overrides, device_kind, loaded, compiled)
-        # The group's rows in one file first: a sweep killed between two rows' files writes the
-        # others from there when it runs again (`_recover`).
-        atomic.write(os.path.join(workdir, group[0], GROUP_RESULTS), json.dumps(finished))
-        for row, result in zip(group, finished):
-          atomic.write(os.path.join(results_dir, f'{row}.json'), json.dumps(result, indent=2))
-          results[row] = result
-          print(f'{row}: dev PPL {result["perplexity"]:.2f}, BLEU '
-                f'{result["bleu_tokenized"]:.2f}, {result["train_seconds"] / 60:.1f} min',
-                flush=True)
-        tables.write_table(sweep_path, sweep, results, workdir)
-    finally:
-      ahead.close()
-    if passed_over:
-      print(f'not started before --stop_after_minutes={stop_after_minutes:g}: '
-            + '; '.join(', '.join(group) for group in passed_over), flush=True)
-  tables.write_table(sweep_path, sweep, results, workdir)
-  return results
+        if index + 1 < len(queue):  # compiled while this group trains
+          self._start_compiling(ahead, queue[index + 1], devices)
+        print(f'{", ".join(group)}: training in {self._workdir}/'
+              + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}')
+              + _on(devices, self._slots), flush=True)
+        finished = run_group(group, self._configs, self._workdir, self._overrides,
+                             self._device_kind, self._loaded, compiled, devices, notice)
+        self._write(group, finished)
+    except BaseException:
+      self._stop.set()
+      notice.received = True  # the groups in flight save and stop
+      raise
+
+  def _fits(self, group: list[str]) -> bool:
+    """Whether `group` may start: its prediction fits in the time left (a group not
+    predicted: some time is left); otherwise it is passed over, said."""
+    left = self._seconds_left()
+    if left is None:
+      return True
+    seconds = self._predicted(group)
+    if (left > 0) if seconds is None else (seconds <= left):
+      return True
+    print(f'{", ".join(group)}: not started: '
+          + ('not predicted' if seconds is None else f'predicted {seconds:.0f} s')
+          + f', {max(left, 0):.0f} s left', flush=True)
+    with self._lock:
+      self.passed_over.append(group)
+    return False
+
+  def _write(self, group: list[str], finished: list[dict]) -> None:
+    """The group's rows' files (after one file of them all, from which a sweep killed between
+    two rows' files writes the others when it runs again, `_recover`), then the table."""
+    atomic.write(os.path.join(self._workdir, group[0], GROUP_RESULTS), json.dumps(finished))
+    with self._lock:
+      for row, result in zip(group, finished):
+        atomic.write(os.path.join(self._results_dir, f'{row}.json'),
+                     json.dumps(result, indent=2))
+        self._results[row] = result
+        print(f'{row}: dev PPL {result["perplexity"]:.2f}, BLEU '
+              f'{result["bleu_tokenized"]:.2f}, {result["train_seconds"] / 60:.1f} min',
+              flush=True)
+      tables.write_table(self._sweep_path, self._sweep, self._results, self._workdir)
+
+
+class _Preempted(RuntimeError):
+  """A group stopped short of its last step by a SIGTERM (or by another group's error)."""
+
+
+def _error_of(future: concurrent.futures.Future) -> BaseException | None:
+  """The error `future` raised (waiting for it), or None."""
+  while True:
+    try:  # a timeout, so that the main thread takes signals (SIGTERM) while it waits
+      return future.exception(timeout=1.0)
+    except concurrent.futures.TimeoutError:
+      continue
+
+
+def _on(devices: list[jax.Device], slots: list[list[jax.Device]]) -> str:
+  """' on devices 2, 3' when the devices are split into slots, else ''."""
+  if len(slots) == 1:
+    return ''
+  return ' on device' + ('s ' if len(devices) > 1 else ' ') + ', '.join(
+      str(device.id) for device in devices)
 
 
 def _recover(rows: list[str], workdir: str, results_dir: str) -> None:
@@ -159,37 +275,45 @@ def _steps_left(configs: dict, workdir: str, group: list[str]) -> int:
 
 
 def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides: list[str],
-              device_kind: str, loaded: dict, compiled: Compiled | None = None) -> list[dict]:
-  """Trains (or resumes) the rows of `group` as one program, each in `workdir/<row>`, then
-  evaluates them as one program; returns their figures. With `compiled` (`ahead`), with the
-  programs compiled there (waiting for its evaluation's before evaluating). What the group
+              device_kind: str, loaded: dict, compiled: Compiled | None = None,
+              devices: list[jax.Device] | None = None,
+              notice: preemption.Notice | None = None) -> list[dict]:
+  """Trains (or resumes) the rows of `group` as one program, each in `workdir/<row>`, on
+  `devices` (default: every device), then evaluates them as one program there; returns their
+  figures. With `compiled` (`ahead`), with the programs compiled there (waiting for its
+  evaluation's before evaluating); `notice`, the sweep's preemption notice. What the group
   prints also goes to the first row's `sweep.log`."""
+  devices = jax.local_devices() if devices is None else devices
   programs = compiled.programs if compiled is not None else None
   dirs = [os.path.join(workdir, row) for row in group]
   for directory in dirs:
     os.makedirs(directory, exist_ok=True)
-  with _logged(os.path.join(dirs[0], 'sweep.log')):
+  with _ThreadLogs.to(os.path.join(dirs[0], 'sweep.log')):
     try:
       with _timed(os.path.join(dirs[0], 'sweep_train_seconds.json')) as train_seconds:
-        train_loop.train_together([configs[row] for row in group], dirs, loaded, programs)
+        train_loop.train_together([configs[row] for row in group], dirs, loaded, programs,
+                                  devices, notice)
     except Exception as e:  # the rows named, whichever of them failed
       raise RuntimeError(f'training {", ".join(group)}: {e}') from e
     for row, directory in zip(group, dirs):
       trained = max(checkpointing.saved_steps(directory), default=0)
       # A run stopped by SIGTERM (preemption) saves and returns, unfinished.
       if trained < configs[row].train.num_train_steps:
-        raise RuntimeError(f'{row} stopped at step {trained} of '
+        raise _Preempted(f'{row} stopped at step {trained} of '
                            f'{configs[row].train.num_train_steps} (preempted); run the sweep '
                            'again to resume it')
     start = time.perf_counter()
     if compiled is not None:
       compiled.evaluation()
-    model = programs.model if programs is not None else None
+    model = (programs.model if programs is not None else
+             ShardedModel(saved_config.read_config(dirs[0]),
+                          partitioning.make_mesh(configs[group[0]], devices)))
     translator = (Translator(dirs[0], **EVALUATION, model=model) if len(group) == 1
                   else RowsTranslator(dirs, **EVALUATION, model=model))
     figures = scoring.evaluate_rows(translator, SPLIT)
     eval_seconds = time.perf_counter() - start
   record = provenance.record(device_kind)
+  record['machine']['devices'] = len(devices)  # the group's (`plan.predicted_seconds`)
   ahead = compiled.record() if compiled is not None else None
   return [_row_result(row, directory, train_seconds(), eval_seconds, row_figures, overrides,
                       group, record, ahead)
@@ -248,27 +372,46 @@ def _timed(path: str) -> Iterator[Callable[[], float]]:
     atomic.write(path, json.dumps(ended[0]))
 
 
-class _Tee(io.TextIOBase):
-  """Writes to a stream and a file."""
+class _ThreadLogs(io.TextIOBase):
+  """A stream (stdout or stderr) that also writes what a thread prints to that thread's log
+  file: the groups of a sweep print side by side, each to its own `sweep.log`."""
 
-  def __init__(self, stream, file):
+  _files: dict[int, Any] = {}  # thread id -> its log file
+
+  def __init__(self, stream):
     super().__init__()
-    self._stream, self._file = stream, file
+    self._stream = stream
 
   def write(self, text: str) -> int:
     self._stream.write(text)
-    self._file.write(text)
+    log = self._files.get(threading.get_ident())
+    if log is not None:
+      log.write(text)
     return len(text)
 
   def flush(self) -> None:
     self._stream.flush()
-    self._file.flush()
+    log = self._files.get(threading.get_ident())
+    if log is not None:
+      log.flush()
 
+  @classmethod
+  @contextlib.contextmanager
+  def installed(cls) -> Iterator[None]:
+    """stdout and stderr as `_ThreadLogs` within the block (unless they are already)."""
+    if isinstance(sys.stdout, cls):
+      yield
+      return
+    with contextlib.redirect_stdout(cls(sys.stdout)), contextlib.redirect_stderr(cls(sys.stderr)):
+      yield
 
-@contextlib.contextmanager
-def _logged(path: str) -> Iterator[None]:
-  """What this process prints (stdout and stderr) within the block, appended to `path` too."""
-  with open(path, 'a', encoding='utf-8') as log, \
-      contextlib.redirect_stdout(_Tee(sys.stdout, log)), \
-      contextlib.redirect_stderr(_Tee(sys.stderr, log)):
-    yield
+  @classmethod
+  @contextlib.contextmanager
+  def to(cls, path: str) -> Iterator[None]:
+    """What this thread prints within the block, appended to `path` too."""
+    with cls.installed(), open(path, 'a', encoding='utf-8') as log:
+      cls._files[threading.get_ident()] = log
+      try:
+        yield
+      finally:
+        del cls._files[threading.get_ident()]
