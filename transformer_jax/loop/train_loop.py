@@ -1,5 +1,6 @@
-"""Training with the paper's recipe (§5) on every available device or those given: `train_and_evaluate`, the
-loop that trains one run or several as one program (`train_together`) and evaluates them.
+"""Training with the paper's recipe (§5) on every available device, or on those given:
+`train_and_evaluate`, the loop that trains one run or several as one program (`train_together`)
+and evaluates them.
 
 The training command (`transformer_jax.train`) calls `train_and_evaluate`; a notebook or script
 calls it with a valid config (`loading.from_file('configs/base.py')`, fields overridden as
