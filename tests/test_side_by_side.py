@@ -34,8 +34,9 @@ def _params(workdir, step: int = 20):
 
 def _swept(tmp_path_factory, name: str, devices_per_group: int, together: int,
            rows: int = 8) -> dict:
-  """The first `rows` rows swept side by side; returns the sweep file, the workdir, each group's devices
-  (device ids, by its rows), and the most groups seen training or being evaluated at once."""
+  """The first `rows` rows swept side by side; returns the sweep file, the workdir, each group's
+  devices (device ids, by its rows), and the most groups seen training or being evaluated at
+  once."""
   tmp_path = tmp_path_factory.mktemp(name)
   sweep, workdir = _sweep_file(tmp_path, ROWS), tmp_path / 'run'
   devices, running, most, lock = {}, [0], [0], threading.Lock()

@@ -308,7 +308,8 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
   nothing compiled ahead for them; returns the rows that ran, in order."""
   ran = []
   monkeypatch.setattr(tables, 'write_table', lambda *args: None)
-  monkeypatch.setattr(sweep_run.train_loop, 'compile_ahead', lambda configs, dirs, loaded, devices: None)
+  monkeypatch.setattr(sweep_run.train_loop, 'compile_ahead',
+                      lambda configs, dirs, loaded, devices: None)
 
   def fake_group(group, configs, workdir, overrides, device_kind, loaded, compiled, devices,
                  notice):
@@ -435,9 +436,9 @@ def test_the_plan_over_slots_fills_each_within_the_deadline_and_balances_without
 
 def test_a_group_predicted_to_end_after_the_deadline_is_not_started(tmp_path, monkeypatch, capsys):
   """With --stop_after_minutes, the plan printed first; a group that the finished groups of its
-  size on this device say would end too late is passed over (named), a smaller one still
-  starts, and a group of a size never measured starts while time is left, not after; the steps a cut-off group has already
-  trained are not counted again."""
+  size on this device say would end too late is passed over (named), a smaller one still starts,
+  and a group of a size never measured starts while time is left, not after; the steps a cut-off
+  group has already trained are not counted again."""
   ran = _fake_rows(tmp_path, monkeypatch)
   results = tmp_path / 'results'
   results.mkdir()

@@ -3,7 +3,8 @@ evaluated as one program, and tabulates them beside the paper's figures.
 
   python -m transformer_jax.sweep --sweep=experiments/table3_multi30k/sweep.py --workdir=DIR \
       [--rows=A1,C3] [--results=experiments/table3_multi30k/rows] [--together=N] \
-      [--devices_per_group=d] [--stop_after_minutes=M] [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
+      [--devices_per_group=d] [--stop_after_minutes=M] \
+      [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
 
 A sweep file is a config file whose `get_config(row)` gives each row's config, with
     ROWS   the row ids, in table order (a dict or a sequence);

@@ -8,14 +8,15 @@ trains and is evaluated without compiling (`jit(...).lower(...).compile()`).
   compiled.evaluation()                          # waits for its evaluation's programs
 
 Each group's compiling has two parts, for the devices it will train on: its training
-(`train_loop.compile_ahead`: the data loaded if no group before loaded it, the initial state,
-the step for each batch shape, the dev evaluation), queued when the group is started, then its
+(`train_loop.compile_ahead`: the data loaded if no group before loaded it, the initial state, the
+step for each batch shape, the dev evaluation), queued when the group is started, then its
 evaluation (`scoring.compile_ahead`: Table 3's decoder for each bucket of the dev sources, the
-loss), queued when it is taken. A sweep starts the first group of each of its slots (the
-devices a group trains on, `sweep.run`) and each slot waits for its group's training programs
-only; the group's evaluation, and then the slot's next group, compile while it trains. Nothing compiles twice: the group trains and is evaluated with
-the objects compiled here (`train_loop.Programs`, the `ShardedModel` its translator reuses),
-and waits for a part still compiling rather than compile it again.
+loss), queued when it is taken. A sweep starts the first group of each of its slots (the devices a
+group trains on, `sweep.run`) and each slot waits for its group's training programs only; the
+group's evaluation, and then the slot's next group, compile while it trains. Nothing compiles twice:
+the group trains and is evaluated with the objects compiled here (`train_loop.Programs`, the
+`ShardedModel` its translator reuses), and waits for a part still compiling rather than compile it
+again.
 
 An accelerator's host is idle while the device trains, so the thread costs the training nothing
 there; on a CPU it takes cores from the training steps.
