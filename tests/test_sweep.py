@@ -235,15 +235,21 @@ def test_a_sweep_killed_at_a_random_moment_resumes_to_the_uninterrupted_figures(
     for key in ('together', 'checkpoint_steps', 'model', 'steps'):
       assert resumed[key] == uninterrupted[key], (row, key, where)
 
-  # Killed after the group's first row's file was written, before the second's.
+  # Killed after the group's first row's file was written, before the second's: the group's
+  # file, removed once every row's file is written, still there.
   written = (results / 'drop.json').read_text()
   mtime = os.path.getmtime(results / 'small.json')
+  group_file = workdir / 'small' / sweep_run.GROUP_RESULTS
+  assert not group_file.exists()
+  group_file.write_text(json.dumps([json.loads((results / f'{row}.json').read_text())
+                                    for row in group]))
   os.remove(results / 'drop.json')
   capsys.readouterr()
   sweep_run.run(swept.sweep, str(workdir), group, str(results), SWEPT_OVERRIDES, together=2)
   assert capsys.readouterr().out.count('done already') == 2
   assert (results / 'drop.json').read_text() == written
   assert os.path.getmtime(results / 'small.json') == mtime
+  assert not group_file.exists()
 
 
 def test_a_removed_flag_names_what_replaces_it(tmp_path):
@@ -339,6 +345,16 @@ def test_after_a_failed_row_no_new_row_starts(tmp_path, monkeypatch):
                   str(tmp_path / 'results'))
   assert ran == ['small']
   assert not os.path.exists(tmp_path / 'results' / 'small.json')
+
+
+def test_a_row_whose_file_is_deleted_runs_again(tmp_path, monkeypatch):
+  ran = _fake_rows(tmp_path, monkeypatch)
+  args = (_sweep_file(tmp_path), str(tmp_path / 'run'), ['small', 'wide'],
+          str(tmp_path / 'results'))
+  sweep_run.run(*args)
+  os.remove(tmp_path / 'results' / 'wide.json')
+  sweep_run.run(*args)
+  assert ran == ['small', 'wide', 'wide']
 
 
 def _finished(group: list[str], train_seconds: float, steps: int, eval_seconds: float,

@@ -16,7 +16,7 @@ from conftest import assert_trained_alike, metrics_lines, short_run, train_confi
 from transformer_jax.decoding import scoring
 from transformer_jax.decoding.translator import RowsTranslator, Translator
 from transformer_jax.loop import train_loop
-from transformer_jax.training import compilation, metrics_log, saved_config
+from transformer_jax.training import checkpointing, compilation, metrics_log, saved_config
 from transformer_jax.training.trainer import Trainer
 
 pytestmark = pytest.mark.slow
@@ -106,6 +106,61 @@ def test_runs_interrupted_together_resume_exactly(together, overrides, tmp_path)
     np.testing.assert_allclose(_records(workdir, 'train')[STEPS]['loss'],
                                _records(uninterrupted, 'train')[STEPS]['loss'], rtol=1e-5)
     jax.tree.map(assert_trained_alike, _params(workdir, STEPS), _params(uninterrupted, STEPS))
+
+
+def test_a_group_that_keeps_one_checkpoint_resumes_after_a_crash_between_its_saves(
+    together, overrides, tmp_path, monkeypatch):
+  # With train.keep_checkpoints=1 a run deletes its step 8 once its step 12 is complete; the
+  # group crashes before the second run saves step 12. Each run keeps the step before its
+  # newest while the group trains, so both resume from step 8 (the first's 12 moved aside) and
+  # end as the uninterrupted group, their step 8 then deleted.
+  dirs = [str(tmp_path / f'run{i}') for i in range(2)]
+  configs = [train_config(**{**overrides, 'train.keep_checkpoints': 1}, **run) for run in RUNS]
+  save = checkpointing.Checkpoints.save
+
+  def crashing(self, step, state, data_state):
+    if step == STEPS and str(self._manager.directory).startswith(dirs[1]):
+      raise OSError('disk gone')
+    return save(self, step, state, data_state)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(checkpointing.Checkpoints, 'save', crashing)
+    with pytest.raises(OSError, match='disk gone'):
+      train_loop.train_together(configs, dirs)
+  assert [checkpointing.saved_steps(workdir) for workdir in dirs] == [[8, STEPS], [4, 8]]
+  train_loop.train_together(configs, dirs)
+  assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished']
+  assert os.listdir(os.path.join(dirs[1], 'checkpoints')) == ['12']
+  for workdir, uninterrupted in zip(dirs, together):
+    np.testing.assert_allclose(_records(workdir, 'train')[STEPS]['loss'],
+                               _records(uninterrupted, 'train')[STEPS]['loss'], rtol=1e-5)
+    jax.tree.map(assert_trained_alike, _params(workdir, STEPS), _params(uninterrupted, STEPS))
+
+
+def test_a_step_one_run_cannot_read_is_trained_again_by_every_run(together, overrides,
+                                                                   tmp_path):
+  # The second run's step 12 damaged (its parameters' files emptied): both runs resume from
+  # step 8, the newest that both can read, rather than the first from 12 and the second from 8
+  # joined under step 12; the first's 12 moved to 12.unfinished, the second's to 12.corrupt.
+  dirs = [str(tmp_path / f'run{i}') for i in range(2)]
+  for source, workdir in zip(together, dirs):
+    shutil.copytree(source, workdir)
+  state = os.path.join(dirs[1], 'checkpoints', str(STEPS), 'state')
+  for root, _, files in os.walk(state):
+    for name in files:
+      if name not in ('_METADATA', '_CHECKPOINT_METADATA', 'manifest.ocdbt'):
+        open(os.path.join(root, name), 'w').close()
+  logged = [len(metrics_lines(workdir)) for workdir in dirs]
+  further = {**overrides, 'train.num_train_steps': STEPS + 4}  # step 12 is not the last
+  train_loop.train_together([train_config(**further, **run) for run in RUNS], dirs)
+  assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished',
+                                                                       '16']
+  assert sorted(os.listdir(os.path.join(dirs[1], 'checkpoints'))) == ['12', '12.corrupt', '16']
+  for workdir, uninterrupted, before in zip(dirs, together, logged):
+    resumed = metrics_lines(workdir)[before:]
+    assert [r['step'] for r in resumed if r['split'] == 'train'] == list(range(9, STEPS + 5))
+    np.testing.assert_allclose(_records(workdir, 'train')[STEPS]['loss'],
+                               _records(uninterrupted, 'train')[STEPS]['loss'], rtol=1e-5)
 
 
 def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeypatch):

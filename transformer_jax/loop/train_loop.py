@@ -233,13 +233,36 @@ def _resume_step(dirs: list[str]) -> tuple[int | None, list[list[int]]]:
   return latest, newer
 
 
+# Said where a group's checkpoint is moved aside to `<step>.unfinished`.
+_UNFINISHED = (' (a save of runs trained together that not every run finished, or whose step '
+               'another run cannot read: they resume together from an earlier step and save '
+               'this one again; the moved checkpoint may be deleted)')
+
+
 def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: TrainerProtocol):
-  """(step, state, data position) of the runs' latest checkpoints (of one step,
-  `_resume_step`), joined into the trainer's state; None when there are none."""
-  restored = [c.restore_latest(trainer.run_abstract_state) for c in checkpoints]
-  if restored[0] is None:
-    return None
-  return restored[0][0], trainer.join([r[1] for r in restored]), restored[0][2]
+  """(step, state, data position) of the runs' latest checkpoints, joined into the trainer's
+  state; None when there are none. One run resumes from its newest readable checkpoint
+  (`Checkpoints.restore_latest`); runs trained together from the newest step that every run
+  saved and can read, each run's checkpoint of a newer step moved aside (`<step>.corrupt` where
+  it cannot be read, `<step>.unfinished` where it can)."""
+  abstract = trainer.run_abstract_state
+  if len(checkpoints) == 1:
+    restored = checkpoints[0].restore_latest(abstract)
+    return None if restored is None else (restored[0], trainer.join([restored[1]]), restored[2])
+  common = set.intersection(*(set(c.all_steps()) for c in checkpoints))
+  for step in sorted(common, reverse=True):
+    restored = [c.restore_readable(step, abstract) for c in checkpoints]
+    if all(r is not None for r in restored):
+      return step, trainer.join([state for state, _ in restored]), restored[0][1]
+    for run_checkpoints, run_restored in zip(checkpoints, restored):
+      if run_restored is None:
+        run_checkpoints.move_aside([step], 'corrupt')
+      else:
+        run_checkpoints.move_aside([step], 'unfinished', _UNFINISHED)
+  if common:
+    raise RuntimeError('no checkpoint that every run trained together saved can be read by '
+                       'all of them (moved aside as <step>.corrupt and <step>.unfinished)')
+  return None
 
 
 def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: dict,
@@ -271,9 +294,10 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
     checkpoints = []
     for workdir, steps in zip(dirs, unfinished):
       checkpoints.append(checkpointing.Checkpoints(workdir, train.keep_checkpoints,
-                                                   train.checkpoint_every_steps))
+                                                   train.checkpoint_every_steps,
+                                                   previous=len(dirs) > 1))
       cleanup.callback(checkpoints[-1].close)
-      checkpoints[-1].move_aside(steps, 'unfinished')  # a save the group did not finish
+      checkpoints[-1].move_aside(steps, 'unfinished', _UNFINISHED)  # a save not every run made
     iterator = data.train_iterator(fields.shuffle_seed(config), jax.process_index(),
                                    jax.process_count())
     cleanup.callback(iterator.close)
@@ -356,6 +380,9 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
             progress.write(f'Preempted (SIGTERM): saved step {step} in {", ".join(dirs)}; run '
                            'the same command again to resume')
           break
+    if len(dirs) > 1:  # every save complete: no earlier step to resume from is needed
+      for run_checkpoints in checkpoints:
+        run_checkpoints.tidy()
     _log_compiles(logs, progress.n, 'the whole run', compilation.so_far() - startup,
                   progress.write)
   return eval_metrics

@@ -220,8 +220,10 @@ class _SideBySide:
 
   def _write(self, group: list[str], finished: list[dict]) -> None:
     """The group's rows' files (after one file of them all, from which a sweep killed between
-    two rows' files writes the others when it runs again, `_recover`), then the table."""
-    atomic.write(os.path.join(self._workdir, group[0], GROUP_RESULTS), json.dumps(finished))
+    two rows' files writes the others when it runs again, `_recover`, removed once they are
+    written), then the table."""
+    group_results = os.path.join(self._workdir, group[0], GROUP_RESULTS)
+    atomic.write(group_results, json.dumps(finished))
     with self._lock:
       for row, result in zip(group, finished):
         atomic.write(os.path.join(self._results_dir, f'{row}.json'),
@@ -230,6 +232,7 @@ class _SideBySide:
         print(f'{row}: dev PPL {result["perplexity"]:.2f}, BLEU '
               f'{result["bleu_tokenized"]:.2f}, {result["train_seconds"] / 60:.1f} min',
               flush=True)
+      os.remove(group_results)  # a row's file deleted later is the row to run again
       tables.write_table(self._sweep_path, self._sweep, self._results, self._workdir)
 
 
@@ -256,7 +259,8 @@ def _on(devices: list[jax.Device], slots: list[list[jax.Device]]) -> str:
 
 def _recover(rows: list[str], workdir: str, results_dir: str) -> None:
   """Writes the JSON of each row that a group finished but whose file was not written (the
-  sweep killed between two rows' files) from the group's results in its first row's workdir."""
+  sweep killed between two rows' files) from the group's results in its first row's workdir,
+  then removes those."""
   for first in rows:
     path = os.path.join(workdir, first, GROUP_RESULTS)
     if os.path.exists(path):
@@ -265,6 +269,7 @@ def _recover(rows: list[str], workdir: str, results_dir: str) -> None:
           row_path = os.path.join(results_dir, f'{result["row"]}.json')
           if not os.path.exists(row_path):
             atomic.write(row_path, json.dumps(result, indent=2))
+      os.remove(path)
 
 
 def _steps_left(configs: dict, workdir: str, group: list[str]) -> int:

@@ -34,26 +34,35 @@ class _KeepScheduled:
   and the newest `keep` whose step is a multiple of `every`, the checkpoint interval. One
   written off that schedule (on preemption, or at the last step of a run later extended) is
   deleted once a newer one is complete, so it never takes a scheduled checkpoint's place in
-  §6.1's average of the last few."""
+  §6.1's average of the last few. With `previous`, the one before the newest is kept too (a
+  run trained with others: the step their group resumes from if it is killed between its runs'
+  saves of the newest; `Checkpoints.tidy` deletes it once the group has ended)."""
 
   keep: int
   every: int
+  previous: bool = False
 
   def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
     del context  # the policy needs only the steps
-    steps = [checkpoint.step for checkpoint in checkpoints]
-    newest = max(steps)
+    return self.kept([checkpoint.step for checkpoint in checkpoints])
+
+  def kept(self, steps: Sequence[int]) -> list[bool]:
+    """Whether each of `steps` is kept."""
+    newest = sorted(steps)[-2 if self.previous else -1:]
     scheduled = sorted(step for step in steps if step % self.every == 0)[-self.keep:]
-    return [step == newest or step in scheduled for step in steps]
+    return [step in newest or step in scheduled for step in steps]
 
 
 class Checkpoints:
   """Saves and restores (train state, iterator state) pairs, keeping the newest and the last
-  `keep` written at multiples of `every` steps (`_KeepScheduled`); with keep=None, reads the
-  checkpoints that exist (and creates nothing)."""
+  `keep` written at multiples of `every` steps (`_KeepScheduled`; with `previous`, the one
+  before the newest too, until `tidy`); with keep=None, reads the checkpoints that exist (and
+  creates nothing)."""
 
-  def __init__(self, workdir: str, keep: int | None = None, every: int = 1):
-    policy = None if keep is None else _KeepScheduled(keep, every)
+  def __init__(self, workdir: str, keep: int | None = None, every: int = 1,
+               previous: bool = False):
+    policy = None if keep is None else _KeepScheduled(keep, every, previous)
+    self._tidy = None if keep is None else _KeepScheduled(keep, every)
     self._manager = ocp.CheckpointManager(
         os.path.join(os.path.abspath(workdir), 'checkpoints'),
         options=ocp.CheckpointManagerOptions(preservation_policy=policy,
@@ -93,6 +102,11 @@ class Checkpoints:
                                       restore_args={'params': restore_args},
                                       partial_restore=True))
     return restored['params']
+
+  def restore_readable(self, step: int, abstract_state: Any) -> tuple[Any, dict] | None:
+    """`restore` of `step`, or None with a warning if this process or another cannot read it
+    (running out of memory is raised)."""
+    return self._read(self.restore, step, abstract_state)[0]
 
   def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
     """(step, state, iterator state) of the newest readable checkpoint, None if there is no
@@ -154,9 +168,19 @@ class Checkpoints:
       return None, error
     return result, None
 
-  def move_aside(self, steps: Sequence[int], reason: str) -> None:
+  def tidy(self) -> None:
+    """Deletes what the keep policy without `previous` would not keep (once every save is
+    complete: a group that has ended needs no step to resume from but its newest)."""
+    self.wait()
+    steps = self.all_steps()
+    for step, kept in zip(steps, self._tidy.kept(steps)):
+      if not kept:
+        self._manager.delete(step)
+
+  def move_aside(self, steps: Sequence[int], reason: str, why: str = '') -> None:
     """Renames checkpoints `steps` to `<step>.<reason>` (a number added if that is taken), so
-    that no reader or resume sees them while they stay on disk; every process calls it."""
+    that no reader or resume sees them while they stay on disk, warning with `why`; every
+    process calls it."""
     if not steps:
       return
     multihost_utils.sync_global_devices('checkpoints read')  # nobody still reads them
@@ -169,7 +193,7 @@ class Checkpoints:
         while aside.exists():
           aside, suffix = path.with_name(f'{step}.{reason}{suffix}'), suffix + 1
         path.rename(aside)
-        logging.warning('moved the %s checkpoint %s to %s', reason, path, aside)
+        logging.warning('moved the %s checkpoint %s to %s%s', reason, path, aside, why)
 
     workdirs.on_lead(move, f'move the {reason} checkpoints aside')
     self._manager.reload()
