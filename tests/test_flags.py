@@ -53,6 +53,8 @@ FLAGS = {
     'manual_dir': ('a directory of a dataset\'s raw files (config.data.manual_dir)', {'string'}),
     'median': ('the median source length, in tokens', {'float'}),
     'output': ('the path written: a file or a directory', {'string'}),
+    'process_count': ('the processes that share a sweep', {'integer'}),
+    'process_index': ('this process\'s share of a sweep', {'integer'}),
     'output_ids': ('the file the output ids are written to', {'string'}),
     'override': ('FIELD=VALUE, set in every run', {'multi_string'}),
     'overwrite': ('replace --output if it exists', {'bool'}),

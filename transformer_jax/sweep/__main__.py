@@ -3,7 +3,7 @@ evaluated as one program, and tabulates them beside the paper's figures.
 
   python -m transformer_jax.sweep --sweep=experiments/table3_multi30k/sweep.py --workdir=DIR \
       [--rows=A1,C3] [--results=experiments/table3_multi30k/rows] [--together=N] \
-      [--devices_per_group=d] [--stop_after_minutes=M] \
+      [--devices_per_group=d] [--process_index=i --process_count=N] [--stop_after_minutes=M] \
       [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
 
 A sweep file is a config file whose `get_config(row)` gives each row's config, with
@@ -41,6 +41,16 @@ small models leave an accelerator launch-bound, so on 8 devices `--devices_per_g
 groups in about the time one takes over all 8. A row's figures do not depend on its slot: each
 equals its group trained alone on d devices.
 
+`--process_index=i --process_count=N` shares the sweep among N processes, on one host or several
+(a pod, a cluster), each started with the same command and its own index (on SLURM,
+`--process_index=$SLURM_PROCID --process_count=$SLURM_NTASKS`), the workdir and results
+directory on a file system they all see. Each process makes the same plan over every process's
+slots (all with as many devices) and trains its own slots' groups on its own devices, as an
+independent JAX process: no group spans processes, and the sweep joins no `jax.distributed` job
+(a row with `parallel.distributed=True` is refused). Each row trains once; the table is written
+once, by the process that finishes the last rows. A SIGTERM to one process saves its groups in
+flight; started again (all, or that one), each process resumes its share.
+
 `--stop_after_minutes=M` (a lent accelerator's window) prints, before anything starts, the plan:
 the groups expected to finish within M minutes, chosen so that the most rows finish
 (`sweep.plan.plan`), from the groups of each size already finished on this device (their JSONs
@@ -71,6 +81,11 @@ _TOGETHER = flags.DEFINE_integer('together', 1, 'Rows trained and evaluated as o
 _DEVICES_PER_GROUP = flags.DEFINE_integer('devices_per_group', None, 'Devices each group '
                                           'trains on, the groups side by side on the others '
                                           '(default: all; module docstring).')
+_PROCESS_INDEX = flags.DEFINE_integer('process_index', 0, 'This process\'s share of a sweep '
+                                      'started in --process_count processes (module '
+                                      'docstring).')
+_PROCESS_COUNT = flags.DEFINE_integer('process_count', 1, 'The processes that share the sweep, '
+                                      'each started with its --process_index.')
 _STOP_AFTER = flags.DEFINE_float('stop_after_minutes', None, 'Start only the groups expected '
                                  'to finish within this many minutes from the start (module '
                                  'docstring).')
@@ -84,7 +99,8 @@ def main():
     raise ValueError('--concurrent was removed: the sweep trains and evaluates its groups one '
                      'at a time in its own process; --together=N trains N rows as one program')
   run.run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,
-          _OVERRIDE.value, _TOGETHER.value, _STOP_AFTER.value, _DEVICES_PER_GROUP.value)
+          _OVERRIDE.value, _TOGETHER.value, _STOP_AFTER.value, _DEVICES_PER_GROUP.value,
+          run.Share(_PROCESS_INDEX.value, _PROCESS_COUNT.value))
 
 
 if __name__ == '__main__':

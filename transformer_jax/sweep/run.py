@@ -28,6 +28,8 @@ killed still counts), its dev evaluations during training included.
 
 import concurrent.futures
 import contextlib
+import dataclasses
+import fcntl
 import io
 import json
 import os
@@ -58,17 +60,30 @@ GROUP_RESULTS = 'sweep_group_results.json'
 SAVE_SECONDS_EVERY = 30.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Share:
+  """Which share of a sweep this process runs: the sweep started in `count` processes (on one
+  host or several, sharing the workdir and results directory), this one the `index`th."""
+
+  index: int = 0
+  count: int = 1
+
+
 def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
         results_dir: str | None = None, overrides: list[str] = (), together: int = 1,
-        stop_after_minutes: float | None = None,
-        devices_per_group: int | None = None) -> dict:
+        stop_after_minutes: float | None = None, devices_per_group: int | None = None,
+        share: Share = Share()) -> dict:
   """Runs the rows not finished yet (all of the sweep's, or `rows`) in groups of up to
   `together` rows, with `overrides` (`FIELD=VALUE`) in every row, each group on
   `devices_per_group` of this process's devices (default: all), groups side by side on the
   others; with `stop_after_minutes`, only the groups the plan expects to finish by then
   (`plan.plan`, printed before anything starts), each started only if its prediction still
-  fits when it comes. Returns every finished row's figures."""
+  fits when it comes; with `share`, only this process's groups of the plan over every
+  process's slots. Returns every finished row's figures."""
   started = time.monotonic()
+  if not 0 <= share.index < share.count:
+    raise ValueError(f'--process_index={share.index} must be in [0, --process_count='
+                     f'{share.count})')
   sweep = loading.load_sweep(sweep_path)
   rows = list(sweep.ROWS) if rows is None else list(rows)
   unknown = [row for row in rows if row not in sweep.ROWS]
@@ -81,6 +96,12 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
   # Every row's config is checked before anything trains, its mesh on a slot's devices too.
   configs = {row: plan.row_config(sweep, row, overrides) for row in rows}
   for row, config in configs.items():
+    if config.parallel.distributed:
+      raise ValueError(f'row {row}: parallel.distributed=True, but a sweep trains each group on '
+                       'one process\'s devices and joins no jax.distributed job (orbax writes '
+                       'the checkpoints of one process\'s devices from process 0 of a job '
+                       'only); to share the groups among processes, start the sweep in each '
+                       'with --process_index=i --process_count=N')
     try:
       partitioning.mesh_shape(config, len(slots[0]))
     except ValueError as e:
@@ -88,24 +109,50 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
   results_dir = results_dir or os.path.join(workdir, 'rows')
   os.makedirs(results_dir, exist_ok=True)
   _recover(sweep.ROWS, workdir, results_dir)
-  results = {}
-  for row in sweep.ROWS:
-    path = os.path.join(results_dir, f'{row}.json')
-    if os.path.exists(path):
-      with open(path) as f:
-        results[row] = json.load(f)
-      if row in configs:
-        print(f'{row}: done already ({path})', flush=True)
+  results = _read_results(sweep.ROWS, results_dir)
+  for row in results:
+    if row in configs:
+      print(f'{row}: done already ({os.path.join(results_dir, row + ".json")})', flush=True)
   to_run = [row for row in rows if row not in results]
   if to_run:
-    deadline = None if stop_after_minutes is None else started + 60 * stop_after_minutes
     side_by_side = _SideBySide(sweep_path, sweep, configs, workdir, results_dir, overrides,
-                               results, slots, deadline)
+                               results, slots, started, stop_after_minutes, share)
     side_by_side.train(plan.groups({row: configs[row] for row in to_run}, together))
     if side_by_side.passed_over:
       print(f'not started before --stop_after_minutes={stop_after_minutes:g}: '
             + '; '.join(', '.join(group) for group in side_by_side.passed_over), flush=True)
-  tables.write_table(sweep_path, sweep, results, workdir)
+  if share.count == 1:
+    tables.write_table(sweep_path, sweep, results, workdir)
+    return results
+  return _table_once(sweep_path, sweep, rows, workdir, results_dir, share)
+
+
+def _table_once(sweep_path: str, sweep: Any, rows: list[str], workdir: str, results_dir: str,
+                share: Share) -> dict:
+  """Every finished row's figures, once this process's share is done; the table written if
+  `rows` are all in and it has not been since the last of them came (by the process whose
+  share ends last, under a lock: once)."""
+  with open(os.path.join(workdir, 'table.lock'), 'a') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+    results = _read_results(sweep.ROWS, results_dir)
+    missing = [row for row in rows if row not in results]
+    table = os.path.join(workdir, tables.table_name(sweep_path) + '.md')
+    if missing:
+      print(f'process {share.index}: its share done; {", ".join(missing)} not yet', flush=True)
+    elif not os.path.exists(table) or os.path.getmtime(table) < max(
+        os.path.getmtime(os.path.join(results_dir, f'{row}.json')) for row in rows):
+      tables.write_table(sweep_path, sweep, results, workdir)
+  return results
+
+
+def _read_results(rows: list[str], results_dir: str) -> dict:
+  """The finished rows' figures, from their files in `results_dir`."""
+  results = {}
+  for row in rows:
+    path = os.path.join(results_dir, f'{row}.json')
+    if os.path.exists(path):
+      with open(path) as f:
+        results[row] = json.load(f)
   return results
 
 
@@ -126,10 +173,14 @@ class _SideBySide:
 
   def __init__(self, sweep_path: str, sweep: Any, configs: dict[str, Any], workdir: str,
                results_dir: str, overrides: list[str], results: dict,
-               slots: list[list[jax.Device]], deadline: float | None):
+               slots: list[list[jax.Device]], started: float,
+               stop_after_minutes: float | None, share: Share):
     self._sweep_path, self._sweep, self._configs = sweep_path, sweep, configs
     self._workdir, self._results_dir, self._overrides = workdir, results_dir, overrides
-    self._results, self._slots, self._deadline = results, slots, deadline
+    self._results, self._slots, self._share = results, slots, share
+    # The time given (seconds) and when it ends (time.monotonic), or None.
+    self._budget = None if stop_after_minutes is None else 60 * stop_after_minutes
+    self._deadline = None if self._budget is None else started + self._budget
     self._device_kind = slots[0][0].device_kind
     self._loaded = {}  # the data of each data config and seed, loaded once (`train_loop`)
     self._lock = threading.Lock()  # the results, the table and what is passed over
@@ -151,26 +202,39 @@ class _SideBySide:
                 [os.path.join(self._workdir, row) for row in group], devices)
 
   def train(self, groups: list[list[str]]) -> None:
-    """Trains `groups` as the plan says, printed first; raises the first group's error after
-    every slot has stopped (the groups in flight saved)."""
-    the_plan = plan.plan(groups, {tuple(g): self._predicted(g) for g in groups},
-                         self._seconds_left(), len(self._slots))
-    print(the_plan.describe(self._seconds_left()), flush=True)
+    """Trains this process's share of `groups` as the plan over every process's slots says
+    (printed first); raises the first group's error after every slot has stopped (the groups
+    in flight saved), or `_Preempted` if a SIGTERM stopped it."""
+    local, share = len(self._slots), self._share
+    # Every process of a shared sweep makes the same plan: from the deadline as given, not
+    # from its own clock.
+    seconds_left = self._seconds_left() if share.count == 1 else self._budget
+    the_plan = plan.plan(groups, {tuple(g): self._predicted(g) for g in groups}, seconds_left,
+                         share.count * local)
+    if share.index == 0:
+      print(the_plan.describe(seconds_left), flush=True)
+    if share.count > 1:
+      print(f'process {share.index} of {share.count}: slots {share.index * local} to '
+            f'{(share.index + 1) * local - 1}', flush=True)
     self.passed_over += the_plan.passed_over
+    queues = the_plan.slots[share.index * local:(share.index + 1) * local]
     ahead = Ahead(self._loaded, EVALUATION, SPLIT)
     with preemption.Notice() as notice, _ThreadLogs.installed(), \
-        concurrent.futures.ThreadPoolExecutor(len(self._slots), 'slot') as threads:
+        concurrent.futures.ThreadPoolExecutor(local, 'slot') as threads:
       try:
-        for queue, devices in zip(the_plan.slots, self._slots):  # each slot's first group
+        for queue, devices in zip(queues, self._slots):  # each slot's first group
           if queue:
             self._start_compiling(ahead, queue[0], devices)
         slots = [threads.submit(self._train_slot, queue, devices, ahead, notice)
-                 for queue, devices in zip(the_plan.slots, self._slots)]
+                 for queue, devices in zip(queues, self._slots)]
         errors = [error for error in map(_error_of, slots) if error is not None]
       finally:
         ahead.close()
     if errors:
       raise next((e for e in errors if not isinstance(e, _Preempted)), errors[0])
+    if notice.received:  # before a group started: nothing in flight to save
+      raise _Preempted('stopped by SIGTERM before its groups were all trained; run the sweep '
+                       'again to resume')
 
   def _train_slot(self, queue: list[list[str]], devices: list[jax.Device], ahead: Ahead,
                   notice: preemption.Notice) -> None:
@@ -233,7 +297,8 @@ class _SideBySide:
               f'{result["bleu_tokenized"]:.2f}, {result["train_seconds"] / 60:.1f} min',
               flush=True)
       os.remove(group_results)  # a row's file deleted later is the row to run again
-      tables.write_table(self._sweep_path, self._sweep, self._results, self._workdir)
+      if self._share.count == 1:  # a shared sweep's table: once, when every row is in
+        tables.write_table(self._sweep_path, self._sweep, self._results, self._workdir)
 
 
 class _Preempted(RuntimeError):
@@ -263,12 +328,14 @@ def _recover(rows: list[str], workdir: str, results_dir: str) -> None:
   then removes those."""
   for first in rows:
     path = os.path.join(workdir, first, GROUP_RESULTS)
-    if os.path.exists(path):
+    # The processes of a shared sweep recover at once: a file another removed is skipped.
+    with contextlib.suppress(FileNotFoundError):
       with open(path) as f:
-        for result in json.load(f):
-          row_path = os.path.join(results_dir, f'{result["row"]}.json')
-          if not os.path.exists(row_path):
-            atomic.write(row_path, json.dumps(result, indent=2))
+        finished = json.load(f)
+      for result in finished:
+        row_path = os.path.join(results_dir, f'{result["row"]}.json')
+        if not os.path.exists(row_path):
+          atomic.write(row_path, json.dumps(result, indent=2))
       os.remove(path)
 
 
