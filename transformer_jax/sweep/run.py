@@ -92,6 +92,11 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
                      f'(rows: {", ".join(sweep.ROWS)})')
   if together < 1:
     raise ValueError(f'--together must be at least 1, got {together}')
+  if jax.process_count() > 1:
+    raise RuntimeError(f'this process is one of {jax.process_count()} of a JAX job; a sweep '
+                       'trains each group in one process, which orbax cannot checkpoint from '
+                       'any process but the first of a job: start each as a JAX process of its '
+                       'own and share the sweep with --process_index and --process_count')
   slots = device_slots(jax.local_devices(), devices_per_group)
   # Every row's config is checked before anything trains, its mesh on a slot's devices too.
   configs = {row: plan.row_config(sweep, row, overrides) for row in rows}
