@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from conftest import SMALL, xla_flags
+from test_sweep import _sweep_file
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
 pytestmark = pytest.mark.slow
@@ -19,8 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, 'experiments', 'colab_tpu.ipynb')
 
 
-def _parameters(storage: str, steps: int) -> dict:
+def _parameters(storage: str, steps: int, table3: str | None = None) -> dict:
   return {
+      'TABLE3_SWEEP': table3, 'TABLE3_TOGETHER': 1,
       'REPO_DIR': ROOT, 'CLONE': False, 'INSTALL': False, 'MOUNT_DRIVE': False,
       'STORAGE': storage, 'CONFIG': 'configs/base.py', 'RUN_NAME': 'tiny',
       'EXPECTED_PLATFORM': 'cpu', 'EXPECTED_DEVICES': 8, 'EVAL_SPLIT': 'test',
@@ -69,8 +71,10 @@ def test_notebook_trains_evaluates_and_resumes(tmp_path, monkeypatch):
   monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
   workdir = tmp_path / 'tiny'
 
-  # Run outside the repository: the notebook needs only the installed package.
-  first = _run(_parameters(str(tmp_path), steps=20), str(tmp_path))
+  # Run outside the repository: the notebook needs only the installed package. Its miniature
+  # Table 3: a tiny sweep of two rows, side by side on two of the 8 cores.
+  sweep = _sweep_file(tmp_path, {'small': {}, 'seed1': {'seed': 1}})
+  first = _run(_parameters(str(tmp_path), steps=20, table3=sweep), str(tmp_path))
   assert '8 devices' in first
   assert sorted(os.listdir(workdir / 'checkpoints')) == ['10', '20']
   [result_path] = (workdir / 'eval').glob('test-step20-avg2-beam2-*.json')
@@ -80,9 +84,18 @@ def test_notebook_trains_evaluates_and_resumes(tmp_path, monkeypatch):
   assert len(hypotheses.splitlines()) == result['sentences'] == 40  # the session corpus's
   assert result['checkpoint_steps'] == [10, 20]
   assert f'{result["bleu_tokenized"]:.2f}' in first  # the report was printed
+  table3 = tmp_path / 'table3'
+  devices = set()
+  for row in ('small', 'seed1'):
+    row_result = json.loads((table3 / 'rows' / f'{row}.json').read_text())
+    assert row_result['provenance']['machine']['devices'] == 1
+    devices.add(first.split(f'{row}: training in ')[1].splitlines()[0])
+  assert devices == {f'{table3}/small on device 0', f'{table3}/seed1 on device 1'}
+  assert '| small |' in first and '| seed1 |' in first  # the table printed
 
   # Colab disconnected; "Run all" again with a longer budget continues from step 20.
-  second = _run(_parameters(str(tmp_path), steps=30), str(tmp_path))
+  second = _run(_parameters(str(tmp_path), steps=30, table3=sweep), str(tmp_path))
+  assert second.count('done already') == 2
   assert 'Resumed from step 20' in second
   assert sorted(os.listdir(workdir / 'checkpoints'), key=int)[-1] == '30'
   assert list((workdir / 'eval').glob('test-step30-avg2-beam2-*.json'))
