@@ -28,7 +28,7 @@ def _cache_config(path):
   return train_config(**{'train.compilation_cache_dir': path})
 
 
-def _counted(function, x) -> compilation.Compiles:
+def _counted(function, x) -> compilation.CompileStats:
   before = compilation.so_far()
   jax.block_until_ready(function(x))
   return compilation.so_far() - before
@@ -42,7 +42,7 @@ def test_a_program_is_compiled_once_then_loaded_from_the_cache(tmp_path, restore
   first = _counted(function, x)
   assert (first.compiled, first.loaded) == (1, 0) and first.seconds > 0
   again = _counted(function, x)  # the process's own cache: no event at all
-  assert again == compilation.Compiles()
+  assert again == compilation.CompileStats()
   jax.clear_caches()  # as a new process: only the persistent cache has it
   loaded = _counted(function, x)
   assert (loaded.compiled, loaded.loaded) == (0, 1)

@@ -123,7 +123,7 @@ def test_groups_train_and_evaluate_in_the_sweeps_process(swept):
   # The group's translator evaluates with the model its programs were compiled for.
   ((translator_dirs, settings),) = swept.group_translators
   assert translator_dirs == [str(workdir / 'small'), str(workdir / 'drop')]
-  assert {k: v for k, v in settings.items() if k != 'model'} == sweep_run.EVALUATION
+  assert {k: v for k, v in settings.items() if k != 'model'} == sweep_run.TABLE3_DECODING
   assert settings['model'] is not None
   assert sorted(os.listdir(results)) == ['drop.json', 'small.json', 'wide.json']
   figures = {}
@@ -192,32 +192,55 @@ def _logged(workdir) -> dict:
           if r['split'] in ('train', 'validation')}
 
 
+# What the killed sweep prints as it goes (stdout and stderr), in order: the moments a random
+# kill follows (`_killed`).
+_PHASES = ('its training compiled ahead', 'step 0: data loaded', 'step 0: startup',
+           'step 20 validation', 'the whole run')
+
+
+def _killed(command: list[str], after: tuple[str, ...], delay: float) -> str:
+  """Runs `command` and kills it (SIGKILL) `delay` seconds after it first prints a line holding
+  one of `after`; returns what it printed. Fails if it ended before the kill."""
+  process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True,
+                             env={**os.environ, 'XLA_FLAGS': xla_flags(8)})
+  printed = []
+  for line in process.stdout:
+    printed.append(line)
+    if any(marker in line for marker in after):
+      time.sleep(delay)
+      process.send_signal(signal.SIGKILL)
+      break
+  printed.append(process.communicate()[0])
+  assert process.returncode == -signal.SIGKILL, ''.join(printed)[-3000:]  # the kill landed
+  return ''.join(printed)
+
+
 @pytest.mark.slow
-def test_a_sweep_killed_at_a_random_moment_resumes_to_the_uninterrupted_figures(
-    swept, tmp_path, capsys):
-  """The sweep of `swept`'s group (small and drop) killed (SIGKILL) at a random moment of its
-  run (it loads `swept`'s programs from the session's compilation cache, and ends after about
-  25 s on a 2-core CPU: the moments run from the interpreter's start to its end), then run
-  again: every value each row
-  logged and its figures equal `swept`'s; killed between two rows' files, the sweep writes the
-  missing one from the group's results and trains nothing."""
-  seed = random.randrange(2**32)
-  moment = random.Random(seed).uniform(0.5, 28.0)
+def test_a_sweep_killed_at_any_moment_resumes_to_the_uninterrupted_figures(swept, tmp_path,
+                                                                        capsys):
+  """The sweep of `swept`'s group (small and drop), in a process killed (SIGKILL) three times,
+  each time run again in the same workdir: at a random moment (a random one of its phases, then
+  a random delay under 0.2 s), once its programs are compiled (its evaluation's compiling in the
+  background), and once its training has ended (its evaluation under way); then run again here:
+  every value each row logged and its figures equal `swept`'s; killed between two rows' files,
+  the sweep writes the missing one from the group's results and trains nothing. The random
+  moment's seed is printed; TRANSFORMER_JAX_KILL_SEED=seed replays it."""
+  seed = int(os.environ.get('TRANSFORMER_JAX_KILL_SEED', random.randrange(2**32)))
+  draw = random.Random(seed)
+  phase, delay = draw.choice(_PHASES), draw.uniform(0.0, 0.2)
+  where = f'killed {delay:.2f} s after {phase!r} (TRANSFORMER_JAX_KILL_SEED={seed})'
+  print(where)
   workdir, results = tmp_path / 'run', tmp_path / 'results'
   group = ['small', 'drop']
   # On the 8 devices of `swept` and of the run resumed here, so that reductions add up alike.
-  process = subprocess.Popen(
-      [sys.executable, '-m', 'transformer_jax.sweep', f'--sweep={swept.sweep}',
-       f'--workdir={workdir}', f'--results={results}', f'--rows={",".join(group)}',
-       '--together=2', *(f'--override={o}' for o in SWEPT_OVERRIDES)],
-      cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-      env={**os.environ, 'XLA_FLAGS': xla_flags(8)})
-  try:
-    process.wait(moment)
-  except subprocess.TimeoutExpired:
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-  where = f'killed at {moment:.1f} s (random seed {seed}), exit {process.returncode}'
+  command = [sys.executable, '-m', 'transformer_jax.sweep', f'--sweep={swept.sweep}',
+             f'--workdir={workdir}', f'--results={results}', f'--rows={",".join(group)}',
+             '--together=2', *(f'--override={o}' for o in SWEPT_OVERRIDES)]
+  _killed(command, (phase,), delay)
+  _killed(command, ('its training compiled ahead',), 0.0)
+  printed = _killed(command, ('the whole run', 'nothing to do'), 0.0)
+  assert 'done already' not in printed, where
   sweep_run.run(swept.sweep, str(workdir), group, str(results), SWEPT_OVERRIDES, together=2)
   for row in group:
     logged, expected = _logged(workdir / row), _logged(swept.workdir / row)

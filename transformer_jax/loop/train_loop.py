@@ -64,7 +64,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class Programs:
+class TrainingPrograms:
   """What runs trained together compile: their model, trainer and dev evaluators, built for
   `configs` (their fields, flattened, as JSON), and the data they were built on.
   `train_together` builds them, or takes them built and compiled already (`compile_ahead`)."""
@@ -77,7 +77,7 @@ class Programs:
 
 
 def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
-                   loaded: dict | None = None, programs: Programs | None = None,
+                   loaded: dict | None = None, programs: TrainingPrograms | None = None,
                    devices: list[jax.Device] | None = None,
                    notice: preemption.Notice | None = None) -> list[dict]:
   """`train_and_evaluate` of several runs as one program (`rows`), run i in `dirs[i]`: each
@@ -136,7 +136,7 @@ def _model_and_trainer(configs: list[ml_collections.ConfigDict], dirs: list[str]
 
 
 def compile_ahead(configs: list[ml_collections.ConfigDict], dirs: list[str],
-                  loaded: dict, devices: list[jax.Device] | None = None) -> Programs | None:
+                  loaded: dict, devices: list[jax.Device] | None = None) -> TrainingPrograms | None:
   """The programs `train_together(configs, dirs, loaded)` trains with, built and compiled now,
   before it starts (a sweep's groups: `sweep.ahead`): the trainer's for each shape of training
   batch, the evaluators' for the dev batches it evaluates on. The data comes from `loaded`, or
@@ -168,7 +168,7 @@ def compile_ahead(configs: list[ml_collections.ConfigDict], dirs: list[str],
   for evaluator in {id(e): e for e in evaluators}.values():
     evaluator.compile(trainer.run_abstract_state.params, 'validation', train.num_eval_steps,
                       train.eval_bleu)
-  return Programs(_fields(configs), model, trainer, evaluators, data)
+  return TrainingPrograms(_fields(configs), model, trainer, evaluators, data)
 
 
 def data_key(config: ml_collections.ConfigDict, rows_multiple: int) -> str:
@@ -266,7 +266,7 @@ def _restore(checkpoints: list[checkpointing.Checkpoints], trainer: TrainerProto
 
 
 def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: dict,
-           programs: Programs | None, devices: list[jax.Device] | None,
+           programs: TrainingPrograms | None, devices: list[jax.Device] | None,
            notice: preemption.Notice | None) -> list[dict]:
   startup = compilation.so_far()
   config = configs[0]
@@ -291,13 +291,7 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
   # Closed in reverse order however the run ends: the progress bar, the metrics logs, then the
   # checkpoints (`close` waits for the saves under way).
   with contextlib.ExitStack() as cleanup:
-    checkpoints = []
-    for workdir, steps in zip(dirs, unfinished):
-      checkpoints.append(checkpointing.Checkpoints(workdir, train.keep_checkpoints,
-                                                   train.checkpoint_every_steps,
-                                                   previous=len(dirs) > 1))
-      cleanup.callback(checkpoints[-1].close)
-      checkpoints[-1].move_aside(steps, 'unfinished', _UNFINISHED)  # a save not every run made
+    checkpoints = _checkpoints(dirs, unfinished, train, cleanup)
     iterator = data.train_iterator(fields.shuffle_seed(config), jax.process_index(),
                                    jax.process_count())
     cleanup.callback(iterator.close)
@@ -361,18 +355,12 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
             for run_checkpoints, run_state in zip(checkpoints, trainer.split(state)):
               run_checkpoints.save(step, run_state, calls.get_state())
         if evaluate_now:
-          for i, (evaluator, log, run_state) in enumerate(zip(evaluators, logs,
-                                                              trainer.split(state))):
-            with pending.paused():
-              before, start_time = compilation.so_far(), time.perf_counter()
-              eval_metrics[i] = evaluator(run_state.params, 'validation',
-                                          train.num_eval_steps, train.eval_bleu)
-              eval_metrics[i].update(seconds=time.perf_counter() - start_time,
-                                     compile_seconds=(compilation.so_far() - before).seconds)
-            log.write(step, 'validation', eval_metrics[i])
+          eval_metrics = _evaluate(evaluators, trainer.split(state), train, pending)
+          for label, log, metrics in zip(labels, logs, eval_metrics):
+            log.write(step, 'validation', metrics)
             if lead:
-              progress.write(labels[i] + f'step {step} validation ' + ' '.join(
-                  f'{name}={value:.4g}' for name, value in eval_metrics[i].items()))
+              progress.write(label + f'step {step} validation ' + ' '.join(
+                  f'{name}={value:.4g}' for name, value in metrics.items()))
         if preempted:
           for run_checkpoints in checkpoints:
             run_checkpoints.wait()
@@ -386,6 +374,36 @@ def _train(configs: list[ml_collections.ConfigDict], dirs: list[str], loaded: di
     _log_compiles(logs, progress.n, 'the whole run', compilation.so_far() - startup,
                   progress.write)
   return eval_metrics
+
+
+def _checkpoints(dirs: list[str], unfinished: list[list[int]], train: ml_collections.ConfigDict,
+                 cleanup: contextlib.ExitStack) -> list[checkpointing.Checkpoints]:
+  """Each run's checkpoints, closed by `cleanup` (which waits for the saves under way), its
+  `unfinished` ones (a save not every run made, `_resume_step`) moved aside."""
+  checkpoints = []
+  for workdir, steps in zip(dirs, unfinished):
+    run_checkpoints = checkpointing.Checkpoints(workdir, train.keep_checkpoints,
+                                                train.checkpoint_every_steps,
+                                                previous=len(dirs) > 1)
+    cleanup.callback(run_checkpoints.close)
+    run_checkpoints.move_aside(steps, 'unfinished', _UNFINISHED)
+    checkpoints.append(run_checkpoints)
+  return checkpoints
+
+
+def _evaluate(evaluators: list[DevEvaluator], states: list, train: ml_collections.ConfigDict,
+              pending: train_metrics.TrainMetrics) -> list[dict]:
+  """Each run's dev-split metrics for its state (`DevEvaluator`), with the evaluation's
+  seconds and compiling seconds; the training's clock paused meanwhile."""
+  results = []
+  for evaluator, state in zip(evaluators, states):
+    with pending.paused():
+      before, start = compilation.so_far(), time.perf_counter()
+      metrics = evaluator(state.params, 'validation', train.num_eval_steps, train.eval_bleu)
+      metrics.update(seconds=time.perf_counter() - start,
+                     compile_seconds=(compilation.so_far() - before).seconds)
+    results.append(metrics)
+  return results
 
 
 def _evaluators(configs: list[ml_collections.ConfigDict], model: ShardedModel,
@@ -416,7 +434,7 @@ def _steps_per_call(config: ml_collections.ConfigDict, data: pipeline.Data, lead
 
 
 def _log_compiles(logs: list[metrics_log.MetricsLog], step: int, what: str,
-                  compiled: compilation.Compiles, write=print) -> None:
+                  compiled: compilation.CompileStats, write=print) -> None:
   """Records in each metrics.jsonl, and prints on process 0, what `what` compiled at `step`."""
   for log in logs:
     log.write(step, 'compile', {'what': what, 'seconds': compiled.seconds,

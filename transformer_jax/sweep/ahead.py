@@ -1,11 +1,11 @@
 """A sweep's groups compiled ahead, one after another, in a background thread, so that a group
 trains and is evaluated without compiling (`jit(...).lower(...).compile()`).
 
-  ahead = Ahead(loaded, evaluation, split)       # `loaded`: the sweep's data, by data key
+  ahead = Ahead(loaded, decoding, split)         # `loaded`: the sweep's data, by data key
   ahead.start(group, configs, dirs, devices)     # queued behind the groups started before
-  compiled = ahead.take(group)                   # waits for its training's programs
+  programs = ahead.take(group)                   # waits for its training's programs
   ...                                            # the group trains
-  compiled.evaluation()                          # waits for its evaluation's programs
+  programs.wait_for_evaluation()                 # waits for its evaluation's programs
 
 Each group's compiling has two parts, for the devices it will train on: its training
 (`train_loop.compile_ahead`: the data loaded if no group before loaded it, the initial state, the
@@ -14,7 +14,7 @@ evaluation (`scoring.compile_ahead`: Table 3's decoder for each bucket of the de
 loss), queued when it is taken. A sweep starts the first group of each of its slots (the devices a
 group trains on, `sweep.run`) and each slot waits for its group's training programs only; the
 group's evaluation, and then the slot's next group, compile while it trains. Nothing compiles twice:
-the group trains and is evaluated with the objects compiled here (`train_loop.Programs`, the
+the group trains and is evaluated with the objects compiled here (`train_loop.TrainingPrograms`, the
 `ShardedModel` its translator reuses), and waits for a part still compiling rather than compile it
 again.
 
@@ -36,43 +36,47 @@ from transformer_jax.training import compilation
 
 
 @dataclasses.dataclass(frozen=True)
-class Part:
-  """What compiling one part of a group took on the thread (`compiles`), and its wall time."""
+class CompileReport:
+  """What compiling one part of a group (its training's programs, or its evaluation's) took on
+  the thread (`stats`), its wall time, and the error that stopped it."""
 
-  compiles: compilation.Compiles
+  stats: compilation.CompileStats
   seconds: float
   error: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
-class Compiled:
-  """A group's programs (`programs`: None when none could be made), its training's part and
-  its evaluation's (a future: `evaluation`)."""
+class GroupPrograms:
+  """A group's training programs compiled ahead (`training_programs`: None when none could be
+  made), the report of their compiling, and that of its evaluation's programs, still compiling
+  (`wait_for_evaluation`)."""
 
-  programs: train_loop.Programs | None
-  training: Part
-  evaluating: concurrent.futures.Future
+  training_programs: train_loop.TrainingPrograms | None
+  training: CompileReport
+  evaluation_compiling: concurrent.futures.Future
 
-  def evaluation(self) -> Part:
-    """The evaluation's part, once compiled (waiting for it)."""
-    return self.evaluating.result()
+  def wait_for_evaluation(self) -> CompileReport:
+    """Waits until the evaluation's programs are compiled; their report."""
+    return self.evaluation_compiling.result()
 
   def record(self) -> dict:
-    """What a row's JSON says of it (after `evaluation`)."""
-    parts = [self.training, self.evaluation()]
-    return {'compiled': sum(p.compiles.compiled for p in parts),
-            'loaded': sum(p.compiles.loaded for p in parts),
-            'compile_seconds': sum(p.compiles.seconds for p in parts),
+    """What a row's JSON says of the compiling (after `wait_for_evaluation`)."""
+    parts = [self.training, self.wait_for_evaluation()]
+    return {'compiled': sum(p.stats.compiled for p in parts),
+            'loaded': sum(p.stats.loaded for p in parts),
+            'compile_seconds': sum(p.stats.seconds for p in parts),
             'seconds': sum(p.seconds for p in parts),
-            'used': self.programs is not None,
+            'used': self.training_programs is not None,
             'error': next((p.error for p in parts if p.error), None)}
 
 
 class Ahead:
   """The groups' programs compiled in the order started, in one background thread."""
 
-  def __init__(self, loaded: dict, evaluation: dict, split: str):
-    self._loaded, self._evaluation, self._split = loaded, evaluation, split
+  def __init__(self, loaded: dict, decoding: dict, split: str):
+    """`loaded`: the sweep's data, by data key (`train_loop.data_key`); `decoding`: the
+    settings its evaluation decodes `split` with (`config.decode` fields)."""
+    self._loaded, self._decoding, self._split = loaded, decoding, split
     self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='compile ahead')
     # Groups started and not taken: their training's compiling, and the rows they have.
     self._started: dict[tuple[str, ...], tuple[concurrent.futures.Future, int]] = {}
@@ -88,13 +92,14 @@ class Ahead:
                                        self._loaded, devices)
         self._started[tuple(group)] = training, len(configs)
 
-  def take(self, group: list[str]) -> Compiled:
+  def take(self, group: list[str]) -> GroupPrograms:
     """`group`'s programs (`start`ed), once its training's are compiled; its evaluation's
     compiling queued."""
     with self._lock:
       training, rows = self._started.pop(tuple(group))
-    programs, part = training.result()
-    return Compiled(programs, part, self._thread.submit(self._compile_evaluation, programs, rows))
+    programs, report = training.result()
+    return GroupPrograms(programs, report,
+                         self._thread.submit(self._compile_evaluation, programs, rows))
 
   def drop(self, group: list[str]) -> None:
     """Gives up `group`'s compiling (not to be trained), if it has not started."""
@@ -109,7 +114,7 @@ class Ahead:
 
   @staticmethod
   def _timed(compile_part, *args):
-    """(`compile_part(*args)`, its `Part`): the result None if it failed (the group then
+    """(`compile_part(*args)`, its `CompileReport`): the result None if it failed (the group then
     compiles as it trains, and raises there whatever is wrong with it)."""
     start, before = time.perf_counter(), compilation.so_far()
     result, error = None, None
@@ -117,15 +122,17 @@ class Ahead:
       result = compile_part(*args)
     except Exception as e:  # pylint: disable=broad-except
       error = f'{type(e).__name__}: {e}'
-    return result, Part(compilation.so_far() - before, time.perf_counter() - start, error)
+    return result, CompileReport(compilation.so_far() - before, time.perf_counter() - start,
+                                 error)
 
-  def _compile_evaluation(self, programs: train_loop.Programs | None, rows: int) -> Part:
+  def _compile_evaluation(self, programs: train_loop.TrainingPrograms | None,
+                          rows: int) -> CompileReport:
     if programs is None:
-      return Part(compilation.Compiles(), 0.0)
+      return CompileReport(compilation.CompileStats(), 0.0)
 
     def compile_evaluation():
       config = copy.deepcopy(programs.model.config)
-      config.decode.update(self._evaluation)
+      config.decode.update(self._decoding)
       scoring.compile_ahead(programs.model, config, programs.data.tokenizer, rows, self._split)
 
     return self._timed(compile_evaluation)[1]

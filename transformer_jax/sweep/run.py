@@ -4,7 +4,7 @@ program, groups side by side on the process's devices; every row's figures to
 
 A group (`plan.groups`; a row alone is a group of one) trains as one program
 (`train_loop.train_together`) and is evaluated as one program on the dev split as Table 3 was
-(`EVALUATION`: `scoring.evaluate_rows` of a `RowsTranslator`); after each group the table is
+(`TABLE3_DECODING`: `scoring.evaluate_rows` of a `RowsTranslator`); after each group the table is
 rewritten (`results`).
 
 The process's devices are split into slots of `devices_per_group` devices (default: one slot of
@@ -48,11 +48,11 @@ from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, provenance
 from transformer_jax.sweep import plan, results as tables
-from transformer_jax.sweep.ahead import Ahead, Compiled
+from transformer_jax.sweep.ahead import Ahead, GroupPrograms
 from transformer_jax.training import checkpointing, metrics_log, preemption, saved_config
 
 # How Table 3 was evaluated (§6.2: beam search as in §6.1, no checkpoint averaging).
-EVALUATION = {'beam_size': 4, 'alpha': 0.6, 'average_last': 1}
+TABLE3_DECODING = {'beam_size': 4, 'alpha': 0.6, 'average_last': 1}
 SPLIT = 'validation'
 # The file in a group's first workdir that holds the figures of all its rows.
 GROUP_RESULTS = 'sweep_group_results.json'
@@ -223,7 +223,7 @@ class _SideBySide:
             f'{(share.index + 1) * local - 1}', flush=True)
     self.passed_over += the_plan.passed_over
     queues = the_plan.slots[share.index * local:(share.index + 1) * local]
-    ahead = Ahead(self._loaded, EVALUATION, SPLIT)
+    ahead = Ahead(self._loaded, TABLE3_DECODING, SPLIT)
     with preemption.Notice() as notice, _ThreadLogs.installed(), \
         concurrent.futures.ThreadPoolExecutor(local, 'slot') as threads:
       try:
@@ -253,18 +253,18 @@ class _SideBySide:
           ahead.drop(group)
           continue
         self._start_compiling(ahead, group, devices)  # unless started
-        compiled = ahead.take(group)
-        part = compiled.training
-        print(f'{", ".join(group)}: its training compiled ahead in {part.seconds:.1f} s: '
-              + (part.compiles.describe() if compiled.programs is not None
-                 else f'not used ({part.error})'), flush=True)
+        programs = ahead.take(group)
+        report = programs.training
+        print(f'{", ".join(group)}: its training compiled ahead in {report.seconds:.1f} s: '
+              + (report.stats.describe() if programs.training_programs is not None
+                 else f'not used ({report.error})'), flush=True)
         if index + 1 < len(queue):  # compiled while this group trains
           self._start_compiling(ahead, queue[index + 1], devices)
         print(f'{", ".join(group)}: training in {self._workdir}/'
               + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}')
               + _on(devices, self._slots), flush=True)
         finished = run_group(group, self._configs, self._workdir, self._overrides,
-                             self._device_kind, self._loaded, compiled, devices, notice)
+                             self._device_kind, self._loaded, programs, devices, notice)
         self._write(group, finished)
     except BaseException:
       self._stop.set()
@@ -352,24 +352,24 @@ def _steps_left(configs: dict, workdir: str, group: list[str]) -> int:
 
 
 def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides: list[str],
-              device_kind: str, loaded: dict, compiled: Compiled | None = None,
+              device_kind: str, loaded: dict, programs: GroupPrograms | None = None,
               devices: list[jax.Device] | None = None,
               notice: preemption.Notice | None = None) -> list[dict]:
   """Trains (or resumes) the rows of `group` as one program, each in `workdir/<row>`, on
   `devices` (default: every device), then evaluates them as one program there; returns their
-  figures. With `compiled` (`ahead`), with the programs compiled there (waiting for its
+  figures. With `programs` (compiled ahead, `ahead`), with those (waiting for its
   evaluation's before evaluating); `notice`, the sweep's preemption notice. What the group
   prints also goes to the first row's `sweep.log`."""
   devices = jax.local_devices() if devices is None else devices
-  programs = compiled.programs if compiled is not None else None
+  training_programs = programs.training_programs if programs is not None else None
   dirs = [os.path.join(workdir, row) for row in group]
   for directory in dirs:
     os.makedirs(directory, exist_ok=True)
   with _ThreadLogs.to(os.path.join(dirs[0], 'sweep.log')):
     try:
       with _timed(os.path.join(dirs[0], 'sweep_train_seconds.json')) as train_seconds:
-        train_loop.train_together([configs[row] for row in group], dirs, loaded, programs,
-                                  devices, notice)
+        train_loop.train_together([configs[row] for row in group], dirs, loaded,
+                                  training_programs, devices, notice)
     except Exception as e:  # the rows named, whichever of them failed
       raise RuntimeError(f'training {", ".join(group)}: {e}') from e
     for row, directory in zip(group, dirs):
@@ -377,21 +377,21 @@ def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides
       # A run stopped by SIGTERM (preemption) saves and returns, unfinished.
       if trained < configs[row].train.num_train_steps:
         raise _Preempted(f'{row} stopped at step {trained} of '
-                           f'{configs[row].train.num_train_steps} (preempted); run the sweep '
-                           'again to resume it')
+                         f'{configs[row].train.num_train_steps} (preempted); run the sweep '
+                         'again to resume it')
     start = time.perf_counter()
-    if compiled is not None:
-      compiled.evaluation()
-    model = (programs.model if programs is not None else
+    if programs is not None:
+      programs.wait_for_evaluation()
+    model = (training_programs.model if training_programs is not None else
              ShardedModel(saved_config.read_config(dirs[0]),
                           partitioning.make_mesh(configs[group[0]], devices)))
-    translator = (Translator(dirs[0], **EVALUATION, model=model) if len(group) == 1
-                  else RowsTranslator(dirs, **EVALUATION, model=model))
+    translator = (Translator(dirs[0], **TABLE3_DECODING, model=model) if len(group) == 1
+                  else RowsTranslator(dirs, **TABLE3_DECODING, model=model))
     figures = scoring.evaluate_rows(translator, SPLIT)
     eval_seconds = time.perf_counter() - start
   record = provenance.record(device_kind)
   record['machine']['devices'] = len(devices)  # the group's (`plan.predicted_seconds`)
-  ahead = compiled.record() if compiled is not None else None
+  ahead = programs.record() if programs is not None else None
   return [_row_result(row, directory, train_seconds(), eval_seconds, row_figures, overrides,
                       group, record, ahead)
           for row, directory, row_figures in zip(group, dirs, figures)]

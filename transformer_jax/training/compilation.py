@@ -3,7 +3,7 @@
   compilation.use_cache(config)          # before the command's first compilation
   before = compilation.so_far()
   state, metrics = train_step(state, batch)
-  spent = compilation.so_far() - before  # Compiles(seconds, compiled, loaded)
+  spent = compilation.so_far() - before  # CompileStats(seconds, compiled, loaded)
 
 The cache keeps every program XLA compiles in `config.train.compilation_cache_dir`, keyed by
 the program, the devices and the compiler's version and options, so a resumed run, another
@@ -33,7 +33,7 @@ _CACHE_HIT_EVENT = '/jax/compilation_cache/cache_hits'
 
 
 @dataclasses.dataclass(frozen=True)
-class Compiles:
+class CompileStats:
   """Seconds spent making programs (tracing, lowering, compiling or loading them), and how
   many XLA compiled and how many came from the persistent cache."""
 
@@ -41,8 +41,8 @@ class Compiles:
   compiled: int = 0
   loaded: int = 0
 
-  def __sub__(self, other: 'Compiles') -> 'Compiles':
-    return Compiles(self.seconds - other.seconds, self.compiled - other.compiled,
+  def __sub__(self, other: 'CompileStats') -> 'CompileStats':
+    return CompileStats(self.seconds - other.seconds, self.compiled - other.compiled,
                     self.loaded - other.loaded)
 
   def __bool__(self) -> bool:
@@ -80,23 +80,23 @@ class _Totals:
       with self._lock:
         self._mine()[2] += 1
 
-  def get(self, thread: int | None) -> Compiles:
+  def get(self, thread: int | None) -> CompileStats:
     with self._lock:
       threads = self._threads.values() if thread is None else [self._threads.get(thread)]
       seconds, backend, hits = (sum(column) for column in zip(
           [0.0, 0, 0], *(totals for totals in threads if totals)))
-      return Compiles(seconds, backend - hits, hits)
+      return CompileStats(seconds, backend - hits, hits)
 
 
 _TOTALS = _Totals()
 
 
-def so_far() -> Compiles:
+def so_far() -> CompileStats:
   """What the calling thread has compiled and loaded since this module was imported."""
   return _TOTALS.get(threading.get_ident())
 
 
-def everywhere() -> Compiles:
+def everywhere() -> CompileStats:
   """What every thread of the process has compiled and loaded since this module was imported."""
   return _TOTALS.get(None)
 
