@@ -1,16 +1,20 @@
 """checkpointing.Checkpoints on a small state: a checkpoint written off the schedule is not
 kept once a newer one is, orbax's skipped saves are errors, a restore
 that fails for want of memory is raised, not taken for a damaged checkpoint, and processes
-that disagree about a checkpoint all skip it."""
+that disagree about a checkpoint all skip it, and runs saving at once from threads all finish."""
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 from conftest import REPO
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -144,3 +148,37 @@ def test_a_checkpoint_one_process_cannot_read_is_skipped_by_every_process(tmp_pa
   expected = {'step': 2, 'w': w, 'position': 2, 'averaged': [2], 'average': w}
   assert [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in results] == [expected] * 2
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['2', '4.corrupt']
+
+
+def test_runs_saving_at_once_in_threads_all_finish(tmp_path):
+  """Four runs' checkpoints saved at the same moments from four threads (a sweep's groups side
+  by side), ten steps each: every save completes and restores. Orbax names a save's signals
+  after a process-wide counter; saves started at once took each other's numbers and two of the
+  four threads waited forever before `checkpointing` started them one at a time."""
+  state = {'a': jnp.arange(1000.0), 'b': jnp.ones((30, 30))}
+  start = threading.Barrier(4)
+  errors = []
+
+  def run(i):
+    try:
+      with contextlib.closing(checkpointing.Checkpoints(tmp_path / str(i), keep=2)) as saved:
+        for step in range(1, 11):
+          start.wait(timeout=30)
+          saved.save(step, {'a': state['a'] + i, 'b': state['b']}, {'position': step})
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(4)]
+  for thread in threads:
+    thread.start()
+  deadline = time.monotonic() + 60
+  for thread in threads:
+    thread.join(max(0.0, deadline - time.monotonic()))
+  assert not any(thread.is_alive() for thread in threads), 'a save never finished'
+  assert not errors, errors
+  for i in range(4):
+    with contextlib.closing(checkpointing.Checkpoints(tmp_path / str(i))) as saved:
+      assert saved.all_steps() == [9, 10]
+      restored, position = saved.restore(10)
+      np.testing.assert_array_equal(restored['a'], np.arange(1000.0) + i)
+      assert position == {'position': 10}

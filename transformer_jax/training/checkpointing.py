@@ -16,6 +16,7 @@ and `workdir/spm.model` its vocabulary.
 import contextlib
 import dataclasses
 import os
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from absl import logging
@@ -26,6 +27,13 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from transformer_jax.storage import workdirs
+
+
+# Held while a save starts. Orbax names each save's signals between its background threads after
+# one process-wide operation counter, which a save reads several times as it starts: two saves
+# started at once by two threads (a sweep's groups side by side) can take each other's number
+# and wait for a signal that never comes.
+_SAVING = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +82,7 @@ class Checkpoints:
     state may be updated (or donated) as soon as this returns. A failed write (of this save or
     of the previous one, still in the background) is an OSError naming the directory; a step
     not newer than the newest saved one, which orbax skips, is a RuntimeError."""
-    with self._write_errors():
+    with _SAVING, self._write_errors():
       saved = self._manager.save(step, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)))
     if not saved:
