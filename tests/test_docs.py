@@ -127,6 +127,14 @@ def _table3_trends_module():
   return module
 
 
+def _side_by_side(groups: int, steps_per_call: int) -> dict:
+  """The host's seconds a call of `groups` groups side by side at `steps_per_call`."""
+  found = [r for r in _load('experiments/side_by_side/host_seconds_cpu.json')['results']
+           if r['groups'] == groups and r['steps_per_call'] == steps_per_call]
+  assert len(found) == 1, found
+  return found[0]
+
+
 def _table3() -> tuple[dict, list]:
   """The miniature Table 3 as experiments/table3_multi30k/trends.py reads the sweep's row JSONs:
   ({row: {'ppl': [...], 'bleu': [...]}, one entry per seed}, [(trend, True / False / None)])."""
@@ -279,6 +287,11 @@ SOURCES = {
         ('36%', lambda: 100 * _h200('base_bf16_chunk16')['mfu']),
         ('86.0 ms', lambda: 1000 * _h200('big_bf16_chunk16')['step_time_s']),
         ('51%', lambda: 100 * _h200('big_bf16_chunk16')['mfu']),
+    ],
+    'Sweep groups side by side': [
+        ('2.18 ms', lambda: 1000 * _side_by_side(8, 4)['host_seconds_per_call']),
+        ('4', lambda: _side_by_side(8, 4)['steps_per_call']),
+        ('8', lambda: _side_by_side(8, 4)['groups']),
     ],
     'A `configs/multi30k.py` run (3000 steps) exported': [
         ('1000', lambda: _load(_HF)['results'][0]['same_translations']),  # greedy
