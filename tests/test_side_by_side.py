@@ -23,6 +23,7 @@ from transformer_jax.training import checkpointing, metrics_log
 
 # Eight rows that differ only in the seed: 8 groups of one row, or 4 of two (--together=2).
 ROWS = {f'seed{i}': {'seed': i} for i in range(8)}
+FOUR = list(ROWS)[:4]  # two groups of two, two devices each
 # What a row's metrics.jsonl records that depends on the time taken, not on the training.
 _TIMINGS = ('seconds', 'compile_seconds', 'step_time', 'target_tokens_per_second')
 
@@ -75,8 +76,11 @@ def one_device_each(tmp_path_factory) -> dict:
 @pytest.fixture(scope='module')
 def two_devices_each(tmp_path_factory) -> dict:
   """Two groups of two rows (four devices busy, four idle: a group's programs compile for its
-  devices, and each group compiled costs the suite seconds)."""
-  return _swept(tmp_path_factory, 'two_devices_each', devices_per_group=2, together=2, rows=4)
+  devices, and each group compiled costs the suite seconds). Each group against itself alone:
+  `test_a_sweep_shared_by_two_processes_trains_each_row_once_and_resumes`, where each process
+  trains one."""
+  return _swept(tmp_path_factory, 'two_devices_each', devices_per_group=2, together=2,
+                rows=len(FOUR))
 
 
 def _assert_alone_equals(swept: dict, group: list[str], tmp_path) -> None:
@@ -115,15 +119,6 @@ def test_eight_groups_on_a_device_each_equal_each_group_alone(one_device_each, t
   _assert_alone_equals(one_device_each, list(last), tmp_path)
 
 
-@pytest.mark.slow
-def test_groups_on_two_devices_each_equal_each_group_alone(two_devices_each, tmp_path):
-  devices = two_devices_each['devices']
-  assert devices == {('seed0', 'seed1'): [0, 1], ('seed2', 'seed3'): [2, 3]}
-  assert two_devices_each['most'] == 2
-  last = next(group for group, ids in devices.items() if ids == [2, 3])
-  _assert_alone_equals(two_devices_each, list(last), tmp_path)
-
-
 def test_devices_per_group_must_divide_the_devices(tmp_path):
   with pytest.raises(ValueError, match='--devices_per_group=3 must divide the 8 devices'):
     sweep_run.run(_sweep_file(tmp_path, ROWS), str(tmp_path / 'run'), devices_per_group=3)
@@ -149,70 +144,65 @@ def _last_logged(workdir) -> dict:
 
 
 @pytest.mark.slow
-def test_a_sweep_shared_by_two_processes_trains_each_row_once_and_resumes(tmp_path):
-  """Two processes of 4 devices each share 4 groups of a row (2 devices a group, 2 slots a
-  process): each trains its own; a SIGTERM to the second while its groups train saves them and
-  stops it, the first finishes its share, and no table is written; both started again, the
-  rows left are trained from their checkpoints and the table is written once. Every row's
-  logged values, figures and final parameters equal its group's trained alone in a process of
-  4 devices."""
-  rows = {f'seed{i}': {'seed': i, 'train.num_train_steps': 100} for i in range(4)}
-  sweep, workdir = _sweep_file(tmp_path, rows), tmp_path / 'run'
+def test_a_sweep_shared_by_two_processes_trains_each_row_once_and_resumes(two_devices_each):
+  """`two_devices_each`'s sweep (two groups of two rows, two devices a group) shared by two
+  processes of 4 devices (two slots each): each trains one group alone on its first two
+  devices; a SIGTERM to the second as its group starts saves it and stops it, the first
+  finishes its own, and no table is written; both started again, the group left is trained
+  from its checkpoints and the table written once. Every row's figures, final parameters and
+  logged values (but the 'train' records around the stop, which average fewer steps) equal
+  those of `two_devices_each`, where the groups trained side by side on one process's 8
+  devices."""
+  workdir = two_devices_each['workdir'].parent / 'shared'
   env = {**os.environ, 'XLA_FLAGS': xla_flags(4)}
-  commands = [_sweep_command(sweep, workdir, f'--process_index={i}', '--process_count=2')
+  commands = [_sweep_command(two_devices_each['sweep'], workdir, f'--rows={",".join(FOUR)}',
+                             '--together=2', f'--process_index={i}', '--process_count=2')
               for i in range(2)]
-  first = subprocess.Popen(commands[0], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-  second = subprocess.Popen(commands[1], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+  first, second = (subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True) for command in commands)
   seen = []
-  for line in second.stdout:  # its second slot's group training: both slots' groups in flight
+  for line in second.stdout:
     seen.append(line)
-    if line.startswith('seed3: training in'):
+    if line.startswith('seed2, seed3: training in'):  # its group, on its devices 0 and 1
       second.send_signal(signal.SIGTERM)
       break
   out = ''.join(seen) + second.communicate()[0]
   assert second.returncode != 0 and 'run the sweep again' in out, out[-3000:]
-  assert 'Preempted (SIGTERM)' in out, out[-3000:]
+  assert 'process 1 of 2: slots 1, 3' in out and 'on devices 0, 1' in out
   out = first.communicate()[0]
   assert first.returncode == 0, out[-3000:]
+  assert 'process 0 of 2: slots 0, 2' in out
+  assert 'its share done; seed2, seed3 not yet' in out
   results = workdir / 'rows'
-  missing = [row for row in rows if not (results / f'{row}.json').exists()]
-  assert missing in (['seed2', 'seed3'], ['seed3']), missing  # seed2 may have finished first
-  assert 'process 0 of 2: slots 0 to 1' in out
-  assert f'its share done; {", ".join(missing)} not yet' in out
+  assert sorted(os.listdir(results)) == ['seed0.json', 'seed1.json']
   assert not (workdir / 'table3_tiny.md').exists()
-  stopped = max(checkpointing.saved_steps(workdir / 'seed3'), default=0)
-  assert 0 < stopped < 100  # saved and stopped short of its last step
+  stopped = max(checkpointing.saved_steps(workdir / 'seed2'), default=0)
+  assert 0 < stopped < 20  # saved and stopped short of its last step
 
   restarted = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True) for command in commands]
   outs = [process.communicate()[0] for process in restarted]
   assert all(process.returncode == 0 for process in restarted), outs[0][-2000:] + outs[1][-2000:]
-  assert sorted(os.listdir(results)) == [f'seed{i}.json' for i in range(4)]
   lines = [line for out in outs for line in out.splitlines()]
-  assert sum('done already' in line for line in lines) == 2 * (len(rows) - len(missing))
-  for row in missing:  # by one process
-    assert sum(line.startswith(f'{row}: training in') for line in lines) == 1, row
+  assert sum('done already' in line for line in lines) == 4  # seed0 and seed1, by each
+  assert sum(line.startswith('seed2, seed3: training in') for line in lines) == 1  # once
   with open(workdir / 'table3_tiny.csv') as f:
-    assert [r['row'] for r in csv.DictReader(f)] == list(rows)
+    assert [r['row'] for r in csv.DictReader(f)] == FOUR
 
-  # Each group alone in a process of 4 devices (on its first two).
-  alone = tmp_path / 'alone'
-  result = subprocess.run(_sweep_command(sweep, alone, '--rows=seed1,seed3'), cwd=REPO, env=env,
-                          capture_output=True, text=True)
-  assert result.returncode == 0, result.stderr[-3000:]
-  for row in ('seed1', 'seed3'):  # trained through once, and stopped and resumed
-    # Each 'train' record averages the steps since the one before: the first after the resumed
-    # step (and the one the SIGTERM's save wrote) covers fewer steps.
-    logged, shared = _last_logged(alone / row), _last_logged(workdir / row)
-    if row == 'seed3':
-      logged = {k: v for k, v in logged.items() if k[0] == 'validation' or k[1] > stopped + 10}
-      shared = {k: v for k, v in shared.items() if k in logged}
-    assert len(logged) >= 5 and logged == shared, row
-    with open(alone / 'rows' / f'{row}.json') as f, open(results / f'{row}.json') as g:
-      by_itself, shared = json.load(f), json.load(g)
-    for key in ('perplexity', 'bleu_tokenized', 'dev_curve', 'checkpoint_steps'):
-      assert by_itself[key] == shared[key], (row, key)
-    jax.tree.map(np.testing.assert_array_equal, _params(alone / row, 100),
-                 _params(workdir / row, 100))
+  for row in FOUR:
+    logged, side_by_side = _last_logged(workdir / row), _last_logged(
+        two_devices_each['workdir'] / row)
+    if row in ('seed2', 'seed3'):
+      side_by_side = {k: v for k, v in side_by_side.items()
+                      if k[0] == 'validation' or k[1] > stopped + 10}
+      logged = {k: v for k, v in logged.items() if k in side_by_side}
+    assert logged == side_by_side and logged, row
+    with open(results / f'{row}.json') as f, \
+        open(two_devices_each['workdir'] / 'rows' / f'{row}.json') as g:
+      shared, together = json.load(f), json.load(g)
+    for key in ('perplexity', 'bleu_tokenized', 'dev_curve', 'checkpoint_steps', 'together'):
+      assert shared[key] == together[key], (row, key)
+    with open(shared['hypotheses']) as f, open(together['hypotheses']) as g:
+      assert f.read() == g.read(), row
+    jax.tree.map(np.testing.assert_array_equal, _params(workdir / row),
+                 _params(two_devices_each['workdir'] / row))

@@ -218,11 +218,13 @@ class _SideBySide:
                          share.count * local)
     if share.index == 0:
       print(the_plan.describe(seconds_left), flush=True)
+    # Slot s is process s % count's: the plan's first groups go to as many processes.
+    queues = the_plan.slots[share.index::share.count]
     if share.count > 1:
-      print(f'process {share.index} of {share.count}: slots {share.index * local} to '
-            f'{(share.index + 1) * local - 1}', flush=True)
+      print(f'process {share.index} of {share.count}: slots '
+            + ', '.join(map(str, range(share.index, share.count * local, share.count))),
+            flush=True)
     self.passed_over += the_plan.passed_over
-    queues = the_plan.slots[share.index * local:(share.index + 1) * local]
     ahead = Ahead(self._loaded, TABLE3_DECODING, SPLIT)
     with preemption.Notice() as notice, _ThreadLogs.installed(), \
         concurrent.futures.ThreadPoolExecutor(local, 'slot') as threads:
