@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO, xla_flags
 from test_sweep import _sweep_file
-from transformer_jax.sweep import run as sweep_run
+from transformer_jax.sweep import group as sweep_group, run as sweep_run
 from transformer_jax.training import checkpointing, metrics_log
 
 # Eight rows that differ only in the seed: 8 groups of one row, or 4 of two (--together=2).
@@ -47,7 +47,7 @@ def _swept(tmp_path_factory, name: str, devices_per_group: int, together: int,
   tmp_path = tmp_path_factory.mktemp(name)
   sweep, workdir = _sweep_file(tmp_path, ROWS), tmp_path / 'run'
   devices, running, most, lock = {}, [0], [0], threading.Lock()
-  run_group = sweep_run.run_group
+  run_group = sweep_group.run_group
 
   def spied(group, *args, **kwargs):
     with lock:
@@ -62,7 +62,7 @@ def _swept(tmp_path_factory, name: str, devices_per_group: int, together: int,
         running[0] -= 1
 
   with pytest.MonkeyPatch.context() as monkeypatch:
-    monkeypatch.setattr(sweep_run, 'run_group', spied)
+    monkeypatch.setattr(sweep_group, 'run_group', spied)
     sweep_run.run(sweep, str(workdir), list(ROWS)[:rows], together=together,
                   devices_per_group=devices_per_group)
   return {'sweep': sweep, 'workdir': workdir, 'devices': devices, 'most': most[0]}

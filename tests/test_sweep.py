@@ -22,7 +22,8 @@ import pytest
 from transformer_jax.config import checks, loading
 from transformer_jax.data import pipeline
 from transformer_jax.decoding import translator as translator_lib
-from transformer_jax.sweep import plan, results as tables, run as sweep_run
+from transformer_jax.loop import train_loop
+from transformer_jax.sweep import group as sweep_group, plan, results as tables, run as sweep_run
 from transformer_jax.training import checkpointing, metrics_log, saved_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,7 +103,7 @@ def swept(tmp_path_factory) -> Swept:
   with pytest.MonkeyPatch.context() as monkeypatch:
     monkeypatch.setattr(subprocess, 'Popen', spied_popen)
     monkeypatch.setattr(pipeline, 'load', spied_load)
-    monkeypatch.setattr(sweep_run, 'RowsTranslator', spied_rows_translator)
+    monkeypatch.setattr(sweep_group, 'RowsTranslator', spied_rows_translator)
     sweep_run.run(done.sweep, str(done.workdir), SWEPT_ROWS, str(done.results), SWEPT_OVERRIDES,
                   together=2)
   return done
@@ -123,7 +124,7 @@ def test_groups_train_and_evaluate_in_the_sweeps_process(swept):
   # The group's translator evaluates with the model its programs were compiled for.
   ((translator_dirs, settings),) = swept.group_translators
   assert translator_dirs == [str(workdir / 'small'), str(workdir / 'drop')]
-  assert {k: v for k, v in settings.items() if k != 'model'} == sweep_run.TABLE3_DECODING
+  assert {k: v for k, v in settings.items() if k != 'model'} == sweep_group.TABLE3_DECODING
   assert settings['model'] is not None
   assert sorted(os.listdir(results)) == ['drop.json', 'small.json', 'wide.json']
   figures = {}
@@ -262,7 +263,7 @@ def test_a_sweep_killed_at_any_moment_resumes_to_the_uninterrupted_figures(swept
   # file, removed once every row's file is written, still there.
   written = (results / 'drop.json').read_text()
   mtime = os.path.getmtime(results / 'small.json')
-  group_file = workdir / 'small' / sweep_run.GROUP_RESULTS
+  group_file = workdir / 'small' / sweep_group.GROUP_RESULTS
   assert not group_file.exists()
   group_file.write_text(json.dumps([json.loads((results / f'{row}.json').read_text())
                                     for row in group]))
@@ -298,10 +299,10 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
   def evaluated(*args, **kwargs):
     raise AssertionError('evaluated an unfinished row')
 
-  monkeypatch.setattr(sweep_run.train_loop, 'train_together', preempted)
-  monkeypatch.setattr(sweep_run, 'Translator', evaluated)
+  monkeypatch.setattr(train_loop, 'train_together', preempted)
+  monkeypatch.setattr(sweep_group, 'Translator', evaluated)
   with pytest.raises(RuntimeError, match='row stopped at step 12 of 20 .*run the sweep again'):
-    sweep_run.run_group(['row'], {'row': config}, str(tmp_path), [], 'cpu', {})
+    sweep_group.run_group(['row'], {'row': config}, str(tmp_path), [], 'cpu', {})
 
 
 def test_a_failed_group_names_its_rows_and_its_log_holds_what_it_printed(tmp_path,
@@ -310,10 +311,10 @@ def test_a_failed_group_names_its_rows_and_its_log_holds_what_it_printed(tmp_pat
     print('step 3: something printed')
     raise ValueError('a NaN')
 
-  monkeypatch.setattr(sweep_run.train_loop, 'train_together', failing)
+  monkeypatch.setattr(train_loop, 'train_together', failing)
   config = train_config()
   with pytest.raises(RuntimeError, match='training small, drop: a NaN'):
-    sweep_run.run_group(['small', 'drop'], {'small': config, 'drop': config}, str(tmp_path),
+    sweep_group.run_group(['small', 'drop'], {'small': config, 'drop': config}, str(tmp_path),
                         [], 'cpu', {})
   assert 'step 3: something printed' in (tmp_path / 'small' / 'sweep.log').read_text()
 
@@ -321,10 +322,10 @@ def test_a_failed_group_names_its_rows_and_its_log_holds_what_it_printed(tmp_pat
 def test_training_time_is_saved_while_it_runs_and_adds_up_over_attempts(tmp_path, monkeypatch):
   # A sweep killed part-way loses nothing but the last few seconds: the file holds an earlier
   # attempt's 100 s plus this one's time so far, while it runs.
-  monkeypatch.setattr(sweep_run, 'SAVE_SECONDS_EVERY', 0.05)
+  monkeypatch.setattr(sweep_group, 'SAVE_SECONDS_EVERY', 0.05)
   timing = tmp_path / 'seconds.json'
   timing.write_text('100.0')
-  with sweep_run._timed(str(timing)) as seconds:  # pylint: disable=protected-access
+  with sweep_group._timed(str(timing)) as seconds:  # pylint: disable=protected-access
     time.sleep(0.5)
     seen = json.loads(timing.read_text())
   assert 100.3 < seen < seconds() == json.loads(timing.read_text())
@@ -337,7 +338,7 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
   nothing compiled ahead for them; returns the rows that ran, in order."""
   ran = []
   monkeypatch.setattr(tables, 'write_table', lambda *args: None)
-  monkeypatch.setattr(sweep_run.train_loop, 'compile_ahead',
+  monkeypatch.setattr(train_loop, 'compile_ahead',
                       lambda configs, dirs, loaded, devices: None)
 
   def fake_group(group, configs, workdir, overrides, device_kind, loaded, compiled, devices,
@@ -357,7 +358,7 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
                                                   'devices': len(devices)}}})
     return finished
 
-  monkeypatch.setattr(sweep_run, 'run_group', fake_group)
+  monkeypatch.setattr(sweep_group, 'run_group', fake_group)
   return ran
 
 

@@ -65,7 +65,7 @@ import os
 from absl import flags
 
 from transformer_jax import cli
-from transformer_jax.sweep import run
+from transformer_jax.sweep import run, slots
 
 _SWEEP = flags.DEFINE_string('sweep', None, 'A sweep file (see the module docstring).',
                              required=True)
@@ -100,7 +100,7 @@ def main():
                      'at a time in its own process; --together=N trains N rows as one program')
   run.run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,
           _OVERRIDE.value, _TOGETHER.value, _STOP_AFTER.value, _DEVICES_PER_GROUP.value,
-          run.Share(_PROCESS_INDEX.value, _PROCESS_COUNT.value))
+          slots.Share(_PROCESS_INDEX.value, _PROCESS_COUNT.value))
 
 
 if __name__ == '__main__':

@@ -8,9 +8,11 @@ side; the plan says which groups each slot trains.
 """
 
 import dataclasses
+import os
 from typing import Any
 
 from transformer_jax.config import checks, fields
+from transformer_jax.training import checkpointing
 from transformer_jax.training.rows import check_together
 
 
@@ -40,6 +42,13 @@ def groups(configs: dict[str, Any], together: int) -> list[list[str]]:
     else:
       formed.append((config, [row]))
   return [group for _, group in formed]
+
+
+def steps_left(configs: dict, workdir: str, group: list[str]) -> int:
+  """The steps a group has left to train (a group cut off earlier resumes from the newest step
+  all its rows saved: at most the newest of any differs, `train_loop.train_together`)."""
+  saved = [max(checkpointing.saved_steps(os.path.join(workdir, row)), default=0) for row in group]
+  return configs[group[0]].train.num_train_steps - min(saved)
 
 
 def predicted_seconds(results: dict, group_size: int, steps: int, device_kind: str,

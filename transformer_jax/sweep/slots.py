@@ -1,0 +1,189 @@
+"""A sweep's groups side by side: each process's devices in slots (`device_slots`), each training
+its groups in a thread of its own (`SideBySide`); a sweep shared by processes (`Share`).
+
+The process's devices are split into slots of `devices_per_group` devices (default: one slot of
+every device); the plan (`plan.plan`) says which slot trains which group. A small model leaves
+an accelerator's step launch-bound, so a group spread over several devices takes about as long
+a step as on one: side by side, D/d groups train in that time. Each group's programs compile in
+a background thread (`ahead`): each slot's first group's training before it starts, then its
+evaluation and the slot's next group's while it trains. A SIGTERM stops every group in flight
+at its next step, saved (`preemption`); so does a group that fails, and no slot starts another
+group; the sweep then stops with the first error (a preempted group's says to run the sweep
+again). A sweep shared by several processes (`Share`) is planned alike in each, over every
+process's slots, and each trains its own slots' groups.
+"""
+
+import concurrent.futures
+import dataclasses
+import os
+import threading
+import time
+from typing import Any
+
+import jax
+
+from transformer_jax.sweep import group as group_lib, plan, results as tables
+from transformer_jax.sweep.ahead import Ahead
+from transformer_jax.training import preemption
+
+@dataclasses.dataclass(frozen=True)
+class Share:
+  """Which share of a sweep this process runs: the sweep started in `count` processes (on one
+  host or several, sharing the workdir and results directory), this one the `index`th."""
+
+  index: int = 0
+  count: int = 1
+
+
+def device_slots(devices: list[jax.Device], devices_per_group: int | None
+                 ) -> list[list[jax.Device]]:
+  """`devices` in consecutive slots of `devices_per_group` (None: one slot of them all); a
+  ValueError if that does not divide them."""
+  per_group = len(devices) if devices_per_group is None else devices_per_group
+  if per_group < 1 or len(devices) % per_group:
+    raise ValueError(f'--devices_per_group={per_group} must divide the {len(devices)} devices '
+                     'of this process (jax.local_devices())')
+  return [devices[i:i + per_group] for i in range(0, len(devices), per_group)]
+
+
+class SideBySide:
+  """A sweep's groups trained slot by slot, the slots side by side, each in its own thread;
+  the finished rows' files and the table written as each group ends."""
+
+  def __init__(self, sweep_path: str, sweep: Any, configs: dict[str, Any], workdir: str,
+               results_dir: str, overrides: list[str], results: dict,
+               slots: list[list[jax.Device]], started: float,
+               stop_after_minutes: float | None, share: Share):
+    self._sweep_path, self._sweep, self._configs = sweep_path, sweep, configs
+    self._workdir, self._results_dir, self._overrides = workdir, results_dir, overrides
+    self._results, self._slots, self._share = results, slots, share
+    # The time given (seconds) and when it ends (time.monotonic), or None.
+    self._budget = None if stop_after_minutes is None else 60 * stop_after_minutes
+    self._deadline = None if self._budget is None else started + self._budget
+    self._device_kind = slots[0][0].device_kind
+    self._loaded = {}  # the data of each data config and seed, loaded once (`train_loop`)
+    self._lock = threading.Lock()  # the results, the table and what is passed over
+    self._stop = threading.Event()  # a group failed: no slot starts another
+    self.passed_over: list[list[str]] = []
+
+  def _predicted(self, group: list[str]) -> float | None:
+    with self._lock:
+      results = dict(self._results)
+    return plan.predicted_seconds(results, len(group),
+                                  plan.steps_left(self._configs, self._workdir, group),
+                                  self._device_kind, len(self._slots[0]))
+
+  def _seconds_left(self) -> float | None:
+    return None if self._deadline is None else self._deadline - time.monotonic()
+
+  def _start_compiling(self, ahead: Ahead, group: list[str], devices: list[jax.Device]) -> None:
+    ahead.start(group, [self._configs[row] for row in group],
+                [os.path.join(self._workdir, row) for row in group], devices)
+
+  def train(self, groups: list[list[str]]) -> None:
+    """Trains this process's share of `groups` as the plan over every process's slots says
+    (printed first); raises the first group's error after every slot has stopped (the groups
+    in flight saved), or `group_lib.Preempted` if a SIGTERM stopped it."""
+    local, share = len(self._slots), self._share
+    # Every process of a shared sweep makes the same plan: from the deadline as given, not
+    # from its own clock.
+    seconds_left = self._seconds_left() if share.count == 1 else self._budget
+    the_plan = plan.plan(groups, {tuple(g): self._predicted(g) for g in groups}, seconds_left,
+                         share.count * local)
+    if share.index == 0:
+      print(the_plan.describe(seconds_left), flush=True)
+    # Slot s is process s % count's: the plan's first groups go to as many processes.
+    queues = the_plan.slots[share.index::share.count]
+    if share.count > 1:
+      print(f'process {share.index} of {share.count}: slots '
+            + ', '.join(map(str, range(share.index, share.count * local, share.count))),
+            flush=True)
+    self.passed_over += the_plan.passed_over
+    ahead = Ahead(self._loaded, group_lib.TABLE3_DECODING, group_lib.SPLIT)
+    with preemption.Notice() as notice, group_lib.ThreadLogs.installed(), \
+        concurrent.futures.ThreadPoolExecutor(local, 'slot') as threads:
+      try:
+        for queue, devices in zip(queues, self._slots):  # each slot's first group
+          if queue:
+            self._start_compiling(ahead, queue[0], devices)
+        slots = [threads.submit(self._train_slot, queue, devices, ahead, notice)
+                 for queue, devices in zip(queues, self._slots)]
+        errors = [error for error in map(_error_of, slots) if error is not None]
+      finally:
+        ahead.close()
+    if errors:
+      raise next((e for e in errors if not isinstance(e, group_lib.Preempted)), errors[0])
+    if notice.received:  # before a group started: nothing in flight to save
+      raise group_lib.Preempted('stopped by SIGTERM before its groups were all trained; run '
+                                'the sweep again to resume')
+
+  def _train_slot(self, queue: list[list[str]], devices: list[jax.Device], ahead: Ahead,
+                  notice: preemption.Notice) -> None:
+    """Trains `queue`'s groups, one after another, on `devices`; on an error, asks every
+    other slot to stop (saved) and raises it."""
+    try:
+      for index, group in enumerate(queue):
+        if self._stop.is_set() or notice.received:
+          break
+        if not self._fits(group):
+          ahead.drop(group)
+          continue
+        self._start_compiling(ahead, group, devices)  # unless started
+        programs = ahead.take(group)
+        report = programs.training
+        print(f'{", ".join(group)}: its training compiled ahead in {report.seconds:.1f} s: '
+              + (report.stats.describe() if programs.training_programs is not None
+                 else f'not used ({report.error})'), flush=True)
+        if index + 1 < len(queue):  # compiled while this group trains
+          self._start_compiling(ahead, queue[index + 1], devices)
+        print(f'{", ".join(group)}: training in {self._workdir}/'
+              + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}')
+              + _on(devices, self._slots), flush=True)
+        finished = group_lib.run_group(group, self._configs, self._workdir, self._overrides,
+                             self._device_kind, self._loaded, programs, devices, notice)
+        self._write(group, finished)
+    except BaseException:
+      self._stop.set()
+      notice.received = True  # the groups in flight save and stop
+      raise
+
+  def _fits(self, group: list[str]) -> bool:
+    """Whether `group` may start: its prediction fits in the time left (a group not
+    predicted: some time is left); otherwise it is passed over, said."""
+    left = self._seconds_left()
+    if left is None:
+      return True
+    seconds = self._predicted(group)
+    if (left > 0) if seconds is None else (seconds <= left):
+      return True
+    print(f'{", ".join(group)}: not started: '
+          + ('not predicted' if seconds is None else f'predicted {seconds:.0f} s')
+          + f', {max(left, 0):.0f} s left', flush=True)
+    with self._lock:
+      self.passed_over.append(group)
+    return False
+
+  def _write(self, group: list[str], finished: list[dict]) -> None:
+    """The group's rows' files (`group.write_results`), then the table."""
+    with self._lock:
+      group_lib.write_results(group, finished, self._workdir, self._results_dir)
+      self._results.update(zip(group, finished))
+      if self._share.count == 1:  # a shared sweep's table: once, when every row is in
+        tables.write_table(self._sweep_path, self._sweep, self._results, self._workdir)
+
+
+def _error_of(future: concurrent.futures.Future) -> BaseException | None:
+  """The error `future` raised (waiting for it), or None."""
+  while True:
+    try:  # a timeout, so that the main thread takes signals (SIGTERM) while it waits
+      return future.exception(timeout=1.0)
+    except concurrent.futures.TimeoutError:
+      continue
+
+
+def _on(devices: list[jax.Device], slots: list[list[jax.Device]]) -> str:
+  """' on devices 2, 3' when the devices are split into slots, else ''."""
+  if len(slots) == 1:
+    return ''
+  return ' on device' + ('s ' if len(devices) > 1 else ' ') + ', '.join(
+      str(device.id) for device in devices)
