@@ -8,7 +8,7 @@ For each `train.steps_per_call` K (1 and 4) and each count G of groups: G groups
 the regularised Table 3 sweep's base row (`experiments/table3_regularised/sweep.py`: N=3,
 d_model 128, packed rows of 128 tokens), train side by side for 200 steps, each on a CPU device
 of its own in a thread of its own, as the sweep's slots do (`train_loop.train_together` with its
-`devices`, `sweep/run.py`). The batches are cut to 2 packed rows (256 tokens): the host's work a
+`devices`, `sweep/slots.py`). The batches are cut to 2 packed rows (256 tokens): the host's work a
 call does not depend on the batch's size, the CPU's compute does, and this CPU computes the
 devices' steps too. Measured per call, in CPU seconds of the thread that does it
 (`time.thread_time`: the compute, which XLA runs on threads of its own, and the waits are left

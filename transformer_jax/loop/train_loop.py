@@ -90,7 +90,7 @@ def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
   vocabulary yet take it from there instead of loading it again, its vocabulary written into
   each workdir. `programs`, those `compile_ahead` made for these configs and workdirs, are
   trained with instead of new ones, on the data they were built on. `devices`: the devices
-  they train on (default: every device), as a sweep's groups side by side do (`sweep.run`);
+  they train on (default: every device), as a sweep's groups side by side do (`sweep.slots`);
   `notice`: the preemption notice to stop at, one that a caller entered on the main thread
   (default: one of their own, `preemption.Notice`)."""
   if len(set(map(os.path.abspath, dirs))) != len(dirs):

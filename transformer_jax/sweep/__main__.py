@@ -10,7 +10,7 @@ A sweep file is a config file whose `get_config(row)` gives each row's config, w
     ROWS   the row ids, in table order (a dict or a sequence);
     PAPER  optional: {row: (perplexity, BLEU)}, the published figures to print beside ours.
 Each row trains in `DIR/<row>` and is then evaluated on the dev split as Table 3 was: beam 4,
-α 0.6, no checkpoint averaging, per-token perplexity (`sweep.run`). Its figures, with the dev
+α 0.6, no checkpoint averaging, per-token perplexity (`sweep.group`). Its figures, with the dev
 perplexities logged during training, go to `<results>/<row>.json` (default `DIR/rows/`); a row
 whose JSON exists is skipped, so a crashed, killed or interrupted sweep resumes where it stopped
 (the group in flight from its last checkpoint), and committed JSON files let a fresh machine

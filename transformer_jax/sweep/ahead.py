@@ -12,7 +12,7 @@ Each group's compiling has two parts, for the devices it will train on: its trai
 step for each batch shape, the dev evaluation), queued when the group is started, then its
 evaluation (`scoring.compile_ahead`: Table 3's decoder for each bucket of the dev sources, the
 loss), queued when it is taken. A sweep starts the first group of each of its slots (the devices a
-group trains on, `sweep.run`) and each slot waits for its group's training programs only; the
+group trains on, `sweep.slots`) and each slot waits for its group's training programs only; the
 group's evaluation, and then the slot's next group, compile while it trains. Nothing compiles twice:
 the group trains and is evaluated with the objects compiled here (`train_loop.TrainingPrograms`, the
 `ShardedModel` its translator reuses), and waits for a part still compiling rather than compile it

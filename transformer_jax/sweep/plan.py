@@ -77,7 +77,7 @@ def predicted_seconds(results: dict, group_size: int, steps: int, device_kind: s
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """The groups each slot starts, in order (`slots`: one list a slot, the devices a group
-  trains on, `sweep.run`), and those passed over; `seconds`: each group's predicted seconds
+  trains on, `sweep.slots`), and those passed over; `seconds`: each group's predicted seconds
   (None: no group of its size has finished on this device and as many devices)."""
 
   slots: list[list[list[str]]]
