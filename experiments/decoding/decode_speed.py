@@ -8,7 +8,7 @@ Translates every source sentence of the split with the workdir's latest checkpoi
 the incremental (cached) decoder and once re-running the decoder over the whole output at every
 step (uncached; --nouncached skips it). Every bucket shape is compiled first (one batch each, not
 timed); then the whole split is timed. Reports sentences/s and output tokens/s (EOS included)
-for both, and checks that both produce the same translations. --outputs saves the cached
+for both, and checks that both produce the same translations. --output_ids saves the cached
 decoder's output ids (JSON), to compare two versions of the code.
 """
 
