@@ -6,10 +6,12 @@ bit-identical to its group trained alone on as many devices."""
 import csv
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import jax
 import numpy as np
@@ -206,3 +208,56 @@ def test_a_sweep_shared_by_two_processes_trains_each_row_once_and_resumes(two_de
       assert f.read() == g.read(), row
     jax.tree.map(np.testing.assert_array_equal, _params(workdir / row),
                  _params(two_devices_each['workdir'] / row))
+
+
+def _started(command: list[str], until: tuple[str, ...], then: int,
+             delay: float = 0.0) -> tuple[str, int]:
+  """Runs `command` on 8 devices and sends it signal `then` `delay` seconds after it first prints
+  a line starting with one of `until`; returns what it printed, and its exit status."""
+  process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env={**os.environ, 'XLA_FLAGS': xla_flags(8)})
+  printed = []
+  for line in process.stdout:
+    printed.append(line)
+    if line.startswith(until):
+      time.sleep(delay)
+      process.send_signal(then)
+      break
+  printed.append(process.communicate()[0])
+  return ''.join(printed), process.returncode
+
+
+@pytest.mark.slow
+def test_groups_side_by_side_stopped_by_sigterm_or_killed_resume_to_their_figures(
+    one_device_each, tmp_path):
+  """Four of `one_device_each`'s groups, one a device, in a process stopped by SIGTERM once
+  the fourth has started (every group in flight saved, the sweep's error saying to run it
+  again), then killed (SIGKILL) at a random moment after a group has started again, then run
+  again here: every row's dev curve, figures, hypotheses and final parameters equal
+  `one_device_each`'s."""
+  rows, workdir = FOUR, tmp_path / 'run'
+  command = [*_sweep_command(one_device_each['sweep'], workdir, f'--rows={",".join(rows)}'),
+             '--devices_per_group=1']
+  out, status = _started(command, (f'{rows[-1]}: training in',), signal.SIGTERM)
+  assert status != 0 and 'run the sweep again' in out and 'Traceback' not in out, out[-3000:]
+  for row in rows:  # finished, or saved where the SIGTERM found it
+    assert ((workdir / 'rows' / f'{row}.json').exists()
+            or checkpointing.saved_steps(workdir / row)), (row, out[-3000:])
+  # A group that had not finished starts again; killed within half a second of it, before it
+  # can have trained and been evaluated.
+  seed = int(os.environ.get('TRANSFORMER_JAX_KILL_SEED', random.randrange(2**32)))
+  delay = random.Random(seed).uniform(0.0, 0.5)
+  where = f'killed {delay:.2f} s after a group started (TRANSFORMER_JAX_KILL_SEED={seed})'
+  print(where)
+  out, status = _started(command, tuple(f'{row}: training in' for row in rows), signal.SIGKILL,
+                         delay)
+  assert status == -signal.SIGKILL, (where, out[-3000:])
+  sweep_run.run(one_device_each['sweep'], str(workdir), rows, devices_per_group=1)
+  for row in rows:
+    with open(workdir / 'rows' / f'{row}.json') as f, \
+        open(one_device_each['workdir'] / 'rows' / f'{row}.json') as g:
+      resumed, side_by_side = json.load(f), json.load(g)
+    for key in ('perplexity', 'bleu_tokenized', 'dev_curve', 'checkpoint_steps'):
+      assert resumed[key] == side_by_side[key], (row, key, where)
+    jax.tree.map(np.testing.assert_array_equal, _params(workdir / row),
+                 _params(one_device_each['workdir'] / row))
