@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import jax
 import numpy as np
@@ -19,7 +18,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import REPO, xla_flags
-from test_sweep import _sweep_file
+from test_sweep import _sweep_file, signalled
 from transformer_jax.sweep import group as sweep_group, run as sweep_run
 from transformer_jax.training import checkpointing, metrics_log
 
@@ -210,23 +209,6 @@ def test_a_sweep_shared_by_two_processes_trains_each_row_once_and_resumes(two_de
                  _params(two_devices_each['workdir'] / row))
 
 
-def _started(command: list[str], until: tuple[str, ...], then: int,
-             delay: float = 0.0) -> tuple[str, int]:
-  """Runs `command` on 8 devices and sends it signal `then` `delay` seconds after it first prints
-  a line starting with one of `until`; returns what it printed, and its exit status."""
-  process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, env={**os.environ, 'XLA_FLAGS': xla_flags(8)})
-  printed = []
-  for line in process.stdout:
-    printed.append(line)
-    if line.startswith(until):
-      time.sleep(delay)
-      process.send_signal(then)
-      break
-  printed.append(process.communicate()[0])
-  return ''.join(printed), process.returncode
-
-
 @pytest.mark.slow
 def test_groups_side_by_side_stopped_by_sigterm_or_killed_resume_to_their_figures(
     one_device_each, tmp_path):
@@ -238,7 +220,7 @@ def test_groups_side_by_side_stopped_by_sigterm_or_killed_resume_to_their_figure
   rows, workdir = FOUR, tmp_path / 'run'
   command = [*_sweep_command(one_device_each['sweep'], workdir, f'--rows={",".join(rows)}'),
              '--devices_per_group=1']
-  out, status = _started(command, (f'{rows[-1]}: training in',), signal.SIGTERM)
+  out, status = signalled(command, (f'{rows[-1]}: training in',), signal.SIGTERM)
   assert status != 0 and 'run the sweep again' in out and 'Traceback' not in out, out[-3000:]
   for row in rows:  # finished, or saved where the SIGTERM found it
     assert ((workdir / 'rows' / f'{row}.json').exists()
@@ -249,7 +231,7 @@ def test_groups_side_by_side_stopped_by_sigterm_or_killed_resume_to_their_figure
   delay = random.Random(seed).uniform(0.0, 0.5)
   where = f'killed {delay:.2f} s after a group started (TRANSFORMER_JAX_KILL_SEED={seed})'
   print(where)
-  out, status = _started(command, tuple(f'{row}: training in' for row in rows), signal.SIGKILL,
+  out, status = signalled(command, tuple(f'{row}: training in' for row in rows), signal.SIGKILL,
                          delay)
   assert status == -signal.SIGKILL, (where, out[-3000:])
   sweep_run.run(one_device_each['sweep'], str(workdir), rows, devices_per_group=1)

@@ -199,9 +199,10 @@ _PHASES = ('its training compiled ahead', 'step 0: data loaded', 'step 0: startu
            'step 20 validation', 'the whole run')
 
 
-def _killed(command: list[str], after: tuple[str, ...], delay: float) -> str:
-  """Runs `command` and kills it (SIGKILL) `delay` seconds after it first prints a line holding
-  one of `after`; returns what it printed. Fails if it ended before the kill."""
+def signalled(command: list[str], after: tuple[str, ...], then: int,
+              delay: float = 0.0) -> tuple[str, int]:
+  """Runs `command` on 8 devices and sends it signal `then` `delay` seconds after it first prints
+  a line holding one of `after`; returns what it printed, and its exit status."""
   process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, 'XLA_FLAGS': xla_flags(8)})
@@ -210,11 +211,17 @@ def _killed(command: list[str], after: tuple[str, ...], delay: float) -> str:
     printed.append(line)
     if any(marker in line for marker in after):
       time.sleep(delay)
-      process.send_signal(signal.SIGKILL)
+      process.send_signal(then)
       break
   printed.append(process.communicate()[0])
-  assert process.returncode == -signal.SIGKILL, ''.join(printed)[-3000:]  # the kill landed
-  return ''.join(printed)
+  return ''.join(printed), process.returncode
+
+
+def _killed(command: list[str], after: tuple[str, ...], delay: float) -> str:
+  """`signalled` with SIGKILL; fails if the command ended before the kill."""
+  printed, status = signalled(command, after, signal.SIGKILL, delay)
+  assert status == -signal.SIGKILL, printed[-3000:]  # the kill landed
+  return printed
 
 
 @pytest.mark.slow
