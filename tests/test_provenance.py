@@ -35,6 +35,10 @@ def test_a_record_names_this_checkouts_commit_the_versions_and_the_machine():
   machine = record['machine']
   assert machine['device'] == jax.devices()[0].device_kind and machine['cpus'] == os.cpu_count()
   assert machine['processor']
+  with open('/proc/cpuinfo') as f:  # Linux, where CI runs
+    cpu_flags = set(next(line for line in f if line.startswith('flags')).split(':')[1].split())
+  assert set(machine['vector_extensions']) <= cpu_flags and 'sse2' in machine['vector_extensions']
+  assert ('avx2' in cpu_flags) == ('avx2' in machine['vector_extensions'])
   assert provenance.record('H200')['machine']['device'] == 'H200'  # as the sweep passes it
 
 
@@ -58,6 +62,15 @@ def test_the_platform_is_asked_of_a_child_process(monkeypatch):
   [(command, env)] = children
   assert command[0] == sys.executable and 'jax.devices()' in command[-1]
   assert env['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
+
+
+def test_a_cpu_is_named_by_its_family_and_widest_vector_extension():
+  assert provenance.cpu_type({'processor': 'AMD EPYC 7B13', 'vector_extensions': [
+      'avx', 'avx2', 'fma', 'sse4_2']}) == 'AMD EPYC (AVX2)'
+  assert provenance.cpu_type({'processor': 'Intel(R) Xeon(R) CPU @ 2.20GHz', 'vector_extensions': [
+      'avx2', 'avx512f', 'amx_tile']}) == 'Intel Xeon (AVX-512)'
+  assert provenance.cpu_type({'processor': 'Intel(R) Xeon(R) Processor',
+                              'vector_extensions': []}) == 'Intel Xeon'
 
 
 def _checkout(root) -> str:

@@ -29,6 +29,7 @@ import numpy as np
 from transformer_jax import cli
 from transformer_jax.model import costs
 from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.storage import provenance
 from transformer_jax.training.trainer import Trainer
 
 
@@ -126,12 +127,14 @@ def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int
   peak = matmul_peak(jnp.dtype(config.dtype)) * devices
   return {
       'device': jax.devices()[0].device_kind,
+      'machine': provenance.machine(jax.devices()[0].device_kind),
       'num_devices': devices,
       'dtype': config.dtype,
       'batch_size': rows,
       'length': length,
       'packed': packed,
       'steps_per_call': k,
+      'loss_chunk': config.train.loss_chunk,
       'step_time_s': step_time,
       'step_time_waited_s': waited_step_time,
       'target_tokens_per_s': rows * length / step_time,

@@ -10,6 +10,7 @@ from importlib import metadata
 import json
 import os
 import platform as platform_lib
+import re
 import subprocess
 import sys
 
@@ -27,6 +28,35 @@ def processor() -> str:
       return next(line.split(':', 1)[1].strip() for line in f if line.startswith('model name'))
   except (OSError, StopIteration):
     return platform_lib.processor() or platform_lib.machine()
+
+
+# The vector instructions that decide how XLA vectorises a CPU's work (x86's SSE/AVX/AMX, FMA;
+# Arm's NEON 'asimd' and SVE), as /proc/cpuinfo's 'flags' (x86) or 'Features' (Arm) name them.
+_VECTOR = re.compile(r'(sse\d\w*|ssse3|avx\w*|amx\w*|fma\w*|asimd\w*|sve\w*)')
+
+
+def vector_extensions() -> list[str]:
+  """The CPU's vector instruction sets (`_VECTOR`), sorted; [] where Linux's /proc/cpuinfo is
+  not there to ask."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      line = next(line for line in f if line.startswith(('flags', 'Features')))
+  except (OSError, StopIteration):
+    return []
+  return sorted(flag for flag in line.split(':', 1)[1].split() if _VECTOR.fullmatch(flag))
+
+
+def cpu_type(machine: dict) -> str:
+  """A result's CPU as the pages name it: vendor and family and the widest x86 vector
+  extension, e.g. 'AMD EPYC (AVX2)' or 'Intel Xeon (AVX-512)', from a record's 'machine'."""
+  words = re.sub(r'\((R|TM)\)|\bProcessor\b|\d+-Core|CPU\b|@.*', '',
+                 machine['processor']).split()
+  name = ' '.join(words[:2]) if words else machine['processor']
+  extensions = set(machine.get('vector_extensions', ()))
+  widest = next((label for flag, label in (('avx512f', 'AVX-512'), ('avx2', 'AVX2'),
+                                             ('avx', 'AVX'), ('sve', 'SVE'), ('asimd', 'NEON'))
+                 if flag in extensions), None)
+  return f'{name} ({widest})' if widest else name
 
 
 def _git(directory: str, *args: str) -> str:
@@ -74,12 +104,18 @@ def platform() -> tuple[str, str]:
   return backend, kind
 
 
-def record(device_kind: str | None = None) -> dict:
-  """{'commit', 'python', 'packages' (name -> version), 'machine': {'processor', 'cpus',
-  'device'}}. `device_kind` defaults to that of JAX's first device, asked of a child process
-  (`platform`)."""
+def machine(device_kind: str | None = None) -> dict:
+  """{'processor', 'vector_extensions', 'cpus', 'device'}: the CPU's model name and vector
+  instruction sets, its logical CPUs and JAX's device kind. `device_kind` defaults to that of
+  JAX's first device, asked of a child process (`platform`)."""
   if device_kind is None:
     device_kind = platform()[1]
+  return {'processor': processor(), 'vector_extensions': vector_extensions(),
+          'cpus': os.cpu_count(), 'device': device_kind}
+
+
+def record(device_kind: str | None = None) -> dict:
+  """{'commit', 'python', 'packages' (name -> version), 'machine' (`machine(device_kind)`)}."""
   return {'commit': commit(), 'python': platform_lib.python_version(),
           'packages': {name: _version(name) for name in PACKAGES},
-          'machine': {'processor': processor(), 'cpus': os.cpu_count(), 'device': device_kind}}
+          'machine': machine(device_kind)}
