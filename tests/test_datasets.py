@@ -232,7 +232,7 @@ def test_failed_download_says_what_to_do(tmp_path, monkeypatch):
 
   monkeypatch.setattr(tfds.download.DownloadManager, 'download', offline)
   monkeypatch.setattr(tfds.download.DownloadManager, 'download_and_extract', offline)
-  monkeypatch.setattr(datasets, '_unreachable', lambda url: None)  # the host answers
+  monkeypatch.setattr(datasets, 'unreachable', lambda *urls: None)  # the host answers
   config = data_config(dataset='multi30k', tfds_data_dir=str(tmp_path / 'data'))
   with pytest.raises(RuntimeError, match='multi30k is not prepared in .* downloading it failed '
                      r'\(ConnectionError: Name or service not known\).*manual_dir'):
@@ -242,7 +242,7 @@ def test_failed_download_says_what_to_do(tmp_path, monkeypatch):
 @pytest.mark.parametrize('network', ['no name resolves', 'no answer'])
 def test_offline_the_dataset_is_named_in_seconds_without_a_download(tmp_path, monkeypatch,
                                                                     network):
-  """Multi30k's host asked first (`_unreachable`): a machine whose resolver fails, or whose
+  """Multi30k's host asked first (`unreachable`): a machine whose resolver fails, or whose
   network does not answer, is told within 10 s, with both fixes, and no download is tried."""
   def resolver_fails(address, timeout):
     raise socket.gaierror(socket.EAI_NONAME, 'Name or service not known')
@@ -267,6 +267,35 @@ def test_offline_the_dataset_is_named_in_seconds_without_a_download(tmp_path, mo
                      r'config.data.tfds_data_dir, or give config.data.manual_dir'):
     datasets.load_split(config, 'train')
   assert time.monotonic() - start < 10
+
+
+def test_offline_wmt14_is_named_in_seconds_with_its_fixes(tmp_path, monkeypatch):
+  """The mission's first command on a machine whose resolver fails: WMT14's hosts (statmt.org's,
+  as TFDS's builder lists its archives) asked at once before its download step, and the run told
+  within 10 s how to prepare it elsewhere, where TFDS would retry for minutes."""
+  asked = []
+
+  def resolver_fails(address, timeout):
+    asked.append(address[0])
+    raise socket.gaierror(socket.EAI_NONAME, 'Name or service not known')
+
+  def download(*args, **kwargs):
+    raise AssertionError('a download was tried')
+
+  monkeypatch.setattr(socket, 'create_connection', resolver_fails)
+  monkeypatch.setattr(tfds.download.DownloadManager, 'download', download)
+  monkeypatch.setattr(tfds.download.DownloadManager, 'download_and_extract', download)
+  config = data_config(dataset='wmt14_translate/de-en', source_lang='en', target_lang='de',
+                       tfds_data_dir=str(tmp_path / 'data'))
+  start = time.monotonic()
+  with pytest.raises(RuntimeError) as error:
+    datasets.load_split(config, 'train')
+  assert time.monotonic() - start < 10
+  message = str(error.value)
+  assert message.startswith('wmt14_translate is not prepared in ')
+  assert 'www.statmt.org cannot be reached: gaierror' in message
+  assert 'config.data.tfds_data_dir' in message and "config.data.dataset='files'" in message
+  assert 'www.statmt.org' in asked and len(asked) == len(set(asked))  # each host once
 
 
 def files_config(tmp_path, directory, **changes) -> ml_collections.ConfigDict:

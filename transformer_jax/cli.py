@@ -29,8 +29,8 @@ from transformer_jax.config import checks, fields
 
 
 def renamed(old: str, new: str, meaning: str) -> None:
-  """Defines `--old`, a flag this command or script took and no longer does, as an error that
-  names `--new` (one name per meaning across every command: tests/test_flags.py)."""
+  """Defines `--OLD`, a flag this command or script took and no longer does, as an error that
+  names `--NEW` (one name per meaning across every command: tests/test_flags.py)."""
   flags.DEFINE_string(old, None, f'Renamed: --{new}.')
   flags.register_validator(old, lambda value: value is None,
                            message=f'--{old} was renamed --{new} ({meaning})')

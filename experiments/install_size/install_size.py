@@ -23,6 +23,7 @@ from absl import app, flags
 
 from transformer_jax import cli
 from transformer_jax.config import loading
+from transformer_jax.data import datasets
 from transformer_jax.storage import provenance
 
 checkout = loading.import_sibling(__file__, '../tools/checkout')
@@ -34,11 +35,29 @@ _OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this fi
 cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 
-
 def _bytes(directory: str) -> int:
   return sum(os.path.getsize(os.path.join(root, name))
              for root, _, names in os.walk(directory) for name in names
              if not os.path.islink(os.path.join(root, name)))
+
+
+def indexes() -> list[str]:
+  """The package indexes the installs download from: pip's (PIP_INDEX_URL, else its config's
+  global.index-url, else PyPI) and those --cpu_torch names."""
+  configured = subprocess.run([sys.executable, '-m', 'pip', 'config', 'get', 'global.index-url'],
+                              capture_output=True, text=True).stdout.strip()
+  urls = [os.environ.get('PIP_INDEX_URL') or configured or 'https://pypi.org/simple/']
+  args = shlex.split(_CPU_TORCH.value)
+  return urls + [url for flag, url in zip(args, args[1:])
+                 if flag in ('--index-url', '--extra-index-url')]
+
+
+def check_indexes() -> None:
+  """Offline, an error within seconds naming the indexes (pip would retry each for minutes)."""
+  why = datasets.unreachable(*indexes())
+  if why:
+    raise RuntimeError(f'the package indexes cannot be reached ({why}): run where they can be, '
+                       'or set PIP_INDEX_URL (and --cpu_torch) to a mirror that can')
 
 
 def install(first: list[str]) -> dict:
@@ -60,6 +79,7 @@ def install(first: list[str]) -> dict:
 
 def main(argv):
   del argv
+  check_indexes()
   runs = {'default': install([]), 'cpu_torch_first': install(shlex.split(_CPU_TORCH.value))}
   for name, run in runs.items():
     print(f'{name}: torch {run["torch"]}, {run["site_packages_bytes"] / 1e9:.1f} GB, '

@@ -6,8 +6,8 @@ workdirs and a fresh compilation cache.
       [--sweep=experiments/table3_multi30k/sweep.py] [--rows=base,D1,D2,D3] [--steps=100] \
       [--output=FILE]
 
-'apart' runs `python -m transformer_jax.train` for each row in turn; 'together' runs the
-sweep's child command that trains the rows as one program. Both train --steps steps with one
+'apart' runs `python -m transformer_jax.train` for each row in turn; 'together' trains the rows
+as one program in one child process, as a sweep's group trains (`train_loop.train_together`). Both train --steps steps with one
 short dev evaluation at the end (one batch, no BLEU), so the figures are training's: the wall
 time of the commands (data, vocabulary, compiling and steps included) and the steps' time (the
 'train' records' step time times their steps; a group's records give the group's time).
@@ -38,7 +38,6 @@ _ROWS = flags.DEFINE_list('rows', ['base', 'D1', 'D2', 'D3'], 'Rows that may sha
 _STEPS = flags.DEFINE_integer('steps', 100, 'Training steps of every row.')
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
 cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
-
 
 
 def _overrides(scratch: str) -> list[str]:
@@ -75,11 +74,22 @@ def _apart(scratch: str) -> dict:
   return {'wall_seconds': wall, 'step_seconds': steps}
 
 
+# The child process of 'together': the rows' configs with the overrides, trained as one program.
+_TRAIN_TOGETHER = """import os, sys
+from transformer_jax.config import fields, loading
+from transformer_jax.loop import train_loop
+sweep, rows, root, *overrides = sys.argv[1:]
+rows = rows.split(',')
+train_loop.train_together(
+    [fields.overridden(loading.from_file(f'{sweep}:{row}'), overrides) for row in rows],
+    [os.path.join(root, row) for row in rows])
+"""
+
+
 def _together(scratch: str) -> dict:
   root = os.path.join(scratch, 'together')
-  wall = _run([sys.executable, '-m', 'transformer_jax.sweep', f'--sweep={_SWEEP.value}',
-               f'--workdir={root}', f'--train_together={",".join(_ROWS.value)}',
-               *[f'--override={o}' for o in _overrides(scratch)]])
+  wall = _run([sys.executable, '-c', _TRAIN_TOGETHER, _SWEEP.value, ','.join(_ROWS.value), root,
+               *_overrides(scratch)])
   return {'wall_seconds': wall, 'step_seconds': _step_seconds(os.path.join(root, _ROWS.value[0]))}
 
 

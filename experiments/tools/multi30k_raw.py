@@ -2,8 +2,9 @@
 in every run they time (a `config.data.manual_dir`, so that no run's time holds a download).
 
 `directory(None)` downloads the nine files once into ~/.cache/transformer_jax/multi30k_raw from
-the address the Multi30k builder downloads from; `directory(DIR)` checks and returns DIR, a
-directory of the same files for working offline.
+the address the Multi30k builder downloads from (offline: an error within seconds, naming
+--manual_dir); `directory(DIR)` checks and returns DIR, a directory of the same files for
+working offline.
 """
 
 import os
@@ -25,9 +26,13 @@ def directory(manual_dir: str | None) -> str:
       raise FileNotFoundError(f'--manual_dir={manual_dir} lacks {", ".join(missing)}')
     return os.path.abspath(manual_dir)
   os.makedirs(CACHE, exist_ok=True)
-  for name in NAMES:
-    path = os.path.join(CACHE, name)
-    if not os.path.isfile(path):
-      with atomic.replacing(path) as temporary:
-        urllib.request.urlretrieve(datasets.MULTI30K_URL + name, temporary)
+  missing = [name for name in NAMES if not os.path.isfile(os.path.join(CACHE, name))]
+  why = missing and datasets.unreachable(datasets.MULTI30K_URL)
+  if why:
+    raise RuntimeError(f"Multi30k's raw files cannot be downloaded into {CACHE} ({why}). Give "
+                       f'a directory of them instead: --manual_dir=DIR ({", ".join(NAMES)}, '
+                       f'from {datasets.MULTI30K_URL})')
+  for name in missing:
+    with atomic.replacing(os.path.join(CACHE, name)) as temporary:
+      urllib.request.urlretrieve(datasets.MULTI30K_URL + name, temporary)
   return CACHE

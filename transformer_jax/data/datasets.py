@@ -47,6 +47,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 import urllib.parse
 import zlib
 
@@ -56,6 +57,7 @@ from etils import epath
 import ml_collections
 import requests
 import tensorflow_datasets as tfds
+from tensorflow_datasets.translate import wmt
 # Registers TFDS's WMT14 builder, which `import tensorflow_datasets` alone does not.
 import tensorflow_datasets.translate.wmt14  # pylint: disable=unused-import
 
@@ -182,10 +184,9 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
       manual_dir = dl_manager.manual_dir
       paths = {split: [manual_dir / name for name in pair] for split, pair in names.items()}
     except AssertionError:  # TFDS's way to say no manual directory, or an empty one.
-      why = _unreachable(MULTI30K_URL)
+      why = unreachable(MULTI30K_URL)
       if why:  # said now: TFDS retries a failed download for minutes
-        raise requests.exceptions.ConnectionError(
-            f'{urllib.parse.urlsplit(MULTI30K_URL).hostname} cannot be reached: {why}')
+        raise requests.exceptions.ConnectionError(why)
       paths = dl_manager.download(
           {split: [MULTI30K_URL + name for name in pair] for split, pair in names.items()})
     return {split: self._generate_examples(*pair) for split, pair in paths.items()}
@@ -377,6 +378,8 @@ def _builder(data_config: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder
                      "'wmt14_translate/fr-en', 'multi30k', 'builtin' or 'files'")
   builder = tfds.builder(name, data_dir=data_dir)
   _check_languages(data_config, list(builder.info.features.keys()))
+  if isinstance(builder, wmt.WmtTranslate):
+    _ask_hosts_first(builder)
   return builder
 
 
@@ -395,30 +398,61 @@ def _check_languages(data_config: ml_collections.ConfigDict, languages: list[str
                        f'{data_config.dataset!r}, which has {sorted(languages)}')
 
 
-# How long Multi30k's host is given to answer before a download: a machine offline is told so
-# in seconds, where TFDS retries a failed download for minutes (209 s when the host did not
-# resolve). TFDS's own WMT14 builder downloads without this check.
+# How long the hosts a dataset downloads from are given to answer before its download: a machine
+# offline is told so in seconds, where TFDS retries a failed download for minutes (209 s for
+# Multi30k, 206 s for WMT14 when the host did not resolve).
 REACH_SECONDS = 5.0
 
 
-def _unreachable(url: str) -> str | None:
-  """Why `url`'s host cannot be reached (it does not resolve, refuses or does not answer within
-  REACH_SECONDS), or None when it accepts a connection."""
-  parts = urllib.parse.urlsplit(url)
-  port = parts.port or (443 if parts.scheme == 'https' else 80)
-  why = []
+def unreachable(*urls: str) -> str | None:
+  """Why the hosts of `urls` cannot be reached ('HOST cannot be reached: WHY' for each that
+  does not resolve, refuses or does not answer within REACH_SECONDS, all asked at once), or
+  None when every one accepts a connection."""
+  hosts = {}
+  for url in urls:
+    parts = urllib.parse.urlsplit(url)
+    hosts[parts.hostname] = parts.port or (443 if parts.scheme == 'https' else 80)
+  why = {}
 
-  def connect():  # resolving has no timeout of its own: a thread waits for it
+  def connect(host, port):  # resolving has no timeout of its own: a thread waits for it
     try:
-      socket.create_connection((parts.hostname, port), timeout=REACH_SECONDS).close()
-      why.append(None)
+      socket.create_connection((host, port), timeout=REACH_SECONDS).close()
+      why[host] = None
     except OSError as e:
-      why.append(f'{type(e).__name__}: {e}')
+      why[host] = f'{type(e).__name__}: {e}'
 
-  thread = threading.Thread(target=connect, daemon=True)
-  thread.start()
-  thread.join(REACH_SECONDS)
-  return why[0] if why else f'no answer within {REACH_SECONDS:g} s'
+  threads = [threading.Thread(target=connect, args=item, daemon=True) for item in hosts.items()]
+  for thread in threads:
+    thread.start()
+  deadline = time.monotonic() + REACH_SECONDS
+  for thread in threads:
+    thread.join(max(0.0, deadline - time.monotonic()))
+  said = [f'{host} cannot be reached: '
+          + (why[host] if host in why else f'no answer within {REACH_SECONDS:g} s')
+          for host in hosts if why.get(host, '') is not None]
+  return '; '.join(said) or None
+
+
+def _ask_hosts_first(builder: wmt.WmtTranslate) -> None:
+  """TFDS's WMT builder downloads its archives in its download step (`_split_generators`),
+  retrying a host that does not answer for minutes: that step now asks the hosts first
+  (`unreachable`) and fails at once, naming them, where one cannot be reached."""
+  download_step = builder._split_generators  # pylint: disable=protected-access
+
+  def asking_first(dl_manager):
+    why = unreachable(*_wmt_urls(builder))
+    if why:
+      raise requests.exceptions.ConnectionError(why)
+    return download_step(dl_manager)
+
+  builder._split_generators = asking_first  # pylint: disable=protected-access
+
+
+def _wmt_urls(builder: tfds.core.DatasetBuilder) -> list[str]:
+  """The addresses TFDS's WMT builder downloads its subsets from (statmt.org's archives)."""
+  source = builder.builder_config.language_pair[0]
+  return [url for names in builder.subsets.values() for name in names
+          for url in wmt.DATASET_MAP[name].get_url(source)]
 
 
 def _download_config(manual_dir: str | None) -> tfds.download.DownloadConfig:
@@ -449,6 +483,16 @@ def _locked(directory: epath.PathLike) -> collections.abc.Iterator[None]:
     yield  # closing the file releases the lock
 
 
+# What to do where a dataset cannot be downloaded: Multi30k's raw files can be given; WMT14 is
+# prepared elsewhere (its download is about 1.7 GB) or replaced by a copy of its text.
+_PREPARE_ELSEWHERE = (
+    'Prepare it where the network is reachable and set config.data.tfds_data_dir, or give '
+    'config.data.manual_dir (a directory of its raw files)',
+    'Prepare it where the network is reachable (python -m transformer_jax.data --inspect '
+    '--config=CONFIG --config.data.tfds_data_dir=DIR) and set config.data.tfds_data_dir to a '
+    "copy of DIR, or give a copy of its text as config.data.dataset='files' (docs/data.md)")
+
+
 def load_split(data_config: ml_collections.ConfigDict,
                split: str) -> collections.abc.Sequence[dict[str, str]]:
   """The examples of `split` ('train', 'validation', 'test') of `data_config.dataset`.
@@ -475,8 +519,8 @@ def load_split(data_config: ml_collections.ConfigDict,
       except requests.exceptions.RequestException as e:
         raise RuntimeError(
             f'{builder.name} is not prepared in {builder.data_dir} and downloading it failed '
-            f'({type(e).__name__}: {e}). Prepare it where the network is reachable and set '
-            'config.data.tfds_data_dir, or give config.data.manual_dir') from e
+            f'({type(e).__name__}: {e}). {_PREPARE_ELSEWHERE[data_config.dataset != "multi30k"]}'
+        ) from e
   return _Examples(builder.as_data_source(split=split))
 
 
