@@ -31,7 +31,7 @@ def get_config() -> ml_collections.ConfigDict:
   config = base.get_config()
   config.update_from_flattened_dict({
       'data.dataset': 'multi30k',
-      # As the published model's text (preprocessing.py); 'none' keeps the raw, cased text.
+      # As the published model's text (data/preprocessing.py); 'none' keeps the raw, cased text.
       'data.preprocessing': 'lowercase_moses',
       'data.vocab_size': 6000,  # joint BPE over 29k sentence pairs
       'data.max_length': 128,  # Multi30k's longest training pair has ~100 tokens

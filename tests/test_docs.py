@@ -8,12 +8,16 @@ hand-written page is for reading, never a source; a literal is no source)."""
 import functools
 import glob
 import importlib.util
+import io
 import json
 import os
 import re
 import statistics
+import tokenize
 
 import pytest
+
+from transformer_jax.storage import provenance
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = sorted(
@@ -66,7 +70,7 @@ def test_faithfulness_names_tests_that_exist():
   for row in _read('docs/faithfulness.md').splitlines():
     # `test_x.py::name`, then `::other` for more tests of the same file.
     module = None
-    for match in re.finditer(r'`(test_\w+\.py)?::(\w+)', row):
+    for match in re.finditer(r'`(?:tests/)?(test_\w+\.py)?::(\w+)', row):
       module = match.group(1) or module
       assert module, f'{match.group(0)} names no file: {row[:80]}'
       cited.append((module, match.group(2)))
@@ -160,7 +164,7 @@ _TINY_CPUS = 'experiments/quickstart/variation'  # one JSON per CPU type
 _M30K_TIMES = 'experiments/speed/compile_time_multi30k_cpu.json'
 _LOOP = 'experiments/speed/loop_cpu.json'
 _LOOP_K8 = 'experiments/speed/loop_k8_cpu.json'
-_LOSS_CHUNK = 'experiments/speed/loss_chunk_cpu.jsonl'
+_LOSS_CHUNK = 'experiments/speed/loss_chunk_intel_xeon_avx512.jsonl'
 _DATA_SCALE = 'experiments/data_scale/data_scale.json'
 _H100 = 'experiments/gpu/h100/window_2026-11-27.jsonl'
 _H200 = 'experiments/gpu/h200/fused_loss/benchmarks.jsonl'
@@ -255,8 +259,8 @@ SOURCES = {
         ('0.96', lambda: _load(_TORCH_CPU)['shapes']['base']['speedup_over_torch']),
     ],
     'The projection and loss fused': [
-        ('0.623', lambda: _loss_chunk_median(2)),
-        ('0.681', lambda: _loss_chunk_median(0)),
+        ('0.622', lambda: _loss_chunk_median(2)),
+        ('0.696', lambda: _loss_chunk_median(0)),
     ],
     'Sequence packing': [
         ('1.16', lambda: _load('experiments/speed/packing_cpu.json')['runs']['32'][
@@ -366,6 +370,44 @@ def test_readme_figures_are_computed_from_the_json_their_row_links(row):
   assert not unlinked, f'{row[0]}: sources the row does not link: {sorted(unlinked)}'
 
 
+def _machines(path: str) -> list[dict | None]:
+  """The machine each measurement of a result file records (its provenance's, its own
+  'machine', or a JSONL file's records'); [None] where it records none; [] for a folder."""
+  if not path.endswith(('.json', '.jsonl')):
+    return []
+  records = _load(path) if path.endswith('.jsonl') else [_load(path)]
+  return [record.get('provenance', {}).get('machine') or record.get('machine')
+          for record in records]
+
+
+def _sources_read(row: list[str]) -> list[str]:
+  keys = [key for key in SOURCES if row[0].startswith(key)]
+  read = []
+  for _, source in SOURCES[keys[0]]:
+    _READ.clear()
+    source()
+    read += [path for path in _READ if path not in read]
+  return read
+
+
+@pytest.mark.parametrize('row', _results_rows(), ids=lambda row: row[0][:40])
+def test_a_cpu_headline_names_the_cpu_of_each_source_and_its_range(row):
+  """A row measured on CPUs (its description says 'CPU') rests on files that record their
+  processor, names each CPU type they record (`provenance.cpu_type`: 'AMD EPYC', 'Intel Xeon
+  (AVX-512)') and, over two or more types, gives its headline as a range."""
+  machines = [machine for path in _sources_read(row) for machine in _machines(path)]
+  cpu = [m for m in machines if m is not None and m.get('device', 'cpu') == 'cpu']
+  if 'CPU' not in row[0]:
+    assert not cpu, f'{row[0]}: measured on a CPU, which its description does not say'
+    return
+  assert None not in machines, f'{row[0]}: a source that records no processor'
+  types = sorted({provenance.cpu_type(machine) for machine in cpu})
+  assert types and all(name in row[0] for name in types), (row[0], types)
+  if len(types) > 1:
+    assert re.search(r'\d\s?(?:–|to)\s?\d', row[1]), f'{row[1]}: no range over {types}'
+    assert 'only CPU type' not in row[0]
+
+
 def test_the_suites_time_per_file_table_holds_only_seconds():
   """tests/README.md's table of seconds per file: every cell but the file's name a number."""
   section = _read('tests/README.md').split('\n## Time per file\n')[1].split('\n## ')[0]
@@ -388,34 +430,52 @@ def test_the_readme_is_a_short_guide_without_commit_hashes():
   assert not hashes, hashes
 
 
-# A repository path named in a page's text: a script, config, result or folder.
-REPO_PATH = re.compile(r'(?<![\w/.-])((?:experiments|configs|docs|tests)/[\w./-]*[\w/])([*{<]?)')
+# A repository path named in a page, a docstring or a comment: a script, config, result or folder.
+REPO_PATH = re.compile(r'(?<![\w/.-])((?:experiments|configs|docs|tests|transformer_jax)/[\w./-]*'
+                       r'[\w/])([*{<]?)')
 
 
 @pytest.mark.parametrize('page', PAGES)
 def test_the_paths_a_page_names_exist(page):
-  """Each `experiments/...`, `configs/...`, `docs/...` or `tests/...` path a page names (in its
-  commands too: they work pasted into a fresh clone) exists; of a pattern (`*`, `{a,b}`,
-  `<name>`), its folder."""
-  missing = []
-  for path, pattern in REPO_PATH.findall(_read(page)):
+  """Each `experiments/...`, `configs/...`, `docs/...`, `tests/...` or `transformer_jax/...` path
+  a page names (in its commands too: they work pasted into a fresh clone) exists; of a pattern
+  (`*`, `{a,b}`, `<name>`), its folder."""
+  assert not _missing_paths(page), f'{page} names paths that do not exist: {_missing_paths(page)}'
+
+
+def _missing_paths(where: str) -> list[str]:
+  missing = set()
+  for path, pattern in REPO_PATH.findall(_prose_of(where)):
     if pattern:
       path = os.path.dirname(path)
     if not os.path.exists(os.path.join(REPO, path)):
-      missing.append(path)
-  assert not missing, f'{page} names paths that do not exist: {sorted(set(missing))}'
+      missing.add(path)
+  return sorted(missing)
+
+
+def test_the_paths_code_names_exist():
+  """The same of every Python file of the package, the experiments and the configs: a folder
+  or file its docstrings, comments and messages name is there."""
+  code = sorted(os.path.relpath(path, REPO)
+                for folder in ('transformer_jax', 'experiments', 'configs')
+                for path in glob.glob(os.path.join(REPO, folder, '**', '*.py'), recursive=True))
+  missing = {where: _missing_paths(where) for where in code}
+  assert not {where: paths for where, paths in missing.items() if paths}
 
 
 # A file named in a page, a docstring or a comment: a script, config, result or page.
 FILE_NAME = re.compile(r'(?<![\w/.$<{*-])((?:[\w.-]+/)*[\w-]+\.(?:py|md|jsonl|json|png|csv|txt|'
                        r'ipynb|toml|sh)(?:\.gz)?)\b')
+# A folder named in a page, a docstring or a comment: a name ending in '/', in backticks.
+FOLDER_NAME = re.compile(r'`((?:[\w.-]+/)+)`')
 # Files the programs write (in a workdir, an export, an output folder) or a user's own, named
 # by what they hold, not as files of this repository.
 WRITTEN = {'config.json', 'metrics.jsonl', 'attention.json', 'dataset_info.json',
            'generation_config.json', 'vocab.json', 'sweep_group_results.json',
            'sweep_train_seconds.json', 'window.jsonl', 'table3_regularised.jsonl',
            'train_evaluate.json', 'sweep.json', 'result.json', 'processes.txt',
-           'sitecustomize.py', 'source.txt', 'translations.txt', 'before.json', 'after.json'}
+           'sitecustomize.py', 'source.txt', 'translations.txt', 'before.json', 'after.json',
+           'curves.png', 'tokens/', 'tensorboard/'}
 # Other projects' files: tensor2tensor's beam search and BLEU script, fairseq's generate.py,
 # transformers' pipeline.
 ELSEWHERE = {'beam_search.py', 'get_ende_bleu.sh', 'generate.py',
@@ -432,56 +492,99 @@ def _named_files() -> list[str]:
       for path in glob.glob(os.path.join(REPO, folder, '**', '*.py'), recursive=True))
 
 
-def _names_something(name: str, where: str) -> bool:
-  """`name` is a file or folder of the repository, from the root or from `where`'s folder or
-  one above it, or the end of a path that is one; or a placeholder (FILE.py, OUT/x.json)."""
-  folder = os.path.dirname(where)
-  while True:
-    if os.path.exists(os.path.join(REPO, folder, name)):
-      return True
-    if not folder:
-      break
-    folder = os.path.dirname(folder)
+def _units(text: str) -> list[str]:
+  """A text's paragraphs, list items and table rows (each line of a table is one)."""
+  found = []
+  for block in re.split(r'\n\s*\n', text):
+    lines = block.split('\n')
+    if all(line.lstrip().startswith('|') for line in lines if line.strip()):
+      found += lines
+    else:
+      found.append(block)
+  return found
+
+
+def _folders_named(where: str, unit: str) -> list[str]:
+  """The folders a unit of `where` names (its links' targets' folders, its `folder/`s, the
+  folders of the paths it names), each from the page's folder, the root or the package: where
+  a name beside them may live."""
+  here = os.path.dirname(where)
+  named = [os.path.dirname(os.path.normpath(os.path.join(here, target.partition('#')[0])))
+           if not target.endswith('/') else os.path.normpath(os.path.join(here, target))
+           for target in LINK.findall(unit) if not re.match(r'[a-z]+:', target)]
+  named += [os.path.dirname(path) for path, _ in REPO_PATH.findall(unit)]
+  for folder in FOLDER_NAME.findall(unit) + [path for path, _ in REPO_PATH.findall(unit)]:
+    named += [os.path.normpath(os.path.join(base, folder))
+              for base in (here, '', 'transformer_jax')]
+  return [folder for folder in named if os.path.isdir(os.path.join(REPO, folder))]
+
+
+def _resolves(name: str, where: str, unit: str) -> bool:
+  """`name` is a file or folder from `where`'s folder, the root, the package, or a folder the
+  same paragraph, list item or table row names; or a placeholder (FILE.py, OUT/x.json)."""
+  bases = [os.path.dirname(where), '', 'transformer_jax', *_folders_named(where, unit)]
+  if any(os.path.exists(os.path.join(REPO, base, name)) for base in bases):
+    return True
   stem = name.split('/')[0] if '/' in name else name.split('.')[0]
-  return stem.isupper() or stem in ('workdir', 'DIR') or _tracked_suffix(name)
+  return stem.isupper() or stem in ('workdir', 'DIR')
 
 
-@functools.cache
-def _tracked() -> list[str]:
-  return [os.path.relpath(os.path.join(root, name), REPO)
-          for root, _, names in os.walk(REPO) if '/.' not in root and 'egg-info' not in root
-          for name in names]
+def _prose_of(where: str) -> str:
+  """What a reader reads of a file: a page whole; of Python, its comments and its strings that
+  hold a space (docstrings, messages, flags' help), not the path parts that code joins."""
+  text = _read(where)
+  if not where.endswith('.py'):
+    return text
+  tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+  return '\n\n'.join(token.string for token in tokens if token.type == tokenize.COMMENT or (
+      token.type == tokenize.STRING and ' ' in token.string))
 
 
-def _tracked_suffix(name: str) -> bool:
-  return any(path.endswith('/' + name) for path in _tracked())
+def _unresolved(where: str) -> list[str]:
+  missing = []
+  for unit in _units(re.sub(r'\[`?[^\]`]*`?\]\(', '[](', _prose_of(where))):  # labels: below
+    for name in FILE_NAME.findall(unit) + FOLDER_NAME.findall(unit):
+      if (name in WRITTEN or name in ELSEWHERE or name in REPLACED
+          or name.startswith(('http', 'www.')) or _resolves(name, where, unit)):
+        continue
+      missing.append(f'{where}: {name}')
+  return missing
+
+
+def test_names_resolve_where_they_are_named_not_anywhere():
+  """`loop.py` in docs/ means no file there: a name resolves from its page's folder, the root,
+  the package, or a folder its paragraph names; a file of that name elsewhere is not it."""
+  assert _resolves('train_loop.py', 'docs/training.md', 'see `loop/`')
+  assert _resolves('loop_cpu.json', 'README.md', '[speed/](experiments/speed/) `loop_cpu.json`')
+  assert not _resolves('loop_cpu.json', 'README.md', 'the loop `loop_cpu.json`')
+  assert not _resolves('train_loop.py', 'docs/training.md', 'the loop (`train_loop.py`)')
+  assert _resolves('OUT/result.json', 'README.md', '') and not _resolves('variation/', 'docs/x.md',
+                                                                          '')
 
 
 def test_every_file_a_page_docstring_or_comment_names_exists():
-  """No name that points nowhere: each file name in a page or a Python file of the package,
-  the experiments or the configs is a file here (from the root, its own folder or one above,
-  or the end of a path), unless it is one the programs write, another project's, or a script
-  the page says was replaced."""
-  missing = []
-  for where in _named_files():
-    for name in FILE_NAME.findall(_read(where)):
-      if (name in WRITTEN or name in ELSEWHERE or name in REPLACED
-          or name.startswith(('http', 'www.')) or _names_something(name, where)):
-        continue
-      missing.append(f'{where}: {name}')
+  """No name that points nowhere: each file or folder name in a page or a Python file of the
+  package, the experiments or the configs resolves (`_resolves`), unless it is one the programs
+  write, another project's, or a script the page says was replaced."""
+  missing = [name for where in _named_files() for name in _unresolved(where)]
   assert not missing, missing
   for script, replacement in REPLACED.items():
-    assert not _tracked_suffix(script) and os.path.exists(os.path.join(REPO, replacement))
+    assert not glob.glob(os.path.join(REPO, '**', script), recursive=True)
+    assert os.path.exists(os.path.join(REPO, replacement))
 
 
 def test_link_labels_name_the_file_they_link():
-  """A link whose label is a file name labels it with the linked file's name, or the end of
-  its path (`[speed/loop_cpu.json](../experiments/speed/loop_cpu.json)`)."""
+  """A link whose label is a file or folder name labels it with the linked path's name, or the
+  end of its path (`[speed/loop_cpu.json](../experiments/speed/loop_cpu.json)`, `[rows/](rows/)`)."""
   wrong = []
   for page in PAGES:
     for label, target in re.findall(r'\[`?([^\]`]+?)`?\]\(([^)\s#]+)(?:#[^)\s]*)?\)', _read(page)):
-      if FILE_NAME.fullmatch(label) and not target.startswith('http'):
+      if (FILE_NAME.fullmatch(label) or re.fullmatch(r'(?:[\w.-]+/)+', label)) and \
+          not target.startswith('http'):
         linked = os.path.normpath(os.path.join(os.path.dirname(page), target))
+        if label.endswith('/') and not os.path.isdir(os.path.join(REPO, linked)):
+          linked = os.path.dirname(linked)  # a folder's page: [rows/](rows/README.md)
+        label = label.rstrip('/')
         if not (linked == label or linked.endswith('/' + label)):
           wrong.append(f'{page}: [{label}]({target})')
   assert not wrong, wrong

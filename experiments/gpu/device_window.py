@@ -32,16 +32,16 @@ sweep, unfinished, before the parts one H200 window measured on 2026-11-28):
 - profile_multi30k: where `configs/multi30k.py`'s step goes (`profile_step.py`; 4.3 ms of
   kernels on an H200, docs/performance.md);
 - loop_speed: `configs/multi30k.py`'s training loop against the benchmark, 1, 8 and 32 steps a
-  call on the packed single shape (`speed/loop.py`; needs --manual_dir);
+  call on the packed single shape (`experiments/speed/loop.py`; needs --manual_dir);
 - torch_{base,big}_bfloat16: the paper's step (§5.1, about 25000 + 25000 tokens) in bfloat16,
-  transformer_jax beside PyTorch eager and `torch.compile` (`torch_baseline.py`);
+  transformer_jax beside PyTorch eager and `torch.compile` (`experiments/speed/torch_baseline.py`);
 - torch_{base,big}_float32: the same in float32 (TF32 matrix products);
 - base_bfloat16_{cudnn,rbg,loss_chunk0}: the base step with each GPU option
   (`model.attention_impl`, `train.dropout_prng_impl`, `train.loss_chunk`) changed alone
   (`transformer_jax.benchmark`), beside the default in torch_base_bfloat16;
 - profile_base_bfloat16: where that step's kernel time goes (`profile_step.py`);
 - together_speed: four miniature Table 3 rows (base, D1-D3) one after another against the
-  four as one program (`speed/together.py`; needs --manual_dir).
+  four as one program (`experiments/speed/together.py`; needs --manual_dir).
 
 Rehearse on a CPU first (`--parts` picks parts; the figures there mean nothing).
 """

@@ -32,7 +32,7 @@ measure = loading.import_sibling(__file__, '../tools/measure')
 
 _BEFORE = flags.DEFINE_string('before', None, 'A checkout of the code before.', required=True)
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
-                                  'once, multi30k_raw.py).')
+                                  'once, experiments/tools/multi30k_raw.py).')
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file.')
 _K = flags.DEFINE_integer('k', 8, "The loop's train.steps_per_call.")
 _STEPS = flags.DEFINE_integer('steps', 48, 'Training steps of a loop run.')

@@ -38,7 +38,7 @@ _BEFORE = flags.DEFINE_string('before', None, 'A checkout of the code before (op
 _KS = flags.DEFINE_list('ks', ['1', '8'], 'The train.steps_per_call values; --steps, the '
                         'logging interval and 8 must be multiples of each or divide it.')
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
-                                  'once, multi30k_raw.py).')
+                                  'once, experiments/tools/multi30k_raw.py).')
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file.')
 _STEPS = flags.DEFINE_integer('steps', 48, 'Training steps a run (a multiple of 8).')
 _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds of every variant.')

@@ -30,7 +30,7 @@ multi30k_raw = loading.import_sibling(__file__, '../tools/multi30k_raw')
 
 _CONFIG = flags.DEFINE_string('config', 'configs/multi30k.py', 'The config file to train.')
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
-                                  'once, multi30k_raw.py).')
+                                  'once, experiments/tools/multi30k_raw.py).')
 _PACK_LENGTHS = flags.DEFINE_list('pack_lengths', ['0', '64'], 'Pack lengths to compare.')
 _STEPS = flags.DEFINE_integer('steps', 300, 'Training steps per run.')
 _ROUNDS = flags.DEFINE_integer('rounds', 2, 'Rounds over the pack lengths.')

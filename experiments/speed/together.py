@@ -32,7 +32,7 @@ multi30k_raw = loading.import_sibling(__file__, '../tools/multi30k_raw')
 
 
 _MANUAL_DIR = flags.DEFINE_string('manual_dir', None, "Multi30k's raw files (default: downloaded "
-                                  'once, multi30k_raw.py).')
+                                  'once, experiments/tools/multi30k_raw.py).')
 _SWEEP = flags.DEFINE_string('sweep', 'experiments/table3_multi30k/sweep.py', 'The sweep file.')
 _ROWS = flags.DEFINE_list('rows', ['base', 'D1', 'D2', 'D3'], 'Rows that may share a program.')
 _STEPS = flags.DEFINE_integer('steps', 100, 'Training steps of every row.')

@@ -2,7 +2,7 @@
 package, and the commands they start run there.
 
   checkout = loading.import_sibling(__file__, '../tools/checkout')
-  config = loading.from_file(os.path.join(checkout.ROOT, 'configs', 'tiny.py'))
+  config = loading.from_file(os.path.join(checkout.ROOT, 'configs/tiny.py'))
 """
 
 import os

@@ -1,6 +1,6 @@
 """Where a result came from: the commit of the code, the package versions and the machine.
 
-Every result JSON that the sweep (`sweep.py`) or an experiment script (experiments/) writes
+Every result JSON that the sweep (`sweep/`) or an experiment script (experiments/) writes
 holds `record()` under the key 'provenance', so that a figure can be traced to the code that
 produced it, and compared only with figures from the same machine (timings do not carry from
 one CPU model to another).

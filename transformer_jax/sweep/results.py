@@ -15,7 +15,7 @@ NOTE = ('dev_bleu: tokenized, compound-split, cased BLEU (the paper\'s); dev_sac
 
 
 def table_name(sweep_path: str) -> str:
-  """The tables' name: the sweep file's folder for a file named `sweep.py`
+  """The tables' name: the sweep file's folder where the file is named 'sweep'
   (experiments/table3_regularised/sweep.py: 'table3_regularised'), else the file's."""
   folder, file = os.path.split(os.path.abspath(sweep_path))
   stem = os.path.splitext(file)[0]
