@@ -158,10 +158,9 @@ def _m30k_bleu() -> list[float]:
 
 
 _POSTNORM = 'experiments/postnorm/rows/post_fused.json'
-_TINY_LOG = 'experiments/quickstart/tiny/metrics.jsonl'
-_TINY_TIMES = 'experiments/speed/compile_time_tiny_cpu.json'
+_TINY_TIMES = 'experiments/speed/compile_time_tiny_intel_xeon_avx512.json'
 _TINY_CPUS = 'experiments/quickstart/variation'  # one JSON per CPU type
-_M30K_TIMES = 'experiments/speed/compile_time_multi30k_cpu.json'
+_M30K_TIMES = 'experiments/speed/compile_time_multi30k_intel_xeon_avx512.json'
 _LOOP = 'experiments/speed/loop_cpu.json'
 _LOOP_K8 = 'experiments/speed/loop_k8_cpu.json'
 _LOSS_CHUNK = 'experiments/speed/loss_chunk_intel_xeon_avx512.jsonl'
@@ -186,9 +185,12 @@ def _tiny_bleu_by_cpu() -> list[float]:
                if r['setting'] == 'this CPU') for path in paths]
 
 
-def _tiny_dev() -> dict:
-  """The quick start's last dev evaluation, as training logged it."""
-  return [r for r in _load(_TINY_LOG) if r['split'] == 'validation'][-1]
+def _tiny_step_by_cpu() -> int:
+  """The step of the quick start's last dev evaluation, the same on every CPU type."""
+  paths = sorted(glob.glob(os.path.join(REPO, _TINY_CPUS, '*.json')))
+  [step] = {next(r['step'] for r in _load(os.path.relpath(path, REPO))['runs']
+                 if r['setting'] == 'this CPU') for path in paths}
+  return step
 
 
 def _loss_chunk_median(chunk: int) -> float:
@@ -231,16 +233,16 @@ SOURCES = {
         ('37.11', lambda: _load(_POSTNORM)['bleu_tokenized']),
     ],
     'The quick start': [
-        ('1200', lambda: _tiny_dev()['step']),
+        ('1200', lambda: _tiny_step_by_cpu()),
         ('98.6', lambda: min(_tiny_bleu_by_cpu())),
         ('99.7', lambda: max(_tiny_bleu_by_cpu())),
         ('2', lambda: len(_tiny_bleu_by_cpu())),  # CPU types
-        ('151', lambda: _load(_TINY_TIMES)['means']['cache, cold']['seconds_to_end']),
-        ('138', lambda: _load(_TINY_TIMES)['means']['cache, warm']['seconds_to_end']),
+        ('214', lambda: _load(_TINY_TIMES)['means']['cache, cold']['seconds_to_end']),
+        ('198', lambda: _load(_TINY_TIMES)['means']['cache, warm']['seconds_to_end']),
     ],
     'The persistent compilation cache': [
-        ('113', lambda: _load(_M30K_TIMES)['means']['cache, warm']['seconds_to_end']),
-        ('155', lambda: _load(_M30K_TIMES)['means']['cache, cold']['seconds_to_end']),
+        ('182', lambda: _load(_M30K_TIMES)['means']['cache, warm']['seconds_to_end']),
+        ('226', lambda: _load(_M30K_TIMES)['means']['cache, cold']['seconds_to_end']),
     ],
     'Four sweep rows as one program': [
         ('1.22', lambda: (lambda r: r['together'] / r['apart'])(

@@ -1,7 +1,9 @@
 """One flag vocabulary: every flag of every command (`python -m transformer_jax.<command>`) and
 experiment script has one name for one meaning (FLAGS), a name a command used to take fails
-naming the new one (`cli.renamed`), and every command line in README.md and docs/ names a
-script that exists and only flags it takes (read from the source, nothing run)."""
+naming the new one (`cli.renamed`), every command line a page shows (read whole, across line
+breaks) names a script that exists and only flags it takes, with values of their types and
+choices and config overrides its config starts with (read from the source, nothing run), and
+every `--flag` the pages and the code name is one of them."""
 
 import ast
 import functools
@@ -263,7 +265,10 @@ def _module(program: str) -> str:
 
 
 def _pages() -> list[str]:
-  return [os.path.join(REPO, 'README.md')] + sorted(glob.glob(os.path.join(REPO, 'docs', '*.md')))
+  """README.md, docs/ and the experiments' and tests' pages."""
+  return [os.path.join(REPO, 'README.md')] + sorted(
+      path for pattern in ('docs/*.md', 'experiments/**/*.md', 'tests/*.md')
+      for path in glob.glob(os.path.join(REPO, pattern), recursive=True))
 
 
 def test_the_pages_name_commands():
@@ -294,8 +299,9 @@ def _config_problem(config: str, overrides: list[str]) -> str | None:
   """Why `--config=config` with these `--config.FIELD=VALUE` overrides would not start: a field
   it lacks, a value its type does not parse, a value its checks refuse (`checks.validate`)."""
   spec = os.path.join(REPO, config)
-  if not os.path.exists(spec.partition(':')[0]):
-    return None  # a placeholder (configs/<file>.py), or a path of the reader's
+  if not os.path.exists(spec.partition(':')[0]) or re.fullmatch(r'[A-Z]{3,}|<[^>]*>',
+                                                                spec.partition(':')[2]):
+    return None  # a placeholder (configs/<file>.py, sweep.py:ROW), or a path of the reader's
   given = [o for o in overrides if not o.split('=', 1)[0].isupper()]
   typed = [o for o in given if not _PLACEHOLDER.fullmatch(o.partition('=')[2])]
   try:

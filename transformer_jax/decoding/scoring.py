@@ -31,7 +31,7 @@ from transformer_jax.data import batching, datasets, pipeline, preprocessing, to
 from transformer_jax.decoding import bleu, dev_evaluation
 from transformer_jax.decoding.translator import Translator, compile_rows
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.storage import atomic, workdirs
+from transformer_jax.storage import atomic, provenance, workdirs
 from transformer_jax.training import compilation
 
 
@@ -139,6 +139,7 @@ def evaluate_rows(translator: Translator, split: str) -> list[dict]:
         'hypotheses': hypothesis_path,
         'programs_compiled': compiles.compiled,
         'programs_loaded': compiles.loaded,
+        'machine': provenance.machine(jax.devices()[0].device_kind),
     }
     if lead:
       atomic.write(os.path.join(directory, f'{name}.json'), json.dumps(result, indent=2))
