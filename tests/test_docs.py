@@ -161,10 +161,11 @@ _POSTNORM = 'experiments/postnorm/rows/post_fused.json'
 _TINY_TIMES = 'experiments/speed/compile_time_tiny_intel_xeon_avx512.json'
 _TINY_CPUS = 'experiments/quickstart/variation'  # one JSON per CPU type
 _M30K_TIMES = 'experiments/speed/compile_time_multi30k_intel_xeon_avx512.json'
+_PACKING = 'experiments/speed/packing_intel_xeon_avx512.json'
 _LOOP = 'experiments/speed/loop_cpu.json'
 _LOOP_K8 = 'experiments/speed/loop_k8_cpu.json'
 _LOSS_CHUNK = 'experiments/speed/loss_chunk_intel_xeon_avx512.jsonl'
-_DATA_SCALE = 'experiments/data_scale/data_scale.json'
+_DATA_SCALE = 'experiments/data_scale/data_scale_intel_xeon_avx512.json'
 _H100 = 'experiments/gpu/h100/window_2026-11-27.jsonl'
 _H200 = 'experiments/gpu/h200/fused_loss/benchmarks.jsonl'
 _H200_WINDOW = 'experiments/gpu/h200/window_2026-11-28b.jsonl'
@@ -265,13 +266,15 @@ SOURCES = {
         ('0.696', lambda: _loss_chunk_median(0)),
     ],
     'Sequence packing': [
-        ('1.16', lambda: _load('experiments/speed/packing_cpu.json')['runs']['32'][
-            'ratio']),
+        ('1.16', lambda: _load(_PACKING)['runs']['32']['ratio']),
+        ('32', lambda: int(sorted(_load(_PACKING)['runs'], key=int)[1])),
+        ('1.25', lambda: _load(_PACKING)['runs']['64']['ratio']),
+        ('64', lambda: int(sorted(_load(_PACKING)['runs'], key=int)[2])),
     ],
     'Your own corpus at WMT14': [
-        ('5.2 min', lambda: _wmt_size()['wall_seconds'] / 60),
-        ('1.00', lambda: _wmt_size()['peak_memory_bytes'] / 2**30),  # GiB
-        ('72', lambda: _wmt_size()['pipeline_tokens_per_second'] / 1e6),  # million tokens/s
+        ('6.5 min', lambda: _wmt_size()['wall_seconds'] / 60),
+        ('1.22', lambda: _wmt_size()['peak_memory_bytes'] / 2**30),  # GiB
+        ('6.9', lambda: _wmt_size()['pipeline_tokens_per_second'] / 1e6),  # million tokens/s
     ],
     'One NVIDIA H100': [
         ('1.18', lambda: _h100('torch_base_bfloat16', 'configs/base.py')[
@@ -577,7 +580,8 @@ def test_every_file_a_page_docstring_or_comment_names_exists():
 
 def test_link_labels_name_the_file_they_link():
   """A link whose label is a file or folder name labels it with the linked path's name, or the
-  end of its path (`[speed/loop_cpu.json](../experiments/speed/loop_cpu.json)`, `[rows/](rows/)`)."""
+  end of its path (`[speed/loop_cpu.json](../experiments/speed/loop_cpu.json)`), or the folder
+  of the page it links (`[rows/](rows/README.md)`)."""
   wrong = []
   for page in PAGES:
     for label, target in re.findall(r'\[`?([^\]`]+?)`?\]\(([^)\s#]+)(?:#[^)\s]*)?\)', _read(page)):

@@ -1,9 +1,11 @@
 """Every figure a page gives beside a committed result file it links is that file's: each
-number of a paragraph, list item or table row of README.md, docs/ or an experiment's page that
-links a JSON or JSONL file under experiments/ (a table: also the files its lead-in paragraph
-links) is one of the file's values at the printed precision, in the printed unit. A figure
-the files do not hold is either computed from them here (DERIVED) or said, on the page, not
-to come from them (NOT_FROM_THE_FILES: the paper's, a setting's, a count of rows)."""
+figure of a paragraph, list item or table row of README.md, docs/ or an experiment's page that
+links a JSON or JSONL file under experiments/ (a table or list: also the files its lead-in
+paragraph links) is one of the file's values at the printed precision, in the printed unit,
+or a ratio of two values side by side in it. A figure the files do not hold is computed from
+them here (DERIVED), or its page's **Sources** says it is not backed by a committed result
+file, or it is listed with its reason (NOT_FROM_THE_FILES: the paper's, a setting). And
+docs/performance.md, the page of current figures, gives each with a file that records its CPU."""
 
 import dataclasses
 import functools
@@ -32,10 +34,8 @@ FIGURE = re.compile(r'(?<![\w.§/@~-])(?:(\d+\.\d+)(?:\s?(%|×|ms\b|min\b|s\b|Gi
 FACTORS = {
     '': (1,), '%': (100, 1), '×': (1,), 'x': (1,), 'ms': (1000, 1), 's': (1, 0.001),
     'min': (1 / 60, 1), 'GiB': (2**-30, 1), 'MiB': (2**-20, 1), 'GB': (1e-9, 1),
-    'million': (1e-6, 1),
-    'M': (1e-6, 1), 'k': (1e-3, 1),
+    'million': (1e-6, 1), 'M': (1e-6, 1), 'k': (1e-3, 1),
 }
-
 
 _read = test_docs._read
 _prose = test_docs._prose
@@ -162,8 +162,8 @@ def _header_unit(cell: str) -> str:
 
 # The first of two figures that share the second's unit: '47.7 → 43.0 ms', '0.731 / 0.685 s',
 # '5.81–6.03 s', '41.9 and 45.3 ms'.
-_PAIRED = re.compile(r'(\d+(?:\.\d+)?)(?=\s*(?:→|/|–|to|and)\s*\d+(?:\.\d+)?\s?(%|×|ms\b|s\b|min\b|'
-                     r'GiB\b|GB\b))')
+_PAIRED = re.compile(r'(\d+(?:\.\d+)?)(?=\s*(?:→|/|–|to|and)\s*\d+(?:\.\d+)?\s?'
+                     r'(%|×|ms\b|s\b|min\b|GiB\b|GB\b))')
 
 
 def figures(unit: Unit) -> list[tuple[str, str]]:
@@ -339,9 +339,11 @@ NOT_FROM_THE_FILES = {
     (_SPEED, '0.1'): "settings: the models' dropout and label smoothing",
     ('docs/performance.md', '3×'): 'a formula: model FLOPs are 3 times the forward ones',
     ('docs/performance.md', '2ms'): 'an expectation: 500 steps/s, not a measurement',
-    ('docs/data.md', '0.246'): 'printed by `python -m transformer_jax.data --inspect` (shown below)',
+    ('docs/data.md', '0.246'): 'printed by `python -m transformer_jax.data --inspect`',
     ('docs/data.md', '0.064'): 'printed by `python -m transformer_jax.data --inspect`',
     ('docs/data.md', '0.045'): 'printed by `python -m transformer_jax.data --inspect`',
+    ('docs/data.md', '100million'): 'a setting: data.max_corpus_chars',
+    ('experiments/data_scale/README.md', '24GiB'): "the machine's memory",
     ('docs/faithfulness.md', '100M'): "a setting: the tokenizer's sample of training text",
     ('docs/faithfulness.md', '0.4s'): "the paper's step time of base (§5.2)",
     ('docs/faithfulness.md', '1.6'): "worked out on the linked results page from the rows'",

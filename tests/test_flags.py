@@ -320,7 +320,8 @@ def test_a_wrong_value_type_or_choice_is_found():
   assert _value_problem('split', 'enum', 'test', ['train', 'validation', 'test']) is None
   assert _value_problem('steps', 'integer', '1e3', None)
   assert _value_problem('steps', 'integer', 'N', None) is None
-  assert _value_problem('json', 'bool', 'yes', None) and _value_problem('steps', 'integer', '', None)
+  assert _value_problem('json', 'bool', 'yes', None)
+  assert _value_problem('steps', 'integer', '', None)
   assert _config_problem('configs/table3.py:C2', ['train.num_train_steps=ten'])
   assert _config_problem('configs/multi30k.py', ['model.d_model=N', 'data.dataset=wmt'])
   assert _config_problem('configs/table3.py:C2', ['model.no_such_field=1'])

@@ -7,10 +7,11 @@ workdirs and a fresh compilation cache.
       [--output=FILE]
 
 'apart' runs `python -m transformer_jax.train` for each row in turn; 'together' trains the rows
-as one program in one child process, as a sweep's group trains (`train_loop.train_together`). Both train --steps steps with one
-short dev evaluation at the end (one batch, no BLEU), so the figures are training's: the wall
-time of the commands (data, vocabulary, compiling and steps included) and the steps' time (the
-'train' records' step time times their steps; a group's records give the group's time).
+as one program in one child process, as a sweep's group trains (`train_loop.train_together`).
+Both train --steps steps with one short dev evaluation at the end (one batch, no BLEU), so the
+figures are training's: the wall time of the commands (data, vocabulary, compiling and steps
+included) and the steps' time (the 'train' records' step time times their steps; a group's
+records give the group's time).
 """
 
 import json
