@@ -414,9 +414,13 @@ def _machines(path: str) -> list[dict | None]:
   'machine', or a JSONL file's records'); [None] where it records none; [] for a folder."""
   if not path.endswith(('.json', '.jsonl')):
     return []
-  records = _load(path) if path.endswith('.jsonl') else [_load(path)]
   return [record.get('provenance', {}).get('machine') or record.get('machine')
-          for record in records]
+          for record in _records(path)]
+
+
+def _records(path: str) -> list:
+  """A JSONL file's records, or a JSON file's value as the one record."""
+  return _load(path) if path.endswith('.jsonl') else [_load(path)]
 
 
 def _sources_read(row: list[str]) -> list[str]:

@@ -10,7 +10,6 @@ docs/performance.md, the page of current figures, gives each with a file that re
 import dataclasses
 import functools
 import glob
-import json
 import math
 import os
 import re
@@ -122,11 +121,7 @@ def _numbers(value) -> list[float]:
   return []
 
 
-def _records(path: str) -> list:
-  text = _read(path)
-  if path.endswith('.jsonl'):
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-  return [json.loads(text)]
+_records = test_docs._records
 
 
 def _siblings(value) -> list[list[float]]:
@@ -434,8 +429,7 @@ def cpu_problems(page: str) -> list[str]:
       records = _records(path)
       if any(_devices(r) - {'cpu'} for r in records):
         continue  # an accelerator's
-      for record in records:
-        machine = record.get('provenance', {}).get('machine') or record.get('machine')
+      for machine in test_docs._machines(path):
         if not isinstance(machine, dict) or not machine.get('processor'):
           problems.append(f'{path} records no processor')
         elif provenance.cpu_type(machine) not in re.sub(r'\s+', ' ', sections[unit.section]):
