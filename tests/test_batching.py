@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from transformer_jax.data import batching
 from transformer_jax.data.batching import (PLANNER_THREAD, Batcher, PlanCancelled, Sequences,
                                            TokenizedSplit, TrainIterator, bucket_lengths,
                                            eval_batches, padding_fraction)
@@ -284,7 +285,15 @@ def test_a_planning_failure_is_raised_by_next():
   iterator.close()
 
 
-def test_close_stops_a_long_plan_at_once():
+def test_close_stops_a_long_plan_at_once(monkeypatch):
+  packing = threading.Event()  # set at the first look at the cancel event, in the packing loop
+  look = batching._stop_if_cancelled
+
+  def looking(cancel):
+    packing.set()
+    look(cancel)
+
+  monkeypatch.setattr(batching, '_stop_if_cancelled', looking)
   rng = np.random.default_rng(0)
   count = 2_000_000  # their first-fit decreasing lasts far longer than the test waits
   sides = []
@@ -304,7 +313,7 @@ def test_close_stops_a_long_plan_at_once():
 
   taker = threading.Thread(target=take)  # as a thread feeding the training loop takes batches
   taker.start()
-  time.sleep(1.0)
+  assert packing.wait(timeout=60)  # past the plan's first steps, which are not cancellable
   assert _planners() and taker.is_alive()  # waiting for the plan
   start = time.perf_counter()
   iterator.close()
