@@ -152,6 +152,7 @@ def test_inspect_command_json(config):
   assert stats['pipeline_tokens_per_second'] > 0
   assert set(stats['load_seconds']) == {'vocabulary', 'prepare', 'encode'}
   assert stats['first_batch_seconds'] > 0 and stats['peak_memory_bytes'] > 2**20
+  assert stats['plan_seconds'] > 0
 
 
 def test_encoded_splits_are_the_tokenizer_ids_and_a_second_load_reads_no_text(

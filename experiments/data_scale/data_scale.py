@@ -9,7 +9,8 @@ to 256 tokens, batches of 25000 tokens) on it as `data.dataset='files'`, twice, 
 fresh process:
   1. `python -m transformer_jax.data --inspect --json` on an empty workdir and TFDS directory:
      preparing the dataset (reading the text files into array_record), learning the vocabulary,
-     encoding the splits; then the iterator's tokens/s over the first --batches batches;
+     encoding the splits; then the iterator's tokens/s over the first --batches batches, timed
+     from the epoch's plan in hand (the plan's own seconds apart);
   2. the same command on the same workdir: what a resumed run loads (the prepared dataset, the
      vocabulary and the encoded splits), and its first batch, restored halfway through an epoch.
 Each row records the command's wall time, its peak resident memory (`os.wait4`) and its JSON.
@@ -129,6 +130,7 @@ def _measure(size: int, scratch: str, base: list[tuple[str, str]]) -> dict:
     row[run] = {'wall_seconds': seconds, 'peak_memory_bytes': peak, **stats}
     print(f'{size} pairs, {run} run: {seconds:.1f} s, {peak / 2**30:.2f} GiB, '
           f'{stats["load_seconds"]}, {stats["pipeline_tokens_per_second"]:,.0f} tokens/s, '
+          f'an epoch planned in {stats["plan_seconds"]:.2f} s, '
           f'first batch {stats["first_batch_seconds"]:.2f} s', flush=True)
   row['command'] = ' '.join(command[1:])
   return row

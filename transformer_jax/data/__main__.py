@@ -52,11 +52,15 @@ def _first_batch_seconds(data: pipeline.Data, seed: int, batches: int) -> float:
 
 def inspect(data: pipeline.Data, seed: int, batches: int | None = None) -> dict:
   """Statistics of the planned batches and the measured pipeline throughput (over the first
-  `batches` batches, or the whole epoch)."""
+  `batches` batches, or the whole epoch, from the epoch's plan in hand: the next epoch's is made
+  in the background meanwhile, as in training)."""
   train = data.batchers['train']
+  start = time.perf_counter()
   plan = train.plan(seed)
+  plan_seconds = time.perf_counter() - start
   first_batch_seconds = _first_batch_seconds(data, seed, len(plan))
   iterator = data.train_iterator(seed)
+  iterator.get_state()  # waits for the epoch's plan, made in the background
   measured = len(plan) if batches is None else min(batches, len(plan))
   start, tokens = time.perf_counter(), 0
   for _ in range(measured):
@@ -73,6 +77,7 @@ def inspect(data: pipeline.Data, seed: int, batches: int | None = None) -> dict:
       'target_padding_fraction': batching.padding_fraction(train, plan, ('targets',)),
       'pipeline_tokens_per_second': tokens / seconds,
       'batches_measured': measured,
+      'plan_seconds': plan_seconds,
       'load_seconds': data.seconds,
       'first_batch_seconds': first_batch_seconds,
       # Linux reports kilobytes.
@@ -99,7 +104,8 @@ def main():
         f"on average, padding fraction {stats['padding_fraction']:.3f} "
         f"({stats['target_padding_fraction']:.3f} of the target side)")
   print(f"pipeline            {stats['pipeline_tokens_per_second']:,.0f} tokens/s "
-        f"({stats['batches_measured']} batches)")
+        f"({stats['batches_measured']} batches), an epoch planned in "
+        f"{stats['plan_seconds']:.2f} s")
   print(f"loading             {pipeline.loading(stats['load_seconds'])}")
   print(f"resumed iterator    first batch in {stats['first_batch_seconds']:.2f} s")
   print(f"peak memory         {stats['peak_memory_bytes'] / 2**30:.2f} GiB")
