@@ -195,37 +195,43 @@ def _outside_steps_per_group(variant: str) -> list[float]:
   return [_load(path)['median'][variant]['outside_steps_per_group'] for path in _SWEEP_OVERHEADS]
 
 
+def _each_cpu(folder: str) -> list:
+  """The JSON files of a folder that holds one per CPU type, loaded, in name order."""
+  return [_load(os.path.relpath(path, REPO))
+          for path in sorted(glob.glob(os.path.join(REPO, folder, '*.json')))]
+
+
 def _torch_speedups(shape: str) -> list[float]:
   """transformer_jax's target tokens/s over PyTorch's at `shape`, one figure per CPU type."""
-  paths = sorted(glob.glob(os.path.join(REPO, _TORCH_CPUS, '*.json')))
-  return [_load(os.path.relpath(path, REPO))['shapes'][shape]['speedup_over_torch']
-          for path in paths]
+  return [result['shapes'][shape]['speedup_over_torch'] for result in _each_cpu(_TORCH_CPUS)]
 
 
 def _hf_exports(result: int, value) -> list[float]:
   """`value` of the `result`-th decoding (greedy, beam 5) of hf_export/check.py's file for each
   CPU type."""
-  paths = sorted(glob.glob(os.path.join(REPO, _HF, '*.json')))
-  return [value(_load(os.path.relpath(path, REPO))['results'][result]) for path in paths]
+  return [value(figures['results'][result]) for figures in _each_cpu(_HF)]
 
 
-def _ct2_over_ours(result: int) -> list[float]:
-  """CTranslate2 on one thread: its sentences/s over ours, for each CPU type."""
-  return _hf_exports(result, lambda r: 1 / r['ctranslate2']['1_threads']['time_over_ours'])
+def ct2_over_ours(decoding: dict, threads: int = 1) -> float:
+  """CTranslate2's sentences/s on `threads` threads over ours, in one decoding of
+  hf_export/check.py's file."""
+  return 1 / decoding['ctranslate2'][f'{threads}_threads']['time_over_ours']
+
+
+def _tiny_by_cpu() -> list[dict]:
+  """The quick start's run on each CPU type quickstart_variation.py ran on."""
+  return [next(r for r in variation['runs'] if r['setting'] == 'this CPU')
+          for variation in _each_cpu(_TINY_CPUS)]
 
 
 def _tiny_bleu_by_cpu() -> list[float]:
-  """The quick start's dev BLEU as found on each CPU type quickstart_variation.py ran on."""
-  paths = sorted(glob.glob(os.path.join(REPO, _TINY_CPUS, '*.json')))
-  return [next(r['dev_bleu'] for r in _load(os.path.relpath(path, REPO))['runs']
-               if r['setting'] == 'this CPU') for path in paths]
+  """The quick start's dev BLEU on each CPU type."""
+  return [run['dev_bleu'] for run in _tiny_by_cpu()]
 
 
 def _tiny_step_by_cpu() -> int:
   """The step of the quick start's last dev evaluation, the same on every CPU type."""
-  paths = sorted(glob.glob(os.path.join(REPO, _TINY_CPUS, '*.json')))
-  [step] = {next(r['step'] for r in _load(os.path.relpath(path, REPO))['runs']
-                 if r['setting'] == 'this CPU') for path in paths}
+  [step] = {run['step'] for run in _tiny_by_cpu()}
   return step
 
 
@@ -347,15 +353,15 @@ SOURCES = {
         ('1000', lambda: min(_hf_exports(0, lambda r: r['same_translations']))),  # greedy
         ('1.32', lambda: min(_hf_exports(0, lambda r: r['speed_ratio']))),
         ('1.53', lambda: max(_hf_exports(0, lambda r: r['speed_ratio']))),
-        ('2.17', lambda: min(_ct2_over_ours(0))),
-        ('2.20', lambda: max(_ct2_over_ours(0))),
+        ('2.17', lambda: min(_hf_exports(0, ct2_over_ours))),
+        ('2.20', lambda: max(_hf_exports(0, ct2_over_ours))),
         ('5', lambda: _hf_exports(1, lambda r: r['beam_size'])[0]),
         ('991', lambda: min(_hf_exports(1, lambda r: r['same_translations']))),
         ('995', lambda: max(_hf_exports(1, lambda r: r['same_translations']))),
         ('1.38', lambda: min(_hf_exports(1, lambda r: r['speed_ratio']))),
         ('1.41', lambda: max(_hf_exports(1, lambda r: r['speed_ratio']))),
-        ('2.38', lambda: min(_ct2_over_ours(1))),
-        ('2.92', lambda: max(_ct2_over_ours(1))),
+        ('2.38', lambda: min(_hf_exports(1, ct2_over_ours))),
+        ('2.92', lambda: max(_hf_exports(1, ct2_over_ours))),
     ],
 }
 

@@ -286,10 +286,10 @@ def _h200_step_at_mfu_ms(mfu: float, flops_per_second: float) -> float:
 
 
 def _ct2_over_ours(cpu: str, result: int, threads: int = 1) -> float:
-  """CTranslate2's sentences/s on `threads` threads over ours, in the `result`-th decoding
-  (greedy, beam 5) of hf_export/`cpu`.json."""
+  """CTranslate2's speed over ours in the `result`-th decoding (greedy, beam 5) of
+  hf_export/`cpu`.json."""
   [record] = _records(f'experiments/hf_export/{cpu}.json')
-  return 1 / record['results'][result]['ctranslate2'][f'{threads}_threads']['time_over_ours']
+  return test_docs.ct2_over_ours(record['results'][result], threads)
 
 
 def _mean_target_length() -> float:

@@ -27,7 +27,6 @@ from transformer_jax.training import checkpointing, metrics_log
 # more groups would cost the suite seconds and test nothing more (which slot trains which group:
 # test_sweep.py's tests of the plan).
 ROWS = {f'seed{i}': {'seed': i} for i in range(4)}
-FOUR = list(ROWS)
 # What a row's metrics.jsonl records that depends on the time taken, not on the training.
 _TIMINGS = ('seconds', 'compile_seconds', 'step_time', 'target_tokens_per_second')
 
@@ -44,7 +43,7 @@ def _params(workdir, step: int = 20):
 
 
 def _swept(tmp_path_factory, name: str, devices_per_group: int, together: int) -> dict:
-  """FOUR swept side by side; returns the sweep file, the workdir, each group's
+  """The ROWS swept side by side; returns the sweep file, the workdir, each group's
   devices (device ids, by its rows), and the most groups seen training or being evaluated at
   once."""
   tmp_path = tmp_path_factory.mktemp(name)
@@ -66,7 +65,7 @@ def _swept(tmp_path_factory, name: str, devices_per_group: int, together: int) -
 
   with pytest.MonkeyPatch.context() as monkeypatch:
     monkeypatch.setattr(sweep_group, 'run_group', spied)
-    sweep_run.run(sweep, str(workdir), FOUR, together=together,
+    sweep_run.run(sweep, str(workdir), list(ROWS), together=together,
                   devices_per_group=devices_per_group)
   return {'sweep': sweep, 'workdir': workdir, 'devices': devices, 'most': most[0]}
 
@@ -109,10 +108,10 @@ def _assert_alone_equals(swept: dict, group: list[str], tmp_path) -> None:
 @pytest.mark.slow
 def test_groups_on_a_device_each_equal_each_group_alone(one_device_each, tmp_path):
   devices = one_device_each['devices']
-  assert sorted(devices) == [(row,) for row in FOUR]
+  assert sorted(devices) == [(row,) for row in ROWS]
   assert sorted(d for ids in devices.values() for d in ids) == list(range(4))  # one each
   assert one_device_each['most'] >= 2  # side by side
-  for row in FOUR:
+  for row in ROWS:
     with open(one_device_each['workdir'] / 'rows' / f'{row}.json') as f:
       result = json.load(f)
     assert result['provenance']['machine']['devices'] == 1
@@ -158,7 +157,7 @@ def test_a_sweep_shared_by_two_processes_trains_each_row_once_and_resumes(two_de
   devices."""
   workdir = two_devices_each['workdir'].parent / 'shared'
   env = {**os.environ, 'XLA_FLAGS': xla_flags(4)}
-  commands = [_sweep_command(two_devices_each['sweep'], workdir, f'--rows={",".join(FOUR)}',
+  commands = [_sweep_command(two_devices_each['sweep'], workdir, f'--rows={",".join(ROWS)}',
                              '--together=2', f'--process_index={i}', '--process_count=2')
               for i in range(2)]
   first, second = (subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -190,9 +189,9 @@ def test_a_sweep_shared_by_two_processes_trains_each_row_once_and_resumes(two_de
   assert sum('done already' in line for line in lines) == 4  # seed0 and seed1, by each
   assert sum(line.startswith('seed2, seed3: training in') for line in lines) == 1  # once
   with open(workdir / 'table3_tiny.csv') as f:
-    assert [r['row'] for r in csv.DictReader(f)] == FOUR
+    assert [r['row'] for r in csv.DictReader(f)] == list(ROWS)
 
-  for row in FOUR:
+  for row in ROWS:
     logged, side_by_side = _last_logged(workdir / row), _last_logged(
         two_devices_each['workdir'] / row)
     if row in ('seed2', 'seed3'):
@@ -219,7 +218,7 @@ def test_groups_side_by_side_stopped_by_sigterm_or_killed_resume_to_their_figure
   again), then killed (SIGKILL) at a random moment after a group has started again, then run
   again here: every row's dev curve, figures, hypotheses and final parameters equal
   `one_device_each`'s."""
-  rows, workdir = FOUR, tmp_path / 'run'
+  rows, workdir = list(ROWS), tmp_path / 'run'
   command = [*_sweep_command(one_device_each['sweep'], workdir, f'--rows={",".join(rows)}'),
              '--devices_per_group=1']
   out, status = signalled(command, (f'{rows[-1]}: training in',), signal.SIGTERM)
