@@ -111,7 +111,7 @@ OTHER_PROGRAMS = {
     'sacrebleu': {'tokenize'},
     'tests/test_layers.py': {'write'},
 }
-# Flags of scripts since replaced (tests/test_docs.py's REPLACED), named where their figures are.
+# Flags of scripts since replaced (tests/test_pages.py's REPLACED), named where their figures are.
 REPLACED_SCRIPTS = {'repeats': 'decode_vs_torch.py'}
 
 
