@@ -402,24 +402,6 @@ def cpu_loop(page: str) -> str:
                    'loop / benchmark', 'rounds', 'file'], rows)
 
 
-def cpu_hf_export(page: str) -> str:
-  rows = []
-  for path, result in each_cpu(_HF_EXPORT):
-    for decoded in result['results']:
-      first = decoded is result['results'][0]
-      rows.append([cpu_type(result) if first else '', str(decoded['beam_size']),
-                   f'{decoded["ours"]["sentences_per_second"]:.1f}',
-                   f'{decoded["transformers"]["sentences_per_second"]:.1f}',
-                   f'{decoded["speed_ratio"]:.2f}×', f'{ct2_over_ours(decoded):.2f}×',
-                   f'{decoded["same_translations"]} of {result["sentences"]}',
-                   f'{result["logits"]["as_exported"]:.1e}, '
-                   f'{result["logits"]["with_our_epsilon"]:.1e}' if first else '',
-                   link(page, path) if first else ''])
-  return markdown(['CPU', 'beam', 'ours, sentences/s', 'transformers', 'ours over transformers',
-                   'CTranslate2 (1 thread) over ours', 'identical translations',
-                   'largest logit difference (as exported, our ε)', 'file'], rows)
-
-
 TABLES: dict[str, Callable[[str], str]] = {
     'results': results,
     'gpu-step': gpu_step,
@@ -433,7 +415,6 @@ TABLES: dict[str, Callable[[str], str]] = {
     'cpu-compile': cpu_compile,
     'cpu-together': cpu_together,
     'cpu-loop': cpu_loop,
-    'cpu-hf-export': cpu_hf_export,
 }
 
 
