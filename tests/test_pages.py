@@ -87,12 +87,25 @@ def test_a_table_reads_only_result_files_under_experiments():
   assert tables().span([0.9953, 1.0], 2) == '1.00'
 
 
-@pytest.mark.parametrize('page', sorted(tables().pages()))
+@functools.cache
+def generated() -> dict[str, tuple[str, str]]:
+  """{page: (as committed, with its tables written anew)}, written into memory."""
+  return tables().pages()
+
+
+@pytest.mark.parametrize('page', sorted(generated()))
 def test_the_generated_tables_are_current(page):
   """A figure is read from its file: a table that differs from what its files give now (a new
   result, a figure typed by hand) fails until `python experiments/tables.py` rewrites it."""
-  committed, generated = tables().pages()[page]
-  assert committed == generated, f'{page}: run `python experiments/tables.py` and commit'
+  committed, written = generated()[page]
+  assert committed == written, f'{page}: run `python experiments/tables.py` and commit'
+
+
+def test_every_table_is_on_a_page():
+  placed = [name for committed, _ in generated().values()
+            for name in re.findall(r'<!-- tables\.py: ([\w-]+) -->', committed)]
+  assert sorted(placed) == sorted(tables().TABLES)  # each once
+  assert {'README.md', 'docs/performance.md'} <= set(generated())
 
 
 def test_the_readme_holds_the_quick_start_ci_runs():
