@@ -263,33 +263,44 @@ def options(page: str) -> str:
   prng = {impl: load(f'{_H200_PRNG}/base_bf16_{impl}.json')['step_time_s']
           for impl in ('threefry', 'rbg')}
   cpu = f'a 2-core {cpu_type(load(_PACKING))}'
-  return markdown(['option', 'against', 'measured', 'on', 'files'], [
-      ['`dtype` \'bfloat16\'', 'float32 (TF32), base',
-       f'{ms(f32["step_time_s"])} → {ms(bf16["step_time_s"])} a step', 'one NVIDIA H200',
-       link(page, _H200_STEPS)],
-      ['`train.loss_chunk` 16', '0, base in bfloat16',
-       f'{ms(whole["step_time_s"])} → {ms(bf16["step_time_s"])} a step', 'one NVIDIA H200',
-       link(page, _H200_STEPS)],
-      ['`train.loss_chunk` 2', '0, `configs/multi30k.py`',
-       f'{ms(chunks[0])} → {ms(chunks[2])} a step (median of 3)', cpu,
-       link(page, _LOSS_CHUNK)],
-      ['`data.pack_length` 32, 64', 'fine buckets, `configs/multi30k.py`',
-       f'real target tokens/s {packing["32"]["ratio"]:.2f}×, {packing["64"]["ratio"]:.2f}×',
-       cpu, link(page, _PACKING)],
-      ['`train.steps_per_call` 8, 32', '1, `configs/multi30k.py` packed',
-       f'the loop\'s steps/s {loop["loop K=1"]:.1f} → {loop["loop K=8"]:.1f}, '
-       f'{loop["loop K=32"]:.1f}', 'one NVIDIA H200', link(page, _H200_LOOP)],
-      ['`train.compilation_cache_dir` (on)', 'its first run, cache empty',
-       f'`configs/tiny.py` {cache["tiny"]["cache, cold"]["seconds_to_end"]:.0f} → '
+  h200 = 'one NVIDIA H200'
+  return markdown(['option', 'measured, against its default', 'on', 'command', 'files'], [
+      ['`dtype` \'bfloat16\'',
+       f'base: {ms(f32["step_time_s"])} a step in float32 (TF32) → {ms(bf16["step_time_s"])}',
+       h200, f'`{_BENCHMARK}`', link(page, _H200_STEPS)],
+      ['`train.loss_chunk` 16',
+       f'base in bfloat16: {ms(whole["step_time_s"])} a step with 0 → '
+       f'{ms(bf16["step_time_s"])}', h200, f'`{_BENCHMARK}`', link(page, _H200_STEPS)],
+      ['`train.loss_chunk` 2',
+       f'`configs/multi30k.py`: {ms(chunks[0])} a step with 0 → {ms(chunks[2])} (medians of '
+       f'{len(load(_LOSS_CHUNK)) // 2} rounds)', cpu,
+       '`python -m transformer_jax.benchmark --config=configs/multi30k.py --length=32 '
+       '--steps=10 --config.train.loss_chunk=2`', link(page, _LOSS_CHUNK)],
+      ['`data.pack_length` 32, 64',
+       f'`configs/multi30k.py`, real target tokens/s over fine buckets: '
+       f'{packing["32"]["ratio"]:.2f}× (32), {packing["64"]["ratio"]:.2f}× (64)', cpu,
+       '`python experiments/speed/packing.py --pack_lengths=0,32,64 --rounds=1`',
+       link(page, _PACKING)],
+      ['`train.steps_per_call` 8, 32',
+       f'`configs/multi30k.py` packed, the loop\'s steps/s: {loop["loop K=1"]:.1f} at 1 → '
+       f'{loop["loop K=8"]:.1f} (8), {loop["loop K=32"]:.1f} (32)', h200,
+       '`python experiments/speed/loop.py --ks=1,8,32 --steps=1024`', link(page, _H200_LOOP)],
+      ['`train.compilation_cache_dir` (on)',
+       f'a run again, against its first with the cache empty: `configs/tiny.py` '
+       f'{cache["tiny"]["cache, cold"]["seconds_to_end"]:.0f} → '
        f'{cache["tiny"]["cache, warm"]["seconds_to_end"]:.0f} s, `configs/multi30k.py` 200 '
        f'steps {cache["multi30k"]["cache, cold"]["seconds_to_end"]:.0f} → '
        f'{cache["multi30k"]["cache, warm"]["seconds_to_end"]:.0f} s', cpu,
+       '`python experiments/speed/compile_time.py --config=configs/tiny.py`',
        links(page, _TINY_TIMES, _M30K_TIMES)],
-      ['`sweep --together=4`', 'four Table 3 rows one after another',
-       f'rows per hour {span(together, 2, "×")}', f'2-core CPUs ({len(together)} types)',
-       links(page, *_TOGETHER)],
-      ['`train.dropout_prng_impl` \'rbg\'', 'threefry, base in bfloat16 with flax\'s dropout',
-       f'{ms(prng["threefry"])} → {ms(prng["rbg"])} a step', 'one NVIDIA H200',
+      ['`sweep --together=4`',
+       f'four Table 3 rows as one program, against one after another: rows per hour '
+       f'{span(together, 2, "×")}', f'2-core CPUs ({len(together)} types)',
+       '`python experiments/speed/together.py --steps=100`', links(page, *_TOGETHER)],
+      ['`train.dropout_prng_impl` \'rbg\'',
+       f'base in bfloat16 with flax\'s dropout: {ms(prng["threefry"])} a step with threefry → '
+       f'{ms(prng["rbg"])}', h200,
+       'the benchmark under `JAX_DEFAULT_PRNG_IMPL=rbg`, on the code of the time',
        link(page, _H200_PRNG)],
   ])
 
