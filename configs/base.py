@@ -117,7 +117,7 @@ def get_config() -> ml_collections.ConfigDict:
   # about 1/4: little padding, many shapes), 'coarse' (max_length / 4, / 2 and max_length:
   # three shapes), or 'auto': fine on a CPU, where a shape compiles quickly and padding
   # costs its share of the step, coarse on GPUs and TPUs, where each shape's compilation
-  # costs far more (docs/performance.md#compiling).
+  # costs far more (docs/training.md#compiling).
   config.data.buckets = 'auto'
   # Packing (0 = off; §5.1 batches by length only): training pairs whose sides fit in
   # pack_length tokens share rows of that length, several per row, so that less of each batch
@@ -129,8 +129,8 @@ def get_config() -> ml_collections.ConfigDict:
   # wait for the host (transformer_jax/training/feed.py); 0 prepares each on the training thread.
   config.data.prefetch = 4
   # The seed of the training batches' order (None: config.seed). Runs trained together as one
-  # program (`transformer_jax.training.rows`) see the same batches: the first run's order, written into
-  # every run's workdir here so that each resumes alone as it was trained.
+  # program (`transformer_jax.training.together`) see the same batches: the first run's order,
+  # written into every run's workdir here so that each resumes alone as it was trained.
   config.data.shuffle_seed = ml_collections.config_dict.placeholder(int)
 
   config.train = ml_collections.ConfigDict()
@@ -151,7 +151,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.grad_accum_steps = 1
   # 0: the loss is computed from the whole (tokens, vocab) logits. N > 0: the pre-softmax
   # projection and the loss are fused, N target positions at a time, the logits' gradient
-  # formed in the same pass (loss.projected_loss_sums): the same sums and gradients, with no
+  # formed in the same pass (loss.fused_loss_sums): the same sums and gradients, with no
   # (tokens, vocab) array whole. Evaluation's loss is then chunked the same way. 8 divides
   # every bucket length (data.batching) while data.max_length is a multiple of 8, so no
   # position is padded, and keeps rows x 8 a multiple of 8, so no chunk's logit gradient is

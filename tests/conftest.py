@@ -105,7 +105,7 @@ def random_tokens(rng: np.random.Generator, shape, vocab_size: int, lengths=None
 # The modules whose module-scoped fixtures (or cached runs) train, prepare a dataset or install
 # the wheel: on two workers (`-n 2`) each goes to one worker whole, so that they are made once.
 WHOLE_MODULES = frozenset(f'tests/test_{name}.py' for name in (
-    'datasets', 'export', 'packaging', 'pipeline', 'rows', 'side_by_side', 'sweep', 'train',
+    'datasets', 'export', 'packaging', 'pipeline', 'together', 'side_by_side', 'sweep', 'train',
     'train_together',
     'translate', 'visualize'))
 

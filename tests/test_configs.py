@@ -101,7 +101,7 @@ def test_big_config_is_the_big_row_but_for_averaging():
 @pytest.mark.parametrize('buckets', choices.BUCKETS)
 @pytest.mark.parametrize('module', [base, big])
 def test_the_fused_loss_chunk_pads_no_bucket(module, buckets):
-  # loss.projected_loss_sums pads the target length up to a multiple of the chunk.
+  # loss.fused_loss_sums pads the target length up to a multiple of the chunk.
   config = module.get_config()
   lengths = batching.bucket_lengths(config.data.max_length, buckets)
   assert config.train.loss_chunk > 0

@@ -115,10 +115,10 @@ def test_deterministic_is_the_identity():
 
 
 def test_a_traced_rate_gives_the_masks_and_scale_of_the_same_python_rate():
-  """Rows trained together pass each row's rate traced (`transformer_jax.training.rows`): against
-  the numpy reference of the Python rate, for rates of up to three decimals (the float32 rounding of
-  the threshold then agrees with the Python one: the kept elements' value, 2^16 / t, tells t), 0 and
-  1 included."""
+  """Runs trained together pass each run's rate traced (`transformer_jax.training.together`):
+  against the numpy reference of the Python rate, for rates of up to three decimals (the float32
+  rounding of the threshold then agrees with the Python one: the kept elements' value, 2^16 / t,
+  tells t), 0 and 1 included."""
   x = jnp.ones((4, 64))
   key = jax.random.key(7)
   rates = np.arange(1001) / 1000

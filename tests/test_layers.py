@@ -1,5 +1,5 @@
-"""The package's layers: every import points down (the table below), and docs/modules.md's
-module map is the modules' own docstrings.
+"""The package's layers: every import points down (the table below), docs/modules.md's module
+map is the modules' own docstrings, and no function is longer than a reader holds at once.
 
   python tests/test_layers.py --write    # rewrites docs/modules.md's map from the docstrings
 """
@@ -38,6 +38,8 @@ MAP_START = ('<!-- module map: the first paragraph of each docstring; '
 MAP_END = '<!-- end of the module map -->'
 # A docstring's first paragraph, the map's cell, is at most this long.
 SUMMARY_CHARS = 200
+# No function of the package (docstring included) is longer than this many lines.
+FUNCTION_LINES = 80
 
 
 def _modules() -> dict[str, str]:
@@ -97,7 +99,7 @@ def test_every_import_points_down():
     # A module placed in training/ that imports a command (in a function, as the package's lazy
     # imports are), a decoding module and one of its own layer.
     ('transformer_jax.training.module',
-     'from transformer_jax.training import rows\n'
+     'from transformer_jax.training import together\n'
      'import transformer_jax.decoding.bleu\n'
      'def f():\n  from transformer_jax import train\n',
      ['transformer_jax.decoding.bleu (decoding)', 'transformer_jax.train (commands)']),
@@ -155,6 +157,23 @@ def test_every_module_says_what_it_owns_in_a_short_first_paragraph():
                      for path in _modules().values()
                      if not 0 < len(_summary(path)) <= SUMMARY_CHARS]
   assert not long_or_missing, '\n'.join(long_or_missing)
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+  """(name, lines) of each function in `source` longer than FUNCTION_LINES."""
+  return [(node.name, node.end_lineno - node.lineno + 1)
+          for node in ast.walk(ast.parse(source))
+          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+          and node.end_lineno - node.lineno + 1 > FUNCTION_LINES]
+
+
+def test_no_function_of_the_package_is_over_80_lines():
+  assert long_functions('def f():\n' + '  x = 1\n' * FUNCTION_LINES) == [('f', 81)]
+  assert long_functions('def f():\n' + '  x = 1\n' * (FUNCTION_LINES - 1)) == []
+  long = [f'{os.path.relpath(path, PACKAGE)}: {name}, {lines} lines'
+          for path in _modules().values()
+          for name, lines in long_functions(open(path, encoding='utf-8').read())]
+  assert not long, '\n'.join(long)
 
 
 if __name__ == '__main__':

@@ -119,7 +119,7 @@ def test_padding_logits_do_not_matter():
 
 
 @pytest.mark.parametrize('eps,chunk', [(0.1, 1), (0.1, 3), (0.0, 5), (0.2, 16)])
-def test_projected_loss_sums_and_gradients_equal_numpy(eps, chunk):
+def test_fused_loss_sums_and_gradients_equal_numpy(eps, chunk):
   """Projection and loss fused in chunks of target positions (chunk 3 and 16 do not divide
   the 5 positions): the sums and the loss's gradients wrt y and the table are those of
   logits = y tableᵀ in float64, d loss / d logits = (softmax - q) at non-padding targets."""
@@ -131,7 +131,7 @@ def test_projected_loss_sums_and_gradients_equal_numpy(eps, chunk):
   targets[2, 1:] = 0
 
   def fused(y, table, name='loss'):
-    return loss.projected_loss_sums(y, table, targets, eps, chunk)[name]
+    return loss.fused_loss_sums(y, table, targets, eps, chunk)[name]
 
   sums = {name: float(fused(y, table, name)) for name in loss.SUM_NAMES}
   logits = y.astype(np.float64) @ table.astype(np.float64).T

@@ -214,7 +214,7 @@ def test_a_packed_batch_has_the_loss_and_gradients_of_its_pairs_unpacked():
   def fused_total(params, batch):  # train.loss_chunk 5
     return model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
                        batch['targets'], 0.1, 5, batch.get('source_segments'),
-                       batch.get('target_segments'), method='loss_sums')['loss']
+                       batch.get('target_segments'), method='fused_loss_sums')['loss']
 
   expected, expected_grads = jax.jit(jax.value_and_grad(total))(params, alone)
   for packed_total in (total, fused_total):

@@ -22,8 +22,8 @@ import pytest
 from transformer_jax.config import checks, loading
 from transformer_jax.data import pipeline
 from transformer_jax.decoding import translator as translator_lib
-from transformer_jax.loop import train_loop
-from transformer_jax.sweep import group as sweep_group, plan, results as tables, run as sweep_run
+from transformer_jax.sweep import ahead as sweep_ahead, group as sweep_group, plan
+from transformer_jax.sweep import results as tables, run as sweep_run
 from transformer_jax.training import checkpointing, metrics_log, saved_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,7 +86,7 @@ def swept(tmp_path_factory) -> Swept:
   tmp_path = tmp_path_factory.mktemp('swept')
   done = Swept(_sweep_file(tmp_path, GROUPABLE), tmp_path / 'run', tmp_path / 'results', [],
                [], [])
-  popen, load, rows_translator = subprocess.Popen, pipeline.load, translator_lib.RowsTranslator
+  popen, load, rows_translator = subprocess.Popen, pipeline.load, translator_lib.GroupTranslator
 
   def spied_popen(args, *rest, **kwargs):
     done.started.append(args)
@@ -103,7 +103,7 @@ def swept(tmp_path_factory) -> Swept:
   with pytest.MonkeyPatch.context() as monkeypatch:
     monkeypatch.setattr(subprocess, 'Popen', spied_popen)
     monkeypatch.setattr(pipeline, 'load', spied_load)
-    monkeypatch.setattr(sweep_group, 'RowsTranslator', spied_rows_translator)
+    monkeypatch.setattr(sweep_group, 'GroupTranslator', spied_rows_translator)
     sweep_run.run(done.sweep, str(done.workdir), SWEPT_ROWS, str(done.results), SWEPT_OVERRIDES,
                   together=2)
   return done
@@ -296,7 +296,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
   workdir = tmp_path / 'row'
   config = train_config(**{'train.num_train_steps': 20})
 
-  def preempted(configs, dirs, loaded, programs, devices, notice):
+  def preempted(configs, dirs, data_cache, programs, devices, notice):
     assert dirs == [str(workdir)]
     saved_config.write_config(config, str(workdir))
     for step in ('10', '12', '20.orbax-checkpoint-tmp-1'):  # step 20 never finished writing
@@ -306,7 +306,7 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
   def evaluated(*args, **kwargs):
     raise AssertionError('evaluated an unfinished row')
 
-  monkeypatch.setattr(train_loop, 'train_together', preempted)
+  monkeypatch.setattr(sweep_group, 'train_together', preempted)
   monkeypatch.setattr(sweep_group, 'Translator', evaluated)
   with pytest.raises(RuntimeError, match='row stopped at step 12 of 20 .*run the sweep again'):
     sweep_group.run_group(['row'], {'row': config}, str(tmp_path), [], 'cpu', {})
@@ -314,11 +314,11 @@ def test_a_row_whose_training_stopped_early_is_not_evaluated(tmp_path, monkeypat
 
 def test_a_failed_group_names_its_rows_and_its_log_holds_what_it_printed(tmp_path,
                                                                         monkeypatch):
-  def failing(configs, dirs, loaded, programs, devices, notice):
+  def failing(configs, dirs, data_cache, programs, devices, notice):
     print('step 3: something printed')
     raise ValueError('a NaN')
 
-  monkeypatch.setattr(train_loop, 'train_together', failing)
+  monkeypatch.setattr(sweep_group, 'train_together', failing)
   config = train_config()
   with pytest.raises(RuntimeError, match='training small, drop: a NaN'):
     sweep_group.run_group(['small', 'drop'], {'small': config, 'drop': config}, str(tmp_path),
@@ -345,10 +345,10 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
   nothing compiled ahead for them; returns the rows that ran, in order."""
   ran = []
   monkeypatch.setattr(tables, 'write_table', lambda *args: None)
-  monkeypatch.setattr(train_loop, 'compile_ahead',
-                      lambda configs, dirs, loaded, devices: None)
+  monkeypatch.setattr(sweep_ahead, 'compile_ahead',
+                      lambda configs, dirs, data_cache, devices: None)
 
-  def fake_group(group, configs, workdir, overrides, device_kind, loaded, compiled, devices,
+  def fake_group(group, configs, workdir, overrides, device_kind, data_cache, compiled, devices,
                  notice):
     for row in group:  # the workdirs run_group makes
       os.makedirs(os.path.join(workdir, row), exist_ok=True)

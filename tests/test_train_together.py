@@ -1,4 +1,4 @@
-"""Runs trained together end to end (`train_loop.train_together`): each workdir is its run's as if
+"""Runs trained together end to end (`group.train_together`): each workdir is its run's as if
 trained alone on the same batches, the group resumes exactly, and a NaN in one run stops the
 group naming that run."""
 
@@ -14,8 +14,8 @@ import pytest
 
 from conftest import assert_trained_alike, metrics_lines, short_run, train_config
 from transformer_jax.decoding import scoring
-from transformer_jax.decoding.translator import RowsTranslator, Translator
-from transformer_jax.loop import train_loop
+from transformer_jax.decoding.translator import GroupTranslator, Translator
+from transformer_jax.loop import group, train_loop
 from transformer_jax.training import checkpointing, compilation, metrics_log, saved_config
 from transformer_jax.training.trainer import Trainer
 
@@ -50,7 +50,7 @@ def _params(workdir: str, step: int):
 @pytest.fixture(scope='module')
 def together(overrides, tmp_path_factory) -> list[str]:
   dirs = [str(tmp_path_factory.mktemp(f'run{i}')) for i in range(2)]
-  train_loop.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+  group.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
   return dirs
 
 
@@ -59,7 +59,7 @@ def test_each_workdir_holds_its_run_and_the_second_trained_alone_matches_it(
   # Each workdir holds its run's config, the first run's batch order written in as
   # data.shuffle_seed. The second run, whose own seed is not that order's, again, alone, from
   # that config: every step's loss, the dev figures and the parameters. (Every row of a group
-  # against its run alone, the first's included: tests/test_rows.py.)
+  # against its run alone, the first's included: tests/test_together.py.)
   for run, workdir in zip(RUNS, together):
     saved = saved_config.load_config(workdir)
     assert saved.seed == run['seed'] and saved.data.shuffle_seed == RUNS[0]['seed']
@@ -96,7 +96,7 @@ def test_runs_interrupted_together_resume_exactly(together, overrides, tmp_path)
     shutil.copytree(source, workdir)
   shutil.rmtree(os.path.join(dirs[1], 'checkpoints', str(STEPS)))
   logged = [len(metrics_lines(workdir)) for workdir in dirs]
-  train_loop.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+  group.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
   assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished', '8']
   for workdir, uninterrupted, before in zip(dirs, together, logged):
     # The call went on from step 8's checkpoint, not from the start.
@@ -126,9 +126,9 @@ def test_a_group_that_keeps_one_checkpoint_resumes_after_a_crash_between_its_sav
   with monkeypatch.context() as patch:
     patch.setattr(checkpointing.Checkpoints, 'save', crashing)
     with pytest.raises(OSError, match='disk gone'):
-      train_loop.train_together(configs, dirs)
+      group.train_together(configs, dirs)
   assert [checkpointing.saved_steps(workdir) for workdir in dirs] == [[8, STEPS], [4, 8]]
-  train_loop.train_together(configs, dirs)
+  group.train_together(configs, dirs)
   assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished']
   assert os.listdir(os.path.join(dirs[1], 'checkpoints')) == ['12']
   for workdir, uninterrupted in zip(dirs, together):
@@ -152,7 +152,7 @@ def test_a_step_one_run_cannot_read_is_trained_again_by_every_run(together, over
         open(os.path.join(root, name), 'w').close()
   logged = [len(metrics_lines(workdir)) for workdir in dirs]
   further = {**overrides, 'train.num_train_steps': STEPS + 4}  # step 12 is not the last
-  train_loop.train_together([train_config(**further, **run) for run in RUNS], dirs)
+  group.train_together([train_config(**further, **run) for run in RUNS], dirs)
   assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished',
                                                                        '16']
   assert sorted(os.listdir(os.path.join(dirs[1], 'checkpoints'))) == ['12', '12.corrupt', '16']
@@ -175,7 +175,7 @@ def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeyp
   monkeypatch.setattr(Trainer, 'step', poisoned)
   dirs = [str(tmp_path / f'run{i}') for i in range(2)]
   with pytest.raises(FloatingPointError, match=f'at step 6 of {dirs[1]}'):
-    train_loop.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+    group.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
   for workdir in dirs:
     assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['4']
 
@@ -183,22 +183,22 @@ def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeyp
 def test_runs_saved_at_different_steps_are_refused(together, overrides, tmp_path):
   fresh = str(tmp_path / 'fresh')
   with pytest.raises(ValueError, match=f'checkpoints are at {together[0]}: 12, {fresh}: none'):
-    train_loop.train_together([train_config(**overrides, **run) for run in RUNS],
+    group.train_together([train_config(**overrides, **run) for run in RUNS],
                          [together[0], fresh])
   assert not os.path.exists(os.path.join(fresh, 'config.json'))  # refused before any work
 
 
 def test_the_runs_evaluated_as_one_program_score_as_each_alone(together, tmp_path):
-  """Table 3's evaluation of the group as one program (`RowsTranslator`, `scoring.evaluate_rows`:
+  """Table 3's evaluation of the group as one program (`GroupTranslator`, `scoring.evaluate_runs`:
   the parameters stacked, the decoder and the loss vmapped): each run's hypotheses are those it
   decodes alone, its BLEU the same and its perplexity within 1e-5; the group's evaluation makes
   as many programs as one run's (a decoder and a loss a shape, whatever the number of runs)."""
   settings = {'beam_size': 4, 'alpha': 0.6, 'average_last': 1}
   together = [shutil.copytree(workdir, tmp_path / f'run{i}') for i, workdir in enumerate(together)]
   together = [str(workdir) for workdir in together]
-  translator = RowsTranslator(together, **settings)
+  translator = GroupTranslator(together, **settings)
   before = compilation.so_far()
-  group = scoring.evaluate_rows(translator, 'validation')
+  group = scoring.evaluate_runs(translator, 'validation')
   group_programs = compilation.so_far() - before
   group_hypotheses = [open(r['hypotheses'], encoding='utf-8').read() for r in group]
   assert [r['checkpoint_steps'] for r in group] == [[STEPS], [STEPS]]

@@ -171,8 +171,8 @@ def test_evaluation_with_the_fused_loss_gives_the_whole_logits_sums():
     model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:2]))
     params = Trainer(model).init_state().params
     sums[chunk] = {name: float(value)
-                   for name, value in model.loss_sums(params, model.put_batch(batch)).items()}
-    flops[chunk] = model.loss_sums.lower(model.abstract_params,
+                   for name, value in model.eval_step(params, model.put_batch(batch)).items()}
+    flops[chunk] = model.eval_step.lower(model.abstract_params,
                                          model.put_batch(batch)).compile().cost_analysis()['flops']
   assert sums[5].keys() == sums[0].keys() and sums[0]['tokens'] > 0
   for name in sums[0]:

@@ -27,7 +27,8 @@ MarianMT cannot express, an --output that exists and is not empty unless --overw
 workdir or a CTranslate2 model as --output even then), and the directory is written beside --output
 and renamed into place. A run trained on preprocessed text
 (`config.data.preprocessing`) is exported with a warning, in the log and the model card, which
-says how to prepare the input. docs/evaluation.md has the details and the measurements.
+says how to prepare the input. docs/evaluation.md has the details,
+experiments/hf_export/README.md the measurements.
 """
 
 import contextlib
@@ -205,20 +206,28 @@ def _evaluations(workdir: str) -> list[str]:
 
 
 def model_card(config, workdir: str, steps: list[int], mean_length: float | None) -> str:
-  """README.md of the exported model: what it is, how to use it, how it was trained and
-  scored."""
-  data, model, decode = config.data, config.model, config.decode
-  lengths = translator.bucket_lengths(config)
-  if mean_length is None:
-    penalty = (f'{decode.alpha}, the run\'s α: no encoded training split was found to adapt it '
-               'to')
+  """README.md of the exported model: what it is, how to use it (transformers, CTranslate2),
+  how it was trained and scored."""
+  data = config.data
+  lines = _card_header(config, steps)
+  if data.preprocessing != 'none':
+    lines += _card_preprocessing(config)
+  lines += _card_use(config, mean_length) + _card_ctranslate2(config, mean_length)
+  lines += _card_model(config)
+  rows = _evaluations(workdir)
+  if rows:
+    lines += ['| split | BLEU | perplexity per token |', '|---|---|---|', *rows]
   else:
-    penalty = (f'{length_penalty(decode.alpha, mean_length):.4f}, the exponent at which '
-               'transformers\' penalty |Y|^β grows as fast per token as the paper\'s ((5 + |Y|) / '
-               f'6)^α (§6.1, α = {decode.alpha}) at the training targets\' mean length of '
-               f'{mean_length:.1f} tokens')
+    lines.append('None recorded in the run\'s directory.')
+  lines += ['', '## Training configuration', '', '```json',
+            config.to_json_best_effort(indent=2), '```', '']
+  return '\n'.join(lines)
+
+
+def _card_header(config, steps: list[int]) -> list[str]:
+  data = config.data
   source, target = data.source_lang, data.target_lang
-  lines = [
+  return [
       '---',
       f'language: [{source}, {target}]',
       'tags: [translation, marian, transformer_jax]',
@@ -232,29 +241,48 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
       f'average of the checkpoints at steps {steps}.',
       '',
   ]
-  if data.preprocessing != 'none':
-    lines += [
-        '## Warning: prepare the input as in training',
-        '',
-        f'This model was trained on text preprocessed as `{data.preprocessing}`: lowercased and '
-        'Moses-tokenized (sacremoses, without XML escaping). MarianTokenizer does neither, so '
-        'raw text gives poor translations. Prepare the input, and restore the output, as in '
-        'training:',
-        '',
-        '```python',
-        'import sacremoses',
-        f'tokenize = sacremoses.MosesTokenizer(lang="{source}")',
-        f'detokenize = sacremoses.MosesDetokenizer(lang="{target}")',
-        'inputs = [tokenize.tokenize(text.lower(), return_str=True, escape=False) '
-        'for text in texts]',
-        '# ... translate `inputs` as below, then:',
-        'outputs = [detokenize.detokenize(text.split(), return_str=True) for text in outputs]',
-        '```',
-        '',
-        'The translations are lowercase.',
-        '',
-    ]
-  lines += [
+
+
+def _card_preprocessing(config) -> list[str]:
+  """The warning of a model trained on preprocessed text, and how to prepare its input."""
+  data = config.data
+  source, target = data.source_lang, data.target_lang
+  return [
+      '## Warning: prepare the input as in training',
+      '',
+      f'This model was trained on text preprocessed as `{data.preprocessing}`: lowercased and '
+      'Moses-tokenized (sacremoses, without XML escaping). MarianTokenizer does neither, so '
+      'raw text gives poor translations. Prepare the input, and restore the output, as in '
+      'training:',
+      '',
+      '```python',
+      'import sacremoses',
+      f'tokenize = sacremoses.MosesTokenizer(lang="{source}")',
+      f'detokenize = sacremoses.MosesDetokenizer(lang="{target}")',
+      'inputs = [tokenize.tokenize(text.lower(), return_str=True, escape=False) '
+      'for text in texts]',
+      '# ... translate `inputs` as below, then:',
+      'outputs = [detokenize.detokenize(text.split(), return_str=True) for text in outputs]',
+      '```',
+      '',
+      'The translations are lowercase.',
+      '',
+  ]
+
+
+def _card_use(config, mean_length: float | None) -> list[str]:
+  """Translating with transformers as `translate` does: the length cap and the penalty."""
+  data, decode = config.data, config.decode
+  lengths = translator.bucket_lengths(config)
+  if mean_length is None:
+    penalty = (f'{decode.alpha}, the run\'s α: no encoded training split was found to adapt it '
+               'to')
+  else:
+    penalty = (f'{length_penalty(decode.alpha, mean_length):.4f}, the exponent at which '
+               'transformers\' penalty |Y|^β grows as fast per token as the paper\'s ((5 + |Y|) / '
+               f'6)^α (§6.1, α = {decode.alpha}) at the training targets\' mean length of '
+               f'{mean_length:.1f} tokens')
+  return [
       '## Use',
       '',
       'transformer_jax\'s `translate` caps each output at its source\'s length bucket plus '
@@ -295,6 +323,12 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
       'takes the place of the exported beam size. transformers 5 removed the translation '
       'pipeline, so `generate` (above) is the way on both.',
       '',
+  ]
+
+
+def _card_ctranslate2(config, mean_length: float | None) -> list[str]:
+  decode = config.decode
+  return [
       '### CTranslate2',
       '',
       'The vocabulary is numbered as Opus-MT models number theirs (`<pad>` last), so '
@@ -316,6 +350,12 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
       '    outputs.append(tokenizer.convert_tokens_to_string(result.hypotheses[0]))',
       '```',
       '',
+  ]
+
+
+def _card_model(config) -> list[str]:
+  data, model = config.data, config.model
+  return [
       '## Model',
       '',
       f'N = {model.num_layers} layers, d_model = {model.d_model}, d_ff = {model.d_ff}, '
@@ -324,27 +364,11 @@ def model_card(config, workdir: str, steps: list[int], mean_length: float | None
       f'{data.vocab_size}-token SentencePiece vocabulary ({data.spm_model_type}) shared by both '
       'languages. Layer normalisation uses ε = 1e-5 here (torch\'s default, which MarianMT '
       'cannot change) where transformer_jax used 1e-6, a small difference in the logits '
-      '(measured in transformer_jax\'s docs/evaluation.md).',
+      '(measured in transformer_jax\'s experiments/hf_export/README.md).',
       '',
       '## Evaluation',
       '',
   ]
-  rows = _evaluations(workdir)
-  if rows:
-    lines += ['| split | BLEU | perplexity per token |', '|---|---|---|', *rows]
-  else:
-    lines.append('None recorded in the run\'s directory.')
-  lines += [
-      '',
-      '## Training configuration',
-      '',
-      '```json',
-      config.to_json_best_effort(indent=2),
-      '```',
-      '',
-  ]
-  return '\n'.join(lines)
-
 
 if __name__ == '__main__':
   _WORKDIR = flags.DEFINE_string('workdir', None, 'A training run\'s directory.', required=True)

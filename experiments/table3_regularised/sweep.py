@@ -32,7 +32,7 @@ Training on one accelerator. Every training batch is packed at data.max_length (
 row, 32 rows: one shape, compiled once) and `train.steps_per_call` steps run as one compiled
 call, so that the host, which spends longer launching a step of this small model than the
 device spends running it, dispatches once per 50 steps. `--together=4` trains base, its seeds
-and the D rows (which differ only in the seed, P_drop and ε_ls: `rows.VARYING`) four at a time
+and the D rows (which differ only in the seed, P_drop and ε_ls: `together.VARYING`) four at a time
 as one program, and each other row with its seed. A group must finish within one window (its
 workdir goes with the machine); base's group of 11 at 10000 steps did not, in the 2026-11-28d
 window (experiments/gpu/h200/window_2026-11-28d.jsonl). Rows trained together see the

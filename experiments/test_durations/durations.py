@@ -7,7 +7,8 @@
 Each test's seconds are its setup, call and teardown together (a module's fixture counts
 towards the first test that uses it). The JSON holds the tests, the per-file totals, the
 summary line pytest printed (tests counted, wall time) and, with --wall_seconds, the whole
-`.ci/run` time; the per-file table is printed as Markdown for tests/README.md.
+`.ci/run` time; the per-file table is printed as Markdown for
+experiments/test_durations/README.md.
 """
 
 import collections

@@ -115,27 +115,27 @@ def strip(tokens: np.ndarray) -> list[int]:
 
 
 def jit_decode(model: ShardedModel, beam_size: int, alpha: float, max_extra_length: int,
-               cached: bool = True, rows: bool = False):
+               cached: bool = True, stacked: bool = False):
   """`decode` with `model`'s deterministic Transformer, jitted on its mesh with parameters and
-  batches sharded as in training: (params, inputs) -> outputs. With `rows`, the parameters of
-  several runs of the model stacked on a leading axis (`rows`) -> outputs (sentences, rows,
-  length): every row decodes the batch in one program, the decoder vmapped. One function per
+  batches sharded as in training: (params, inputs) -> outputs. With `stacked`, the parameters of
+  several runs of the model stacked on a leading axis (`together`) -> outputs (sentences, runs,
+  length): every run decodes the batch in one program, the decoder vmapped. One function per
   model and settings (`ShardedModel.program`)."""
 
   def make():
     one = functools.partial(decode, model.eval_model, beam_size=beam_size, alpha=alpha,
                             max_extra_length=max_extra_length, cached=cached)
-    if not rows:
+    if not stacked:
       return jax.jit(one, in_shardings=(model.param_sharding, model.batch_sharding),
                      out_shardings=model.batch_sharding)
-    # Sentences first, rows second: the batch axis stays the one the mesh splits.
+    # Sentences first, runs second: the batch axis stays the one the mesh splits.
     return jax.jit(
         lambda params, inputs: jnp.moveaxis(jax.vmap(one, in_axes=(0, None))(params, inputs),
                                             0, 1),
         in_shardings=(stacked_params_sharding(model), model.batch_sharding),
         out_shardings=model.batch_sharding)
 
-  return model.program(('decode', beam_size, alpha, max_extra_length, cached, rows), make)
+  return model.program(('decode', beam_size, alpha, max_extra_length, cached, stacked), make)
 
 
 def stacked_params_sharding(model: ShardedModel):

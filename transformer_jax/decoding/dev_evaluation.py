@@ -60,7 +60,7 @@ class DevEvaluator:
       if shape not in shapes:
         shapes.add(shape)
         batch = self._model.put_batch(local_batch)
-        self._model.loss_sums.lower(params, batch).compile()
+        self._model.eval_step.lower(params, batch).compile()
         if with_bleu:
           self._decode.lower(params, batch['inputs']).compile()
 
@@ -73,7 +73,7 @@ class DevEvaluator:
     hypotheses, references = [], []
     for local_batch in self._batches(split, num_batches):
       batch = self._model.put_batch(local_batch)
-      totals = add_sums(totals, self._model.loss_sums(params, batch))
+      totals = add_sums(totals, self._model.eval_step(params, batch))
       if with_bleu:
         outputs = partitioning.gather_rows(self._decode(params, batch['inputs']))
         targets = partitioning.gather_rows(batch['targets'])

@@ -1,5 +1,5 @@
 """Scores trained workdirs on a split as the paper did (§6.1): what the `evaluate` command and
-a sweep's rows report (`evaluate_rows`, `evaluate`).
+a sweep's rows report (`evaluate_runs`, `evaluate`).
 
 A `Translator`'s averaged checkpoints translate every source sentence of the split (one too
 long for the model is truncated, with a warning), scored against the raw reference text:
@@ -16,7 +16,7 @@ cased figures are left out. The JSON's `bleu_case` says which ('cased' or 'lower
 `DIR/eval/<name>.txt` and the figures to `DIR/eval/<name>.json`, where the name records the
 split, checkpoints and decoding settings.
 
-A `RowsTranslator` (a sweep's group) decodes and scores its rows as one program: each row's
+A `GroupTranslator` (a sweep's group) decodes and scores its rows as one program: each row's
 figures are those it would get alone; the decoding time and programs are the group's.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from transformer_jax.data import batching, datasets, pipeline, preprocessing, tokenizer
 from transformer_jax.decoding import bleu, dev_evaluation
-from transformer_jax.decoding.translator import Translator, compile_rows
+from transformer_jax.decoding.translator import Translator, compile_translator
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, provenance, workdirs
 from transformer_jax.training import compilation
@@ -37,15 +37,15 @@ from transformer_jax.training import compilation
 
 def perplexity(translator: Translator, pairs: list[tuple[str, str]], split: str) -> list[dict]:
   """Per-token perplexity of the references given their sources (teacher forcing, no
-  dropout), over the pairs of `split` that fit config.data.max_length: one dict a row
+  dropout), over the pairs of `split` that fit config.data.max_length: one dict a run
   (`translator.workdirs`)."""
   model = translator.model
   batcher = _perplexity_batcher(translator.config, translator.tokenizer,
                                 translator.preprocessing, model.batch_shards, pairs, split)
   totals = [{} for _ in translator.workdirs]
   for batch in batching.eval_batches(batcher, jax.process_index(), jax.process_count()):
-    sums = translator.rows_loss_sums(model.put_batch(batch))
-    totals = [dev_evaluation.add_sums(total, row) for total, row in zip(totals, sums)]
+    sums = translator.eval_step_per_run(model.put_batch(batch))
+    totals = [dev_evaluation.add_sums(total, run) for total, run in zip(totals, sums)]
   return [{'perplexity': dev_evaluation.per_token(total)['perplexity'],
            'perplexity_pairs': len(batcher.split),
            'perplexity_pairs_too_long': batcher.split.num_dropped} for total in totals]
@@ -58,8 +58,8 @@ def _perplexity_batcher(config, processor, process: preprocessing.Preprocessing,
   return pipeline.batcher(config, processor, pairs, batch_shards, split)
 
 
-def compile_ahead(model: ShardedModel, config, processor, rows: int, split: str) -> None:
-  """Compiles what `evaluate_rows` of the translator of `rows` runs of `model` (`config`: theirs
+def compile_ahead(model: ShardedModel, config, processor, runs: int, split: str) -> None:
+  """Compiles what `evaluate_runs` of the translator of `runs` runs of `model` (`config`: theirs
   with the decoding settings they will be evaluated with; `processor`: their vocabulary)
   runs on `split`, before the runs have trained (a sweep's next group: `sweep.ahead`)."""
   pairs = datasets.load_pairs(config.data, split)
@@ -70,8 +70,8 @@ def compile_ahead(model: ShardedModel, config, processor, rows: int, split: str)
   sizes = np.array([min(len(i), config.data.max_length) if source.strip() else 0
                     for source, i in zip(sources, ids)])
   batcher = _perplexity_batcher(config, processor, process, model.batch_shards, pairs, split)
-  compile_rows(model, config, rows, sizes,
-               batching.eval_batches(batcher, jax.process_index(), jax.process_count()))
+  compile_translator(model, config, runs, sizes,
+                     batching.eval_batches(batcher, jax.process_index(), jax.process_count()))
 
 
 def _bleu_figures(scores: dict, lowercased: bool) -> dict:
@@ -91,24 +91,24 @@ def _bleu_figures(scores: dict, lowercased: bool) -> dict:
 def evaluate(translator: Translator, split: str) -> dict:
   """Translates and scores `split`; writes the translations and the figures under
   `<the translator's workdir>/eval/` and returns the figures."""
-  return evaluate_rows(translator, split)[0]
+  return evaluate_runs(translator, split)[0]
 
 
-def evaluate_rows(translator: Translator, split: str) -> list[dict]:
-  """`evaluate` of each row of `translator` (`workdirs`: one for a `Translator`, a group's for
-  a `RowsTranslator`), decoded and scored together."""
+def evaluate_runs(translator: Translator, split: str) -> list[dict]:
+  """`evaluate` of each run of `translator` (`workdirs`: one for a `Translator`, a group's for
+  a `GroupTranslator`), decoded and scored together."""
   config = translator.config
   directories = [os.path.join(workdir, 'eval') for workdir in translator.workdirs]
   lead = jax.process_index() == 0
   for directory in directories:  # before decoding, which can take long
-    workdirs.on_lead(lambda d=directory: workdirs.check_writable(d, 'evaluation output'),
-                     f'write to {directory}')
+    workdirs.on_process_zero(lambda d=directory: workdirs.check_writable(d, 'evaluation output'),
+                             f'write to {directory}')
   pairs = datasets.load_pairs(config.data, split)
   sources, references = [s for s, _ in pairs], [t for _, t in pairs]
   before = compilation.so_far()
   start = time.perf_counter()
-  rows_ids = translator.translate_rows_ids(translator.encode(sources, f'{split} source'),
-                                           progress=True)
+  runs_ids = translator.translate_ids_per_run(translator.encode(sources, f'{split} source'),
+                                              progress=True)
   seconds = time.perf_counter() - start
   decode_compiles = compilation.so_far() - before
   perplexities = perplexity(translator, pairs, split)
@@ -116,10 +116,10 @@ def evaluate_rows(translator: Translator, split: str) -> list[dict]:
   decode = config.decode
   steps = translator.steps if len(translator.workdirs) > 1 else [translator.steps]
   results = []
-  for directory, ids, row_steps, row_perplexity in zip(directories, rows_ids, steps,
+  for directory, ids, run_steps, run_perplexity in zip(directories, runs_ids, steps,
                                                        perplexities):
     hypotheses = [translator.text(output) for output in ids]
-    name = (f'{split}-step{row_steps[-1]}-avg{len(row_steps)}'
+    name = (f'{split}-step{run_steps[-1]}-avg{len(run_steps)}'
             f'-beam{decode.beam_size}-alpha{decode.alpha:g}')
     hypothesis_path = os.path.join(directory, f'{name}.txt')
     if lead:
@@ -128,11 +128,11 @@ def evaluate_rows(translator: Translator, split: str) -> list[dict]:
     result = {
         'split': split,
         'sentences': len(sources),
-        'checkpoint_steps': row_steps,
+        'checkpoint_steps': run_steps,
         'beam_size': decode.beam_size,
         'alpha': decode.alpha,
         **_bleu_figures(scores, translator.preprocessing.lowercases),
-        **row_perplexity,
+        **run_perplexity,
         'decode_seconds': seconds,
         'decode_compile_seconds': decode_compiles.seconds,
         'sentences_per_second': len(sources) / seconds,

@@ -26,7 +26,7 @@ from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import batch_decode
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.training import checkpointing, compilation, rows, saved_config
+from transformer_jax.training import checkpointing, compilation, saved_config, together
 
 
 def bucket_lengths(config) -> list[int]:
@@ -53,29 +53,29 @@ def decode_batches(lengths: list[int], sizes: np.ndarray, rows: int
       yield lengths[b], members[start:start + rows]
 
 
-def stacked_abstract_params(model: ShardedModel, rows: int):
-  """The shapes and shardings of `rows` runs' parameters of `model`, stacked (`RowsTranslator`)."""
+def stacked_abstract_params(model: ShardedModel, runs: int):
+  """The shapes and shardings of `runs` runs' parameters of `model`, stacked (`GroupTranslator`)."""
   return jax.tree.map(
-      lambda p: jax.ShapeDtypeStruct((rows, *p.shape), p.dtype,
+      lambda p: jax.ShapeDtypeStruct((runs, *p.shape), p.dtype,
                                      sharding=partitioning.stacked(p.sharding)),
       model.abstract_params)
 
 
-def compile_rows(model: ShardedModel, config, rows: int, sizes: np.ndarray,
-                 loss_batches: Iterator[dict], batch_size: int = 64, cached: bool = True
-                 ) -> None:
-  """Compiles, before the runs have trained, what the translator of `rows` runs of `model`
-  (a `Translator` for one, a `RowsTranslator` for more; the decoding settings of
+def compile_translator(model: ShardedModel, config, runs: int, sizes: np.ndarray,
+                       loss_batches: Iterator[dict], batch_size: int = 64, cached: bool = True
+                       ) -> None:
+  """Compiles, before the runs have trained, what the translator of `runs` runs of `model`
+  (a `Translator` for one, a `GroupTranslator` for more; the decoding settings of
   `config.decode`, `batch_size`, `cached`) runs to decode sources of `sizes` tokens and to take
   the loss of `loss_batches` (local batches)."""
   decode = config.decode
   decoder = batch_decode.jit_decode(model, decode.beam_size, decode.alpha,
-                                    decode.max_extra_length, cached, rows=rows > 1)
-  if rows > 1:
-    params, loss_sums = stacked_abstract_params(model, rows), _rows_loss_sums(model)
-    _stack_params(model).lower([model.abstract_params] * rows).compile()
+                                    decode.max_extra_length, cached, stacked=runs > 1)
+  if runs > 1:
+    params, eval_step = stacked_abstract_params(model, runs), _stacked_eval_step(model)
+    _stack_params(model).lower([model.abstract_params] * runs).compile()
   else:
-    params, loss_sums = model.abstract_params, model.loss_sums
+    params, eval_step = model.abstract_params, model.eval_step
   rows_in_batch = batch_rows(model, batch_size)
   for length in sorted({length for length, _ in decode_batches(bucket_lengths(config), sizes,
                                                                 rows_in_batch)}):
@@ -86,20 +86,20 @@ def compile_rows(model: ShardedModel, config, rows: int, sizes: np.ndarray,
     shape = tuple(sorted((name, value.shape) for name, value in local_batch.items()))
     if shape not in shapes:
       shapes.add(shape)
-      loss_sums.lower(params, model.put_batch(local_batch)).compile()
+      eval_step.lower(params, model.put_batch(local_batch)).compile()
 
 
 def _stack_params(model: ShardedModel) -> Callable:
-  """Jitted: a list of runs' parameters -> the parameters stacked on a leading row axis."""
+  """Jitted: a list of runs' parameters -> the parameters stacked on a leading run axis."""
   return model.program(('stack params',), lambda: jax.jit(
       lambda trees: jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees),
       out_shardings=batch_decode.stacked_params_sharding(model)))
 
 
-def _rows_loss_sums(model: ShardedModel) -> Callable:
-  """Jitted: (stacked parameters, batch) -> each row's loss sums (dropout off)."""
-  return model.program(('rows loss_sums',), lambda: jax.jit(
-      jax.vmap(model._loss_sums, in_axes=(0, None)),  # pylint: disable=protected-access
+def _stacked_eval_step(model: ShardedModel) -> Callable:
+  """Jitted: (stacked parameters, batch) -> each run's `ShardedModel.eval_step`."""
+  return model.program(('stacked eval_step',), lambda: jax.jit(
+      jax.vmap(model._eval_step, in_axes=(0, None)),  # pylint: disable=protected-access
       in_shardings=(batch_decode.stacked_params_sharding(model), model.batch_sharding)))
 
 
@@ -123,7 +123,7 @@ class Translator:
     compilation.use_cache(config)
     self.config = config
     self.workdir = workdir
-    self.workdirs = [workdir]  # the rows: one here, several in a `RowsTranslator`
+    self.workdirs = [workdir]  # the runs: one here, several in a `GroupTranslator`
     self.cached = cached
     if model is not None and model.config.model.to_dict() != config.model.to_dict():
       raise ValueError(f'{workdir}: the model given to translate with is not the workdir\'s '
@@ -174,21 +174,21 @@ class Translator:
                     ) -> list[list[int]]:
     """Output ids (without EOS) of each source; [] for an empty source. A source longer than
     `config.data.max_length` is a ValueError (`encode` truncates texts to it)."""
-    return self.translate_rows_ids(sources, progress)[0]
+    return self.translate_ids_per_run(sources, progress)[0]
 
-  def translate_rows_ids(self, sources: Sequence[np.ndarray], progress: bool = False
-                         ) -> list[list[list[int]]]:
-    """`translate_ids` of each row (`workdirs`): one list for a `Translator`, one a row for a
-    `RowsTranslator`."""
+  def translate_ids_per_run(self, sources: Sequence[np.ndarray], progress: bool = False
+                            ) -> list[list[list[int]]]:
+    """`translate_ids` of each run (`workdirs`): one list for a `Translator`, one a run for a
+    `GroupTranslator`."""
     outputs = [[[] for _ in sources] for _ in self.workdirs]
     for i, decoded in self._decoded(sources, progress):
-      for row, output in zip(outputs, decoded.reshape(len(self.workdirs), -1)):
-        row[i] = batch_decode.strip(output)
+      for run, output in zip(outputs, decoded.reshape(len(self.workdirs), -1)):
+        run[i] = batch_decode.strip(output)
     return outputs
 
   def _decoded(self, sources: Sequence[np.ndarray], progress: bool
                ) -> Iterator[tuple[int, np.ndarray]]:
-    """(i, output ids of source i: (length,), or (rows, length) of a `RowsTranslator`) for each
+    """(i, output ids of source i: (length,), or (runs, length) of a `GroupTranslator`) for each
     non-empty source, longest bucket first."""
     max_length, sizes = self.config.data.max_length, np.array([len(s) for s in sources])
     too_long = np.flatnonzero(sizes > max_length)
@@ -217,50 +217,52 @@ class Translator:
     """Output ids (without EOS) as running text; '' for none."""
     return self.preprocessing.restore(self.tokenizer.decode(list(ids))) if len(ids) else ''
 
-  def rows_loss_sums(self, batch: dict) -> list[dict]:
-    """`loss.loss_sums` of each row (`workdirs`) on a batch on the mesh, with dropout off."""
-    return [self.model.loss_sums(self.params, batch)]
+  def eval_step_per_run(self, batch: dict) -> list[dict]:
+    """`ShardedModel.eval_step` of each run (`workdirs`) on a batch on the mesh: the loss's
+    sums, dropout off."""
+    return [self.model.eval_step(self.params, batch)]
 
 
-class RowsTranslator(Translator):
-  """The workdirs of runs of one model shape (a sweep's group, `rows.check_together`)
-  translating as one program: their parameters stacked on a leading row axis, as the training
-  step stacks the runs' states (`rows`), and the decoder and the loss vmapped over it, so that
-  a batch of every row is one dispatch. The decoding settings are the first workdir's unless
-  given; each row averages its own last `average_last` checkpoints (`steps`: one list a row).
+class GroupTranslator(Translator):
+  """The workdirs of runs of one model shape (a sweep's group, `together.check_together`)
+  translating as one program: their parameters stacked on a leading run axis, as the training
+  step stacks the runs' states (`together`), and the decoder and the loss vmapped over it, so
+  that a batch of every run is one dispatch. The decoding settings are the first workdir's
+  unless given; each run averages its own last `average_last` checkpoints (`steps`: one list a
+  run).
 
-    group = RowsTranslator(['/tmp/sweep/B1', '/tmp/sweep/B1_seed1'], beam_size=4, alpha=0.6,
-                           average_last=1)
-    b1, b1_seed1 = group.translate_rows_ids(group.encode(texts))
+    group = GroupTranslator(['/tmp/sweep/B1', '/tmp/sweep/B1_seed1'], beam_size=4, alpha=0.6,
+                            average_last=1)
+    b1, b1_seed1 = group.translate_ids_per_run(group.encode(texts))
   """
 
   def __init__(self, workdirs: Sequence[str], **settings):
-    super().__init__(workdirs[0], **settings)  # `model` too: the model of every row
-    rows.check_together([saved_config.read_config(workdir) for workdir in workdirs],
-                        list(workdirs))
+    super().__init__(workdirs[0], **settings)  # `model` too: the model of every run
+    together.check_together([saved_config.read_config(workdir) for workdir in workdirs],
+                            list(workdirs))
     self.workdirs = list(workdirs)
     params, self.steps = [self.params], [self.steps]
     for workdir in workdirs[1:]:
       with contextlib.closing(checkpointing.Checkpoints(workdir)) as checkpoints:
-        row_params, steps = checkpoints.average_last(self.config.decode.average_last,
+        run_params, steps = checkpoints.average_last(self.config.decode.average_last,
                                                      self.model.abstract_params)
-      params.append(row_params)
+      params.append(run_params)
       self.steps.append(steps)
     model, decode = self.model, self.config.decode
     self.params = _stack_params(model)(params)
     self._decode = batch_decode.jit_decode(model, decode.beam_size, decode.alpha,
-                                           decode.max_extra_length, self.cached, rows=True)
-    self._loss_sums = _rows_loss_sums(model)
+                                           decode.max_extra_length, self.cached, stacked=True)
+    self._eval_step = _stacked_eval_step(model)
 
   def settings(self) -> str:
     decode = self.config.decode
     return (f'{", ".join(self.workdirs)}: checkpoints {self.steps} averaged, beam '
             f'{decode.beam_size}, alpha {decode.alpha}')
 
-  def rows_loss_sums(self, batch: dict) -> list[dict]:
-    sums = jax.device_get(self._loss_sums(self.params, batch))  # each row's taken on the host
-    return [{name: value[row] for name, value in sums.items()}
-            for row in range(len(self.workdirs))]
+  def eval_step_per_run(self, batch: dict) -> list[dict]:
+    sums = jax.device_get(self._eval_step(self.params, batch))  # each run's taken on the host
+    return [{name: value[run] for name, value in sums.items()}
+            for run in range(len(self.workdirs))]
 
 
 def define_translator_flags() -> Callable[[], Translator]:

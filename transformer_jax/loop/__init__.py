@@ -1,2 +1,2 @@
-"""The loop over training steps, checkpoints and dev evaluations (`train_loop`), with its
-metrics (`train_metrics`): the top library layer, beneath the commands."""
+"""The training loop (`train_loop`: one run's story), the runs it trains (`runs`: one, or a
+group trained as one program, `group`) and its metrics (`train_metrics`)."""

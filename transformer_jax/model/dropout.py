@@ -15,9 +15,9 @@ split, and that mask has only b · h elements). Concatenated, the halves fuse in
 XLA's CPU backend, where a bitcast of each word to two uint16 made a copy; the dimension
 split was chosen by measurement (experiments/speed/README.md).
 
-The rate may also be a traced scalar, one row's of several trained as one program
-(`transformer_jax.training.rows`): the threshold is then rounded in float32, which gives the same
-threshold as a Python rate for every rate of up to three decimals (`tests/test_dropout.py`),
+The rate may also be a traced scalar, one run's of several trained together
+(`transformer_jax.training.together`): the threshold is then rounded in float32, which gives the
+same threshold as a Python rate for every rate of up to three decimals (`tests/test_dropout.py`),
 and the mask is drawn even at rate 0 (every element kept).
 
 An element is kept when its draw is below round(keep_prob · 2^16), so the keep probability is
@@ -47,7 +47,7 @@ class Dropout(nn.Dropout):
     deterministic = nn.merge_param('deterministic', self.deterministic, deterministic)
     if deterministic:
       return inputs
-    if isinstance(self.rate, jax.Array):  # one rate of rows trained together (`rows`)
+    if isinstance(self.rate, jax.Array):  # one rate of runs trained together
       threshold = jnp.round((1.0 - self.rate.astype(jnp.float32)) * _DRAWS).astype(jnp.uint32)
       scale = _DRAWS / jnp.maximum(threshold, 1).astype(jnp.float32)
     else:

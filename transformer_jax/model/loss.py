@@ -36,7 +36,7 @@ def loss_sums(logits: jax.Array, targets: jax.Array, label_smoothing: float) -> 
 def _sums_and_logit_gradient(logits: jax.Array, targets: jax.Array, label_smoothing: float,
                              sum_logits: jax.Array | None = None) -> tuple[dict, jax.Array]:
   """`loss_sums`, and the 'loss' sum's gradient wrt the logits, w (p - q), written out for
-  `projected_loss_sums` (unused, and not computed under jit, by `loss_sums`). sum_logits, the
+  `fused_loss_sums` (unused, and not computed under jit, by `loss_sums`). sum_logits, the
   (b, t) sums of the logits over the vocabulary, is computed from the logits unless given."""
   vocab = logits.shape[-1]
   confidence = 1.0 - label_smoothing
@@ -70,7 +70,7 @@ def _sums_and_logit_gradient(logits: jax.Array, targets: jax.Array, label_smooth
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def projected_loss_sums(y: jax.Array, table: jax.Array, targets: jax.Array,
+def fused_loss_sums(y: jax.Array, table: jax.Array, targets: jax.Array,
                         label_smoothing: float | jax.Array, chunk: int) -> dict:
   """`loss_sums(embeddings.project(y, table), targets, label_smoothing)`, computed `chunk`
   target positions at a time, so that the (b, t, vocab) logits are never whole.
@@ -88,14 +88,14 @@ def projected_loss_sums(y: jax.Array, table: jax.Array, targets: jax.Array,
     y: (b, t, d_model), the decoder's output in the compute dtype.
     table: (vocab, d_model), the output projection (the shared embedding matrix, §3.4).
     targets: (b, t) int ids, PAD_ID where there is no token.
-    label_smoothing: ε_ls, a number or a traced scalar (one row's of several trained as one
-      program, `transformer_jax.training.rows`); not differentiated.
+    label_smoothing: ε_ls, a number or a traced scalar (one run's of several trained together,
+      `transformer_jax.training.together`); not differentiated.
     chunk: target positions per chunk (t is padded to a multiple of it).
   """
-  return _projected_forward(y, table, targets, label_smoothing, chunk)[0]
+  return _fused_forward(y, table, targets, label_smoothing, chunk)[0]
 
 
-def _projected_forward(y, table, targets, label_smoothing, chunk):
+def _fused_forward(y, table, targets, label_smoothing, chunk):
   b, t, d_model = y.shape
   positions = -(-t // chunk) * chunk
   # (chunks, b, chunk, ...): chunks over positions keep the rows, and so their sharding
@@ -129,14 +129,14 @@ def _projected_forward(y, table, targets, label_smoothing, chunk):
   return sums, (dy.astype(y.dtype), dtable.astype(table.dtype))
 
 
-def _projected_backward(chunk, residuals, cotangents):
+def _fused_backward(chunk, residuals, cotangents):
   del chunk
   dy, dtable = residuals
   scale = cotangents['loss']
   return dy * scale.astype(dy.dtype), dtable * scale.astype(dtable.dtype), None, None
 
 
-projected_loss_sums.defvjp(_projected_forward, _projected_backward)
+fused_loss_sums.defvjp(_fused_forward, _fused_backward)
 
 
 def per_token(sums: dict) -> dict:

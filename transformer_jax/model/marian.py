@@ -25,7 +25,7 @@ differences, each resolved exactly or stated:
   the same way, so the logits are ours in Marian's order; `translate` keeps our ids.
 - Layer-norm ε: ours is 1e-6 (tensor2tensor's), Marian's torch.nn.LayerNorm default 1e-5,
   which its configuration cannot change. This is the one difference that is not exact; its
-  effect on the logits is measured in `tests/test_export.py` and docs/evaluation.md.
+  effect on the logits is measured in `tests/test_export.py` and experiments/hf_export/README.md.
 
 Options Marian does not have are refused by `check_exportable`, naming the config field.
 """

@@ -3,7 +3,7 @@ checkpoint averaging share.
 
   model = sharded_model.ShardedModel(config)          # on every device, or on `mesh`
   params = checkpoints.average_last(5, model.abstract_params)[0]   # restored in their shards
-  sums = model.loss_sums(params, model.put_batch(batch))   # dropout off
+  sums = model.eval_step(params, model.put_batch(batch))   # the loss's sums, dropout off
 
 Parameters are sharded by their logical axis names and `config.parallel.axis_rules`
 (`partitioning.py`); batches are split by rows over the mesh's batch axes.
@@ -34,8 +34,8 @@ class ShardedModel:
     batch_sharding, batch_shards: rows over the batch axes, and into how many parts.
     stacked_batch_sharding: batches stacked along a leading axis (one per step of a call),
       their rows over the batch axes.
-    loss_sums: jitted (params, batch) -> `loss.loss_sums` of the model with dropout off (for
-      evaluation), `train.loss_chunk` target positions at a time if it is set.
+    eval_step: jitted (params, batch) -> `loss_sums` of `eval_model` (dropout off), for
+      evaluation.
     config, mesh, rules, model_config: the run's config, the device mesh, the logical axis
       rules, and the model's config.
 
@@ -57,7 +57,7 @@ class ShardedModel:
     boxed = jax.eval_shape(self.boxed_params, jax.random.key(0))
     self.param_sharding = partitioning.state_shardings(boxed, self.mesh, self.rules)
     self.abstract_params = partitioning.placed_shapes(boxed, self.param_sharding)
-    self.loss_sums = jax.jit(self._loss_sums,
+    self.eval_step = jax.jit(self._eval_step,
                              in_shardings=(self.param_sharding, self.batch_sharding))
     self._programs, self._lock = {}, threading.Lock()
 
@@ -83,12 +83,12 @@ class ShardedModel:
     parameters (ZeRO-3)."""
     return jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh)
 
-  def sums(self, module: Transformer, params, batch: dict, label_smoothing=None,
-           **apply_kwargs) -> dict:
+  def loss_sums(self, module: Transformer, params, batch: dict, label_smoothing=None,
+                **apply_kwargs) -> dict:
     """`loss.loss_sums` of `module` (`model` or `eval_model`) on `batch`, from the whole
     logits or, with `train.loss_chunk` set, with the projection and the loss fused that many
-    target positions at a time (`Transformer.loss_sums`); a packed batch's segment ids are
-    passed on. ε_ls is the config's unless given (a row's, traced, in `rows`); `apply_kwargs`
+    target positions at a time (`loss.fused_loss_sums`); a packed batch's segment ids are
+    passed on. ε_ls is the config's unless given (a run's, traced, in `together`); `apply_kwargs`
     go to `module.apply` (the dropout key in training)."""
     segments = batch.get('source_segments'), batch.get('target_segments')  # packed batches only
     if label_smoothing is None:
@@ -97,14 +97,14 @@ class ShardedModel:
     if chunk:
       return module.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
                           batch['targets'], label_smoothing, chunk, *segments,
-                          method='loss_sums', **apply_kwargs)
+                          method='fused_loss_sums', **apply_kwargs)
     logits = module.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
                           *segments, **apply_kwargs)
     return loss.loss_sums(logits, batch['targets'], label_smoothing)
 
-  def _loss_sums(self, params, batch: dict) -> dict:
+  def _eval_step(self, params, batch: dict) -> dict:
     with self.on_mesh():
-      return self.sums(self.eval_model, params, batch)
+      return self.loss_sums(self.eval_model, params, batch)
 
   def put_batch(self, local_batch: dict) -> dict:
     """This process's rows of a batch -> global arrays on the mesh."""

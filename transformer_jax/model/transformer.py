@@ -94,7 +94,7 @@ class Decoder(nn.Module):
     """encoded: (b, s, d_model); source_mask: (b, s) bool; decoder_inputs: (b, t) ids
     -> logits (b, t, vocab) float32. source_segments, target_segments: of a packed batch.
     project=False returns the decoder stack's output y (b, t, d_model) instead, before the
-    pre-softmax projection (`Transformer.loss_sums`).
+    pre-softmax projection (`Transformer.fused_loss_sums`).
 
     incremental: decoding with a 'cache' collection, the decoder's rows coming `copies`
     to each of the n rows of `encoded` (the hypotheses of beam search; `copies` is the ratio of
@@ -184,14 +184,15 @@ class Transformer(nn.Module):
     return self.decode(encoded, source_mask, decoder_inputs, source_segments=source_segments,
                        target_segments=target_segments)
 
-  def loss_sums(self, inputs: jax.Array, decoder_inputs: jax.Array, targets: jax.Array,
-                label_smoothing: float, chunk: int, source_segments: jax.Array | None = None,
-                target_segments: jax.Array | None = None) -> dict:
+  def fused_loss_sums(self, inputs: jax.Array, decoder_inputs: jax.Array, targets: jax.Array,
+                      label_smoothing: float, chunk: int,
+                      source_segments: jax.Array | None = None,
+                      target_segments: jax.Array | None = None) -> dict:
     """`loss.loss_sums` of `__call__`'s logits, with the pre-softmax projection and the loss
-    fused, `chunk` target positions at a time (`loss.projected_loss_sums`)."""
+    fused, `chunk` target positions at a time (`loss.fused_loss_sums`)."""
     source_mask = inputs != PAD_ID
     encoded = self.encode(inputs, source_mask, source_segments)
     y = self.decoder(encoded, source_mask, decoder_inputs, source_segments=source_segments,
                      target_segments=target_segments, project=False)
-    return loss.projected_loss_sums(y, self.embeddings.output_table(), targets,
+    return loss.fused_loss_sums(y, self.embeddings.output_table(), targets,
                                     label_smoothing, chunk)

@@ -14,8 +14,8 @@ local disks and NFS; on file systems without it (object-store mounts) two runs a
 apart.
 
 What only process 0 does in a workdir (take the lock, learn the vocabulary, move checkpoints
-aside) goes through `on_lead`, so that when it fails the other processes fail too instead of
-waiting for process 0 in the next collective.
+aside) goes through `on_process_zero`, so that when it fails the other processes fail too
+instead of waiting for process 0 in the next collective.
 """
 
 import contextlib
@@ -69,7 +69,7 @@ def _acquire(path: str) -> int:
 T = TypeVar('T')
 
 
-def on_lead(action: Callable[[], T], what: str) -> T | None:
+def on_process_zero(action: Callable[[], T], what: str) -> T | None:
   """`action()` on process 0 only: its result there, None on the other processes. In a
   multi-process run every process learns whether it raised, and the others then raise a
   RuntimeError saying that process 0 could not `what`."""
@@ -92,7 +92,8 @@ def on_lead(action: Callable[[], T], what: str) -> T | None:
 def lock(workdir: str) -> Iterator[None]:
   """Holds `workdir`'s lock for the duration (see the module docstring). In a multi-process run
   process 0 takes it and every process stops if it cannot."""
-  descriptor = on_lead(lambda: _acquire(os.path.join(workdir, LOCK_FILENAME)), f'lock {workdir}')
+  descriptor = on_process_zero(lambda: _acquire(os.path.join(workdir, LOCK_FILENAME)),
+                               f'lock {workdir}')
   try:
     yield
   finally:

@@ -24,10 +24,10 @@ stops it); each is checked against every row before anything trains, and a row's
 overrides it ran with.
 
 `--together=N` trains up to N rows as one compiled program (the train step vmapped over the
-rows' states, `transformer_jax.training.rows`), rows that may share one: they differ only in the
+rows' states, `transformer_jax.training.together`), rows that may share one: they differ only in the
 seed, the dropout rates, label smoothing, `train.lr_scale` or `train.warmup_steps`
-(`rows.VARYING`; the seeds of one row, or Table 3's base and D rows), and evaluates them as one
-program (their parameters stacked, the decoder vmapped: `translator.RowsTranslator`). Groups are
+(`together.VARYING`; the seeds of one row, or Table 3's base and D rows), and evaluates them as one
+program (their parameters stacked, the decoder vmapped: `translator.GroupTranslator`). Groups are
 formed in row order (`sweep.plan.groups`); a row that fits no group trains alone. A group's rows
 see the same batches, those of its first row's seed (written into each row's config as
 `data.shuffle_seed`, so each workdir resumes alone as it trained): seeds then vary the
@@ -100,7 +100,7 @@ def main():
                      'at a time in its own process; --together=N trains N rows as one program')
   run.run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,
           _OVERRIDE.value, _TOGETHER.value, _STOP_AFTER.value, _DEVICES_PER_GROUP.value,
-          slots.Share(_PROCESS_INDEX.value, _PROCESS_COUNT.value))
+          slots.SweepProcess(_PROCESS_INDEX.value, _PROCESS_COUNT.value))
 
 
 if __name__ == '__main__':

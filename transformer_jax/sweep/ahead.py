@@ -1,20 +1,20 @@
 """A sweep's groups compiled ahead, one after another, in a background thread, so that a group
 trains and is evaluated without compiling (`jit(...).lower(...).compile()`).
 
-  ahead = Ahead(loaded, decoding, split)         # `loaded`: the sweep's data, by data key
+  ahead = Ahead(data_cache, decoding, split)     # `data_cache`: the sweep's data, by data key
   ahead.start(group, configs, dirs, devices)     # queued behind the groups started before
   programs = ahead.take(group)                   # waits for its training's programs
   ...                                            # the group trains
   programs.wait_for_evaluation()                 # waits for its evaluation's programs
 
 Each group's compiling has two parts, for the devices it will train on: its training
-(`train_loop.compile_ahead`: the data loaded if no group before loaded it, the initial state, the
+(`loop.group.compile_ahead`: the data loaded if no group before loaded it, the initial state, the
 step for each batch shape, the dev evaluation), queued when the group is started, then its
 evaluation (`scoring.compile_ahead`: Table 3's decoder for each bucket of the dev sources, the
 loss), queued when it is taken. A sweep starts the first group of each of its slots (the devices a
 group trains on, `sweep.slots`) and each slot waits for its group's training programs only; the
 group's evaluation, and then the slot's next group, compile while it trains. Nothing compiles twice:
-the group trains and is evaluated with the objects compiled here (`train_loop.TrainingPrograms`, the
+the group trains and is evaluated with the objects compiled here (`loop.group.CompiledAhead`, the
 `ShardedModel` its translator reuses), and waits for a part still compiling rather than compile it
 again.
 
@@ -31,7 +31,7 @@ import time
 import jax
 
 from transformer_jax.decoding import scoring
-from transformer_jax.loop import train_loop
+from transformer_jax.loop.group import CompiledAhead, compile_ahead
 from transformer_jax.training import compilation
 
 
@@ -51,7 +51,7 @@ class GroupPrograms:
   made), the report of their compiling, and that of its evaluation's programs, still compiling
   (`wait_for_evaluation`)."""
 
-  training_programs: train_loop.TrainingPrograms | None
+  training_programs: CompiledAhead | None
   training: CompileReport
   evaluation_compiling: concurrent.futures.Future
 
@@ -73,10 +73,10 @@ class GroupPrograms:
 class Ahead:
   """The groups' programs compiled in the order started, in one background thread."""
 
-  def __init__(self, loaded: dict, decoding: dict, split: str):
-    """`loaded`: the sweep's data, by data key (`train_loop.data_key`); `decoding`: the
+  def __init__(self, data_cache: dict, decoding: dict, split: str):
+    """`data_cache`: the sweep's data, by data key (`loop.group.data_key`); `decoding`: the
     settings its evaluation decodes `split` with (`config.decode` fields)."""
-    self._loaded, self._decoding, self._split = loaded, decoding, split
+    self._data_cache, self._decoding, self._split = data_cache, decoding, split
     self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='compile ahead')
     # Groups started and not taken: their training's compiling, and the rows they have.
     self._started: dict[tuple[str, ...], tuple[concurrent.futures.Future, int]] = {}
@@ -88,8 +88,8 @@ class Ahead:
     `devices`, default every device), unless started."""
     with self._lock:
       if tuple(group) not in self._started:
-        training = self._thread.submit(self._timed, train_loop.compile_ahead, configs, dirs,
-                                       self._loaded, devices)
+        training = self._thread.submit(self._timed, compile_ahead, configs, dirs,
+                                       self._data_cache, devices)
         self._started[tuple(group)] = training, len(configs)
 
   def take(self, group: list[str]) -> GroupPrograms:
@@ -125,10 +125,11 @@ class Ahead:
     return result, CompileReport(compilation.so_far() - before, time.perf_counter() - start,
                                  error)
 
-  def _compile_evaluation(self, programs: train_loop.TrainingPrograms | None,
+  def _compile_evaluation(self, ahead: CompiledAhead | None,
                           rows: int) -> CompileReport:
-    if programs is None:
+    if ahead is None:
       return CompileReport(compilation.CompileStats(), 0.0)
+    programs = ahead.programs
 
     def compile_evaluation():
       config = copy.deepcopy(programs.model.config)

@@ -1,9 +1,9 @@
 """One group of a sweep's rows, trained as one program and evaluated as Table 3 was
 (`run_group`); its rows' figures written (`write_results`), or recovered after a kill.
 
-The group trains as one program (`train_loop.train_together`) and is evaluated as one program on
-the dev split as Table 3 was (`TABLE3_DECODING`: `scoring.evaluate_rows` of a
-`RowsTranslator`). A SIGTERM stops its training at the next step, saved (`preemption`): the
+The group trains as one program (`loop.group.train_together`) and is evaluated as one program on
+the dev split as Table 3 was (`TABLE3_DECODING`: `scoring.evaluate_runs` of a
+`GroupTranslator`). A SIGTERM stops its training at the next step, saved (`preemption`): the
 group is then not evaluated (`Preempted`). Its `train_seconds` are the wall time of every
 attempt to train it (saved every `SAVE_SECONDS_EVERY` seconds, so an attempt that is killed
 still counts), its dev evaluations during training included. What it prints also goes to its
@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterator
 import jax
 
 from transformer_jax.decoding import scoring
-from transformer_jax.decoding.translator import RowsTranslator, Translator
-from transformer_jax.loop import train_loop
+from transformer_jax.decoding.translator import GroupTranslator, Translator
+from transformer_jax.loop.group import train_together
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, provenance
@@ -44,7 +44,7 @@ class Preempted(RuntimeError):
 
 
 def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides: list[str],
-              device_kind: str, loaded: dict, programs: GroupPrograms | None = None,
+              device_kind: str, data_cache: dict, programs: GroupPrograms | None = None,
               devices: list[jax.Device] | None = None,
               notice: preemption.Notice | None = None) -> list[dict]:
   """Trains (or resumes) the rows of `group` as one program, each in `workdir/<row>`, on
@@ -60,8 +60,8 @@ def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides
   with ThreadLogs.to(os.path.join(dirs[0], 'sweep.log')):
     try:
       with _timed(os.path.join(dirs[0], 'sweep_train_seconds.json')) as train_seconds:
-        train_loop.train_together([configs[row] for row in group], dirs, loaded,
-                                  training_programs, devices, notice)
+        train_together([configs[row] for row in group], dirs, data_cache, training_programs,
+                       devices, notice)
     except Exception as e:  # the rows named, whichever of them failed
       raise RuntimeError(f'training {", ".join(group)}: {e}') from e
     for row, directory in zip(group, dirs):
@@ -74,12 +74,12 @@ def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides
     start = time.perf_counter()
     if programs is not None:
       programs.wait_for_evaluation()
-    model = (training_programs.model if training_programs is not None else
+    model = (training_programs.programs.model if training_programs is not None else
              ShardedModel(saved_config.read_config(dirs[0]),
                           partitioning.make_mesh(configs[group[0]], devices)))
     translator = (Translator(dirs[0], **TABLE3_DECODING, model=model) if len(group) == 1
-                  else RowsTranslator(dirs, **TABLE3_DECODING, model=model))
-    figures = scoring.evaluate_rows(translator, SPLIT)
+                  else GroupTranslator(dirs, **TABLE3_DECODING, model=model))
+    figures = scoring.evaluate_runs(translator, SPLIT)
     eval_seconds = time.perf_counter() - start
   record = provenance.record(device_kind)
   record['machine']['devices'] = len(devices)  # the group's (`plan.predicted_seconds`)

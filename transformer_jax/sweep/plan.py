@@ -13,7 +13,7 @@ from typing import Any
 
 from transformer_jax.config import checks, fields
 from transformer_jax.training import checkpointing
-from transformer_jax.training.rows import check_together
+from transformer_jax.training.together import check_together
 
 
 def row_config(sweep: Any, row: str, overrides: list[str]) -> Any:
@@ -27,7 +27,7 @@ def row_config(sweep: Any, row: str, overrides: list[str]) -> Any:
 
 def groups(configs: dict[str, Any], together: int) -> list[list[str]]:
   """The rows of `configs` (row -> config, in order) in groups of at most `together` that can
-  train as one program (`rows.check_together`), in order: each row joins the first group with
+  train as one program (`together.check_together`), in order: each row joins the first group with
   room whose first row it may train with, or starts a group."""
   formed = []  # (first row's config, rows)
   for row, config in configs.items():
@@ -46,7 +46,7 @@ def groups(configs: dict[str, Any], together: int) -> list[list[str]]:
 
 def steps_left(configs: dict, workdir: str, group: list[str]) -> int:
   """The steps a group has left to train (a group cut off earlier resumes from the newest step
-  all its rows saved: at most the newest of any differs, `train_loop.train_together`)."""
+  all its rows saved: at most the newest of any differs, `loop.group.train_together`)."""
   saved = [max(checkpointing.saved_steps(os.path.join(workdir, row)), default=0) for row in group]
   return configs[group[0]].train.num_train_steps - min(saved)
 

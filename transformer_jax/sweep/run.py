@@ -5,7 +5,7 @@ Each group trains as one program and is evaluated as Table 3 was (`group`); the 
 `<results>/<row>.json`, and the table beside the paper's (`results`).
 
 The data and vocabulary are loaded once for every group of one data config and seed
-(`train_loop.data_key`). A row whose JSON exists is skipped, so a sweep that crashed, was
+(`loop.group.data_key`). A row whose JSON exists is skipped, so a sweep that crashed, was
 killed (at any moment) or was stopped resumes where it was: each group in flight from its last
 checkpoint, a group killed while its rows' files were written from its results file
 (`group.recover`).
@@ -28,18 +28,18 @@ from transformer_jax.sweep import slots as slots_lib
 def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
         results_dir: str | None = None, overrides: list[str] = (), together: int = 1,
         stop_after_minutes: float | None = None, devices_per_group: int | None = None,
-        share: slots_lib.Share = slots_lib.Share()) -> dict:
+        process: slots_lib.SweepProcess = slots_lib.SweepProcess()) -> dict:
   """Runs the rows not finished yet (all of the sweep's, or `rows`) in groups of up to
   `together` rows, with `overrides` (`FIELD=VALUE`) in every row, each group on
   `devices_per_group` of this process's devices (default: all), groups side by side on the
   others; with `stop_after_minutes`, only the groups the plan expects to finish by then
   (`plan.plan`, printed before anything starts), each started only if its prediction still
-  fits when it comes; with `share`, only this process's groups of the plan over every
+  fits when it comes; with `process`, only this process's groups of the plan over every
   process's slots. Returns every finished row's figures."""
   started = time.monotonic()
-  if not 0 <= share.index < share.count:
-    raise ValueError(f'--process_index={share.index} must be in [0, --process_count='
-                     f'{share.count})')
+  if not 0 <= process.index < process.count:
+    raise ValueError(f'--process_index={process.index} must be in [0, --process_count='
+                     f'{process.count})')
   sweep = loading.load_sweep(sweep_path)
   rows = list(sweep.ROWS) if rows is None else list(rows)
   unknown = [row for row in rows if row not in sweep.ROWS]
@@ -78,19 +78,19 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
   if to_run:
     side_by_side = slots_lib.SideBySide(sweep_path, sweep, configs, workdir, results_dir,
                                         overrides, results, slots, started, stop_after_minutes,
-                                        share)
+                                        process)
     side_by_side.train(plan.groups({row: configs[row] for row in to_run}, together))
     if side_by_side.passed_over:
       print(f'not started before --stop_after_minutes={stop_after_minutes:g}: '
             + '; '.join(', '.join(group) for group in side_by_side.passed_over), flush=True)
-  if share.count == 1:
+  if process.count == 1:
     tables.write_table(sweep_path, sweep, results, workdir)
     return results
-  return _table_once(sweep_path, sweep, rows, workdir, results_dir, share)
+  return _table_once(sweep_path, sweep, rows, workdir, results_dir, process)
 
 
 def _table_once(sweep_path: str, sweep: Any, rows: list[str], workdir: str, results_dir: str,
-                share: slots_lib.Share) -> dict:
+                process: slots_lib.SweepProcess) -> dict:
   """Every finished row's figures, once this process's share is done; the table written if
   `rows` are all in and it has not been since the last of them came (by the process whose
   share ends last, under a lock: once)."""
@@ -100,7 +100,7 @@ def _table_once(sweep_path: str, sweep: Any, rows: list[str], workdir: str, resu
     missing = [row for row in rows if row not in results]
     table = os.path.join(workdir, tables.table_name(sweep_path) + '.md')
     if missing:
-      print(f'process {share.index}: its share done; {", ".join(missing)} not yet', flush=True)
+      print(f'process {process.index}: its share done; {", ".join(missing)} not yet', flush=True)
     elif not os.path.exists(table) or os.path.getmtime(table) < max(
         os.path.getmtime(os.path.join(results_dir, f'{row}.json')) for row in rows):
       tables.write_table(sweep_path, sweep, results, workdir)

@@ -1,5 +1,5 @@
 """A sweep's groups side by side: each process's devices in slots (`device_slots`), each training
-its groups in a thread of its own (`SideBySide`); a sweep shared by processes (`Share`).
+its groups in a thread of its own (`SideBySide`); a sweep shared by processes (`SweepProcess`).
 
 The process's devices are split into slots of `devices_per_group` devices (default: one slot of
 every device); the plan (`plan.plan`) says which slot trains which group. A small model leaves
@@ -9,7 +9,7 @@ a background thread (`ahead`): each slot's first group's training before it star
 evaluation and the slot's next group's while it trains. A SIGTERM stops every group in flight
 at its next step, saved (`preemption`); so does a group that fails, and no slot starts another
 group; the sweep then stops with the first error (a preempted group's says to run the sweep
-again). A sweep shared by several processes (`Share`) is planned alike in each, over every
+again). A sweep shared by several processes (`SweepProcess`) is planned alike in each, over every
 process's slots, and each trains its own slots' groups.
 """
 
@@ -27,8 +27,8 @@ from transformer_jax.sweep.ahead import Ahead
 from transformer_jax.training import preemption
 
 @dataclasses.dataclass(frozen=True)
-class Share:
-  """Which share of a sweep this process runs: the sweep started in `count` processes (on one
+class SweepProcess:
+  """This process of a sweep shared by several: the sweep started in `count` processes (on one
   host or several, sharing the workdir and results directory), this one the `index`th."""
 
   index: int = 0
@@ -53,15 +53,15 @@ class SideBySide:
   def __init__(self, sweep_path: str, sweep: Any, configs: dict[str, Any], workdir: str,
                results_dir: str, overrides: list[str], results: dict,
                slots: list[list[jax.Device]], started: float,
-               stop_after_minutes: float | None, share: Share):
+               stop_after_minutes: float | None, process: SweepProcess):
     self._sweep_path, self._sweep, self._configs = sweep_path, sweep, configs
     self._workdir, self._results_dir, self._overrides = workdir, results_dir, overrides
-    self._results, self._slots, self._share = results, slots, share
+    self._results, self._slots, self._process = results, slots, process
     # The time given (seconds) and when it ends (time.monotonic), or None.
     self._budget = None if stop_after_minutes is None else 60 * stop_after_minutes
     self._deadline = None if self._budget is None else started + self._budget
     self._device_kind = slots[0][0].device_kind
-    self._loaded = {}  # the data of each data config and seed, loaded once (`train_loop`)
+    self._data_cache = {}  # the data of each data config and seed, loaded once (`data_key`)
     self._lock = threading.Lock()  # the results, the table and what is passed over
     self._stop = threading.Event()  # a group failed: no slot starts another
     self.passed_over: list[list[str]] = []
@@ -84,22 +84,22 @@ class SideBySide:
     """Trains this process's share of `groups` as the plan over every process's slots says
     (printed first); raises the first group's error after every slot has stopped (the groups
     in flight saved), or `group_lib.Preempted` if a SIGTERM stopped it."""
-    local, share = len(self._slots), self._share
+    local, process = len(self._slots), self._process
     # Every process of a shared sweep makes the same plan: from the deadline as given, not
     # from its own clock.
-    seconds_left = self._seconds_left() if share.count == 1 else self._budget
+    seconds_left = self._seconds_left() if process.count == 1 else self._budget
     the_plan = plan.plan(groups, {tuple(g): self._predicted(g) for g in groups}, seconds_left,
-                         share.count * local)
-    if share.index == 0:
+                         process.count * local)
+    if process.index == 0:
       print(the_plan.describe(seconds_left), flush=True)
     # Slot s is process s % count's: the plan's first groups go to as many processes.
-    queues = the_plan.slots[share.index::share.count]
-    if share.count > 1:
-      print(f'process {share.index} of {share.count}: slots '
-            + ', '.join(map(str, range(share.index, share.count * local, share.count))),
+    queues = the_plan.slots[process.index::process.count]
+    if process.count > 1:
+      print(f'process {process.index} of {process.count}: slots '
+            + ', '.join(map(str, range(process.index, process.count * local, process.count))),
             flush=True)
     self.passed_over += the_plan.passed_over
-    ahead = Ahead(self._loaded, group_lib.TABLE3_DECODING, group_lib.SPLIT)
+    ahead = Ahead(self._data_cache, group_lib.TABLE3_DECODING, group_lib.SPLIT)
     with preemption.Notice() as notice, group_lib.ThreadLogs.installed(), \
         concurrent.futures.ThreadPoolExecutor(local, 'slot') as threads:
       try:
@@ -140,7 +140,7 @@ class SideBySide:
               + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}')
               + _on(devices, self._slots), flush=True)
         finished = group_lib.run_group(group, self._configs, self._workdir, self._overrides,
-                             self._device_kind, self._loaded, programs, devices, notice)
+                             self._device_kind, self._data_cache, programs, devices, notice)
         self._write(group, finished)
     except BaseException:
       self._stop.set()
@@ -168,7 +168,7 @@ class SideBySide:
     with self._lock:
       group_lib.write_results(group, finished, self._workdir, self._results_dir)
       self._results.update(zip(group, finished))
-      if self._share.count == 1:  # a shared sweep's table: once, when every row is in
+      if self._process.count == 1:  # a shared sweep's table: once, when every row is in
         tables.write_table(self._sweep_path, self._sweep, self._results, self._workdir)
 
 

@@ -203,7 +203,7 @@ class Checkpoints:
         path.rename(aside)
         logging.warning('moved the %s checkpoint %s to %s%s', reason, path, aside, why)
 
-    workdirs.on_lead(move, f'move the {reason} checkpoints aside')
+    workdirs.on_process_zero(move, f'move the {reason} checkpoints aside')
     self._manager.reload()
 
   def wait(self) -> None:

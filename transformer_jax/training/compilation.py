@@ -8,7 +8,7 @@
 The cache keeps every program XLA compiles in `config.train.compilation_cache_dir`, keyed by
 the program, the devices and the compiler's version and options, so a resumed run, another
 seed of the same model, or an evaluation of a trained run loads its programs instead of
-compiling them again (docs/performance.md#compiling). `so_far` counts what the calling thread
+compiling them again (docs/training.md#compiling). `so_far` counts what the calling thread
 has compiled and loaded since this module was imported, from JAX's monitoring events: a jitted
 function compiles on the thread that calls it, before it runs, so the difference around a call
 is that call's compiling, also while another thread compiles programs ahead (a sweep's next
@@ -117,10 +117,10 @@ def use_cache(config: ml_collections.ConfigDict) -> None:
   Every program is kept, however quickly it compiled (JAX's default keeps those over 1 s):
   a run's many small programs add up. No maximum size is set: with one, JAX locks the
   directory around every read and write and scans every entry at each write to evict the
-  least recently used, which slowed compile-heavy tests (tests/README.md). Takes
-  effect for the programs compiled after it, also when the process used another directory
-  before (a notebook, tests); the same directory again changes nothing (a thread compiling
-  meanwhile keeps its cache)."""
+  least recently used, which slowed compile-heavy tests (experiments/test_durations/README.md).
+  Takes effect for the programs compiled after it, also when the process used another
+  directory before (a notebook, tests); the same directory again changes nothing (a thread
+  compiling meanwhile keeps its cache)."""
   path = cache_dir(config)
   if (jax.config.jax_enable_compilation_cache == (path is not None)
       and jax.config.jax_compilation_cache_dir == path

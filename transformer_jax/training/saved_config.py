@@ -60,7 +60,7 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   learning rate, dropout, ...) are allowed and logged as a warning, naming them.
   Without checkpoints (a run that stopped before its first one), the saved config binds only
   the vocabulary it left behind: if training would reuse the workdir's vocabulary, a data
-  field that defines it must not differ. `config` is a validated one (`train_loop.train_together`
+  field that defines it must not differ. `config` is a validated one (`loop.group.train_together`
   validates it); the saved one is validated here before its parameter shapes are compared."""
   _refuse_exports(workdir)
   path = os.path.join(workdir, CONFIG_FILENAME)

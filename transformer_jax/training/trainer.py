@@ -7,10 +7,10 @@ on a `ShardedModel`.
   state, metrics = trainer.train_steps(state, batches)   # K steps, batches stacked: (K, rows, ..)
 
 `step` is the optimizer step itself, a pure function of the state and a batch; the jitted
-`train_step` and `train_steps` run it on the mesh (`jit_steps`), and `rows.RowsTrainer` vmaps it
-over several runs; both trainers are a `TrainerProtocol`, what the training loop needs. Its metrics
-are sums over the batch's target tokens (`loss.SUM_NAMES`), as evaluation's are, with the
-gradient norm and the learning rate; per-token figures are derived on the host
+`train_step` and `train_steps` run it on the mesh (`jit_steps`), and `together.TogetherTrainer`
+vmaps it over several runs; both trainers are a `TrainerProtocol`, what the training loop needs.
+Its metrics are sums over the batch's target tokens (`loss.SUM_NAMES`), as evaluation's are,
+with the gradient norm and the learning rate; per-token figures are derived on the host
 (`loss.per_token`), over however many steps are logged together.
 
 One optimizer step sees `config.data.tokens_per_batch` tokens per side, split into
@@ -48,10 +48,10 @@ class TrainState(train_state.TrainState):
 
 class TrainerProtocol(Protocol):
   """What the training loop (`loop.train_loop`) needs of a trainer: `Trainer` trains one run,
-  `rows.RowsTrainer` several as one program, and the loop is the same for both. It keeps one
-  state, whatever that holds; but each run has its own checkpoints, so the loop saves the
-  runs' states `split` from it and resumes from their checkpoints `join`ed into it, each
-  restored into `run_abstract_state` (for one run both are the identity).
+  `together.TogetherTrainer` several as one program. It keeps one state, whatever that holds;
+  but each run has its own checkpoints, so a group (`loop.group`) saves the runs' states
+  `split` from it and resumes from their checkpoints `join`ed into it, each restored into
+  `run_abstract_state` (for one run both are the identity).
 
     model                the `ShardedModel` the runs share
     rows_multiple        a training batch's rows are a multiple of this
@@ -182,11 +182,6 @@ class Trainer(TrainerProtocol):
     """`TrainerProtocol.compile`."""
     compile_steps(self._init, (), self.train_step, self.train_steps, batches)
 
-  def _loss_sums(self, params, batch: dict, dropout_key, module, label_smoothing
-                 ) -> tuple[jax.Array, dict]:
-    sums = self.model.sums(module, params, batch, label_smoothing, rngs={'dropout': dropout_key})
-    return sums['loss'], sums
-
   def _hyperparameters(self, hyper: dict | None):
     """The model, ε_ls, optimizer and schedule of a step: the config's, with the traced values
     of `hyper` (fields of `TRACEABLE`)."""
@@ -209,9 +204,14 @@ class Trainer(TrainerProtocol):
     # Dropout is different at every step and micro-batch, and reproducible from the step alone.
     step_key = jax.random.fold_in(
         jax.random.wrap_key_data(state.dropout_key, impl=self.dropout_prng_impl), state.step)
-    grad_fn = jax.grad(
-        lambda params, micro_batch, key: self._loss_sums(params, micro_batch, key, module,
-                                                         label_smoothing), has_aux=True)
+
+    def loss_fn(params, micro_batch, key):
+      """The summed label-smoothed loss (§5.4, `loss.loss_sums`) and all the sums."""
+      sums = self.model.loss_sums(module, params, micro_batch, label_smoothing,
+                                  rngs={'dropout': key})
+      return sums['loss'], sums
+
+    grad_fn = jax.grad(loss_fn, has_aux=True)
     k = self.config.train.grad_accum_steps
     # Micro-batches stacked along a leading axis, each split over the devices as a batch is.
     micro = jax.lax.with_sharding_constraint(_micro_batches(batch, k),
@@ -228,7 +228,7 @@ class Trainer(TrainerProtocol):
     grads = jax.tree.map(lambda g: g / jnp.maximum(sums['tokens'], 1.0), grads)
     metrics = {**sums, 'grad_norm': optax.tree.norm(grads),
                'learning_rate': schedule(state.step)}
-    # `tx`, not the state's own: a row's schedule (the optimizer state is the same structure).
+    # `tx`, not the state's own: a run's schedule (the optimizer state is the same structure).
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     return state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                          opt_state=opt_state), metrics

@@ -1,22 +1,21 @@
-"""Several training runs of one model shape as one compiled program: `jax.vmap` of the train
-step over a leading row axis of the training states (parameters, optimizer states, dropout keys).
+"""Runs of one model shape trained together as one program: the train step vmapped over a
+leading run axis of the training states (parameters, optimizer states, dropout keys).
 
-  trainer = rows.RowsTrainer(sharded_model.ShardedModel(configs[0]), configs)
-  state = trainer.init_state()            # every leaf (rows, ...), created in its shards
-  state, metrics = trainer.train_step(state, batch)     # metrics (rows,)
-  state, metrics = trainer.train_steps(state, batches)  # metrics (steps, rows)
-  trainer.split(state)[i]                 # row i's state, as `Trainer` has it
+  trainer = together.TogetherTrainer(sharded_model.ShardedModel(configs[0]), configs)
+  state = trainer.init_state()            # every leaf (runs, ...), created in its shards
+  state, metrics = trainer.train_step(state, batch)     # metrics (runs,)
+  state, metrics = trainer.train_steps(state, batches)  # metrics (steps, runs)
+  trainer.split(state)[i]                 # run i's state, as `Trainer` has it
 
 The runs (a sweep's rows, or the seeds of one) may differ only in `VARYING`: the seed (the initial
 parameters and the dropout key), the dropout rates, label smoothing and the learning rate's scale
-and warmup, none of which changes a shape or the program's structure. Their values enter the program
-as traced scalars, one a row (`Trainer.step`'s `hyper`); fields equal in every run stay constants,
-so that a group whose runs differ only in the seed compiles the single run's program under `vmap`.
-`RowsTrainer` only vmaps `Trainer`'s `initial_state` and `step`; both are a `TrainerProtocol`, the
-interface the training loop trains one run and a group through. Every run sees the same batches;
-each row's step is the step its run would take alone on those batches (`tests/test_rows.py`). A
-small model leaves most of an accelerator idle and its host dispatching; R rows a step give the
-device R times the work per dispatch.
+and warmup, none of which changes a shape or the program's structure. Their values enter the
+program as traced scalars, one a run (`Trainer.step`'s `hyper`); fields equal in every run stay
+constants, so that runs that differ only in the seed compile the single run's program under
+`vmap`. `TogetherTrainer` only vmaps `Trainer`'s `initial_state` and `step`; both are a
+`TrainerProtocol`. Every run sees the same batches; each run's step is the step it would take
+alone on those batches (`tests/test_together.py`). A small model leaves most of an accelerator
+idle and its host dispatching; R runs a step give the device R times the work per dispatch.
 """
 
 import copy
@@ -51,7 +50,7 @@ def check_together(configs: list[ml_collections.ConfigDict], names: list[str]) -
 
 def hyperparameters(configs: list[ml_collections.ConfigDict]) -> dict[str, jax.Array]:
   """The `VARYING` fields (the seed apart) whose values differ among `configs`: field ->
-  (rows,) float32 values."""
+  (runs,) float32 values."""
   flats = [fields.flatten(config) for config in configs]
   return {field: jnp.asarray([flat[field] for flat in flats], jnp.float32)
           for field in VARYING[1:] if len({flat[field] for flat in flats}) > 1}
@@ -72,10 +71,10 @@ def sharing_batches(configs: list[ml_collections.ConfigDict], names: list[str]
   return configs
 
 
-class RowsTrainer(TrainerProtocol):
+class TogetherTrainer(TrainerProtocol):
   """The train step of `configs` (runs of `model.config`'s shapes, `check_together`) as one
-  program on `model`'s mesh, the row axis of every state leaf unsplit (each device holds
-  every row's share of a parameter, as it would hold the one run's): several runs'
+  program on `model`'s mesh, the run axis of every state leaf unsplit (each device holds
+  every run's share of a parameter, as it would hold the one run's): several runs'
   `TrainerProtocol`."""
 
   def __init__(self, model: ShardedModel, configs: list[ml_collections.ConfigDict],
@@ -96,27 +95,27 @@ class RowsTrainer(TrainerProtocol):
     self.rows_multiple = trainer.rows_multiple
     replicated = jax.sharding.NamedSharding(model.mesh, jax.sharding.PartitionSpec())
     self._init = jax.jit(jax.vmap(trainer.initial_state), out_shardings=self.state_sharding)
-    # Every row's slice in one program: slicing leaf by leaf would dispatch rows x leaves
+    # Every run's slice in one program: slicing leaf by leaf would dispatch runs x leaves
     # operations from Python at every checkpoint and dev evaluation.
-    rows = len(configs)
+    runs = len(configs)
     self._split = jax.jit(
-        lambda state: tuple(jax.tree.map(lambda leaf, row=row: leaf[row], state)
-                            for row in range(rows)),
-        out_shardings=(trainer.state_sharding,) * rows)
-    # Every row's step on the same batch, its `hyper` values its own.
+        lambda state: tuple(jax.tree.map(lambda leaf, run=run: leaf[run], state)
+                            for run in range(runs)),
+        out_shardings=(trainer.state_sharding,) * runs)
+    # Every run's step on the same batch, its `hyper` values its own.
     self._step, self._steps = jit_steps(model, jax.vmap(trainer.step, in_axes=(0, None, 0)),
                                         self.state_sharding, replicated)
 
   def init_state(self) -> TrainState:
-    """Every row's state at step 0, from its own seed."""
+    """Every run's state at step 0, from its own seed."""
     return self._init(self.seeds)
 
   def split(self, state: TrainState) -> list[TrainState]:
-    """Each row's state, as `Trainer` has it."""
+    """Each run's state, as `Trainer` has it."""
     return list(self._split(state))
 
   def join(self, states: list[TrainState]) -> TrainState:
-    """The states of single runs (restored checkpoints) as one state with a row axis."""
+    """The states of single runs (restored checkpoints) as one state with a run axis."""
     return self._stack(states)
 
   def compile(self, batches: list[dict]) -> None:
@@ -126,9 +125,9 @@ class RowsTrainer(TrainerProtocol):
     self._split.lower(state).compile()
 
   def train_step(self, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-    """One step of every row on `batch`; the metrics (rows,)."""
+    """One step of every run on `batch`; the metrics (runs,)."""
     return self._step(state, batch, self.hyper)
 
   def train_steps(self, state: TrainState, batches: dict) -> tuple[TrainState, dict]:
-    """One step of every row on each of the stacked `batches`; the metrics (steps, rows)."""
+    """One step of every run on each of the stacked `batches`; the metrics (steps, runs)."""
     return self._steps(state, batches, self.hyper)

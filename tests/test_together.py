@@ -1,4 +1,4 @@
-"""Runs trained together as one program (transformer_jax/training/rows.py): each row is its run
+"""Runs trained together as one program (transformer_jax/training/together.py): each is the run
 trained alone on the same batches; runs that cannot share a program are refused by name."""
 
 import functools
@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from conftest import assert_trained_alike, random_tokens, train_config
+from transformer_jax.loop import group, runs
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.training import compilation, rows
+from transformer_jax.training import compilation, together
 from transformer_jax.training.trainer import TrainerProtocol, Trainer
 
 MESH = {'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.model': 2}
@@ -37,10 +38,10 @@ BATCHES = [_batch(seed) for seed in range(20)]
 
 
 @functools.cache
-def _alone(row: int):
-  """Each step's metrics and the final state of RUNS[row] trained by itself on BATCHES, with
+def _alone(run: int):
+  """Each step's metrics and the final state of RUNS[run] trained by itself on BATCHES, with
   the logits whole (train.loss_chunk 0): the reference of every group below."""
-  config = train_config(**MESH, **RUNS[row], **{'train.loss_chunk': 0})
+  config = train_config(**MESH, **RUNS[run], **{'train.loss_chunk': 0})
   model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()))
   trainer = Trainer(model)
   state, history = trainer.init_state(), []
@@ -58,34 +59,34 @@ def _group(loss_chunk: int) -> tuple[list, ShardedModel]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize('loss_chunk', [0, 4])
-def test_each_row_is_its_run_trained_alone_on_the_same_batches(loss_chunk):
-  # 20 steps on a mesh that splits rows, the embedding width and the vocabulary: 12 steps one
-  # a call, then 8 as two calls of 4 (`train_steps`). Every row's metrics at every step, and
+def test_each_run_trained_together_is_the_run_trained_alone_on_the_same_batches(loss_chunk):
+  # 20 steps on a mesh that splits batch rows, the embedding width and the vocabulary: 12 steps one
+  # a call, then 8 as two calls of 4 (`train_steps`). Every run's metrics at every step, and
   # its parameters, optimizer state, step and dropout key after them, are its run's alone
   # with the logits whole, whether the group's loss takes them whole or in chunks of 4 target
   # positions (the fused loss).
   configs, model = _group(loss_chunk)
-  trainer = rows.RowsTrainer(model, configs)
+  trainer = together.TogetherTrainer(model, configs)
   assert set(trainer.hyper) == {'model.dropout_rate', 'model.attention_dropout_rate',
                                 'train.label_smoothing', 'train.lr_scale', 'train.warmup_steps'}
-  state, together = trainer.init_state(), []
+  state, grouped = trainer.init_state(), []
   for batch in BATCHES[:12]:
     state, metrics = trainer.train_step(state, model.put_batch(batch))
-    together.append(jax.device_get(metrics))
+    grouped.append(jax.device_get(metrics))
   for call in (BATCHES[12:16], BATCHES[16:]):
     state, metrics = trainer.train_steps(state, model.put_batches(call))
     metrics = jax.device_get(metrics)
-    together += [{name: values[i] for name, values in metrics.items()} for i in range(4)]
+    grouped += [{name: values[i] for name, values in metrics.items()} for i in range(4)]
   state = jax.device_get(state)
   losses = set()
-  for row in range(len(RUNS)):
-    history, alone = _alone(row)
-    for step, (want, got) in enumerate(zip(history, together)):
+  for run in range(len(RUNS)):
+    history, alone = _alone(run)
+    for step, (want, got) in enumerate(zip(history, grouped)):
       for name, value in want.items():
-        np.testing.assert_allclose(got[name][row], value, rtol=1e-4,
-                                   err_msg=f'row {row}, step {step + 1}, {name}')
+        np.testing.assert_allclose(got[name][run], value, rtol=1e-4,
+                                   err_msg=f'run {run}, step {step + 1}, {name}')
     losses.add(float(history[-1]['loss']))
-    mine = trainer.split(state)[row]
+    mine = trainer.split(state)[run]
     assert int(mine.step) == int(alone.step) == 20
     np.testing.assert_array_equal(mine.dropout_key, alone.dropout_key)
     jax.tree.map(assert_trained_alike, (mine.params, mine.opt_state),
@@ -95,7 +96,7 @@ def test_each_row_is_its_run_trained_alone_on_the_same_batches(loss_chunk):
 
 def test_seeds_of_one_run_trace_nothing_but_the_seed():
   configs = [train_config(seed=seed) for seed in (1, 2, 3)]
-  assert rows.hyperparameters(configs) == {}
+  assert together.hyperparameters(configs) == {}
 
 
 @pytest.mark.parametrize('field, value', [('model.d_ff', 48), ('train.num_train_steps', 7),
@@ -105,12 +106,12 @@ def test_runs_that_differ_elsewhere_are_refused_naming_the_field(field, value):
   configs = [train_config(), train_config(**{'seed': 2, field: value})]
   with pytest.raises(ValueError, match=f'base and other cannot train together: they differ in '
                      f'{field}'):
-    rows.check_together(configs, ['base', 'other'])
+    together.check_together(configs, ['base', 'other'])
 
 
 def test_both_trainers_offer_every_member_of_the_loops_contract():
   # The loop (`loop.train_loop`) trains through `TrainerProtocol` alone: one run's `Trainer` and a
-  # group's `RowsTrainer` both have each member it names, and a group restores each row's
+  # group's `TogetherTrainer` both have each member it names, and a group restores each run's
   # checkpoint into one run's state.
   members = sorted({*TrainerProtocol.__annotations__,
                     *(name for name in vars(TrainerProtocol) if not name.startswith('_'))})
@@ -118,7 +119,7 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
                      'run_abstract_state', 'split', 'train_step', 'train_steps']
   configs = [train_config(**run) for run in RUNS]
   model = ShardedModel(configs[0])
-  single, group = Trainer(model), rows.RowsTrainer(model, configs)
+  single, group = Trainer(model), together.TogetherTrainer(model, configs)
   for trainer in (single, group):
     assert TrainerProtocol in type(trainer).__mro__  # declared, not only alike
     missing = [name for name in members if not hasattr(trainer, name)]
@@ -130,6 +131,28 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
   assert group.rows_multiple == single.rows_multiple
 
 
+def test_one_run_and_a_group_offer_every_member_of_the_loops_runs_interface(tmp_path):
+  # The loop (`loop.train_loop`) reaches workdirs through `runs.Runs` alone: one run
+  # (`runs.OneRun`) and a group (`group.Group`) both define each member it names, their own
+  # (not the protocol's empty bodies).
+  members = sorted({*runs.Runs.__annotations__,
+                    *(name for name in vars(runs.Runs) if not name.startswith('_'))})
+  assert members == ['config', 'evaluate', 'finish', 'locked', 'log', 'log_train', 'name',
+                     'not_evaluated', 'open', 'programs', 'restore', 'resume_step', 'save',
+                     'stop_notice', 'wait']
+  configs = [train_config(**run) for run in RUNS]
+  one = runs.OneRun(configs[0], str(tmp_path / 'one'))
+  grouped = group.Group(configs, [str(tmp_path / f'run{i}') for i in range(len(configs))], {},
+                        None, None, None)
+  for kind in (one, grouped):
+    assert runs.Runs in type(kind).__mro__
+    inherited = [name for name in members
+                 if name not in ('config', 'name') and name not in vars(type(kind))]
+    assert not inherited, (type(kind).__name__, inherited)
+    assert kind.config.model.to_dict() == configs[0].model.to_dict()
+  assert (one.not_evaluated, grouped.not_evaluated) == ({}, [{}] * len(configs))
+
+
 @pytest.mark.slow
 def test_what_a_trainer_compiled_ahead_its_calls_compile_again_nowhere():
   # `TrainerProtocol.compile` on another thread (as a sweep compiles its next group), then the
@@ -138,7 +161,7 @@ def test_what_a_trainer_compiled_ahead_its_calls_compile_again_nowhere():
   # calls would compile or load again counts alike.
   configs, model = _group(loss_chunk=0)
   batch, stacked = model.put_batch(BATCHES[0]), model.put_batches(BATCHES[:4])
-  for trainer in (Trainer(model), rows.RowsTrainer(model, configs)):
+  for trainer in (Trainer(model), together.TogetherTrainer(model, configs)):
     ahead = threading.Thread(target=trainer.compile, args=([batch, stacked],))
     ahead.start()
     ahead.join()

@@ -1,0 +1,202 @@
+"""What the training loop trains and where it writes: `Runs`, the interface, and `OneRun`, one
+run in one workdir (the other kind, several runs trained as one program, is `loop.group.Group`).
+
+The loop (`loop.train_loop`) tells one run's story, build, restore, step, log, save, evaluate,
+stop, and calls a `Runs` for everything that depends on how many runs share the program: their
+workdirs' locks, their checkpoints, their metrics logs and their evaluation. `OneRun` does each
+of those for its one workdir in a few lines.
+"""
+
+import contextlib
+import dataclasses
+import os
+import time
+from typing import Any, Callable, ContextManager, Protocol
+
+import jax
+import ml_collections
+
+from transformer_jax.data import datasets, pipeline, tokenizer
+from transformer_jax.decoding.dev_evaluation import DevEvaluator
+from transformer_jax.loop import train_metrics
+from transformer_jax.model import partitioning
+from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.storage import atomic, workdirs
+from transformer_jax.training import checkpointing, compilation, metrics_log, preemption
+from transformer_jax.training import saved_config
+from transformer_jax.training.trainer import TrainerProtocol, Trainer
+
+
+@dataclasses.dataclass(frozen=True)
+class Programs:
+  """What the loop trains with: the model on its mesh, the trainer (its compiled steps), the
+  data and vocabulary, and the dev evaluator of each run."""
+
+  model: ShardedModel
+  trainer: TrainerProtocol
+  data: pipeline.Data
+  evaluators: list[DevEvaluator]
+
+
+class Runs(Protocol):
+  """What the training loop needs of the runs it trains (one, `OneRun`, or a group,
+  `group.Group`); the loop's body is the same for both.
+
+    config   the config every run shares (model, data, schedule; the first run's)
+    name     the workdirs, for messages
+  """
+
+  config: ml_collections.ConfigDict
+  name: str
+
+  def locked(self) -> ContextManager[None]:
+    """Each workdir checked writable and locked (`workdirs.lock`) for the duration."""
+
+  def resume_step(self) -> int | None:
+    """The step training resumes from (None: from scratch); raises before any work when a
+    workdir holds a run of another config (`saved_config.check_compatible`)."""
+
+  def programs(self) -> Programs:
+    """The model, trainer, data and evaluators, built (or taken compiled ahead); each run's
+    config and vocabulary written into its workdir."""
+
+  def open(self, cleanup: contextlib.ExitStack) -> None:
+    """Opens each run's checkpoints and metrics log, closed by `cleanup` (which waits for the
+    saves under way)."""
+
+  def restore(self, trainer: TrainerProtocol) -> tuple[int, Any, dict] | None:
+    """(step, state, data iterator's position) of the latest checkpoint, as `trainer`'s state;
+    None when there is none."""
+
+  def save(self, step: int, state: Any, data_state: dict) -> None:
+    """Starts saving `state` at `step` (orbax writes in the background)."""
+
+  def wait(self) -> None:
+    """Waits for the saves under way."""
+
+  def log(self, step: int, split: str, record: dict) -> None:
+    """Writes `record` into every run's metrics log."""
+
+  def log_train(self, step: int, metrics: train_metrics.TrainMetrics) -> dict:
+    """Writes each run's training summary since the last (`TrainMetrics.summaries`, which
+    stops on a NaN); returns the first run's, for the progress bar."""
+
+  def evaluate(self, step: int, state: Any, evaluators: list[DevEvaluator],
+               metrics: train_metrics.TrainMetrics, write: Callable[[str], None]) -> Any:
+    """Evaluates each run's parameters on the dev split with its evaluator (`Programs`),
+    logs and prints (`write`) the figures; returns them in `not_evaluated`'s form."""
+
+  @property
+  def not_evaluated(self) -> Any:
+    """What the loop returns when nothing was evaluated: {} of each run."""
+
+  def stop_notice(self) -> ContextManager[preemption.Notice]:
+    """The preemption notice the loop stops at, entered for the duration."""
+
+  def finish(self) -> None:
+    """Called once training has ended and every save is complete."""
+
+
+def evaluate_timed(evaluator: DevEvaluator, params, train: ml_collections.ConfigDict,
+                   metrics: train_metrics.TrainMetrics) -> dict:
+  """`evaluator`'s dev-split metrics of `params`, with the evaluation's seconds and compiling
+  seconds; the training's clock paused meanwhile."""
+  with metrics.paused():
+    before, start = compilation.so_far(), time.perf_counter()
+    result = evaluator(params, 'validation', train.num_eval_steps, train.eval_bleu)
+    result.update(seconds=time.perf_counter() - start,
+                  compile_seconds=(compilation.so_far() - before).seconds)
+  return result
+
+
+def write_config_and_vocabulary(config: ml_collections.ConfigDict, workdir: str,
+                                data: pipeline.Data) -> None:
+  """`workdir/config.json`, and the learned vocabulary `workdir/spm.model` unless the config
+  names one or it is there already."""
+  saved_config.write_config(config, workdir)
+  vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
+  if not config.data.spm_model and not os.path.exists(vocabulary):
+    with atomic.replacing(vocabulary) as temporary, open(temporary, 'wb') as f:
+      f.write(data.tokenizer.serialized_model_proto())
+
+
+def print_validation(write: Callable[[str], None], label: str, step: int, metrics: dict) -> None:
+  """Prints a dev evaluation on process 0."""
+  if jax.process_index() == 0:
+    write(label + f'step {step} validation ' + ' '.join(
+        f'{name}={value:.4g}' for name, value in metrics.items()))
+
+
+class OneRun(Runs):
+  """One run: `config` (a valid one, `checks`) trained in `workdir` on every device."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+    self.config = datasets.with_absolute_files(config)
+    self.workdir = workdir
+    self.name = workdir
+
+  def locked(self) -> ContextManager[None]:
+    workdirs.check_writable(self.workdir)
+    return workdirs.lock(self.workdir)
+
+  def resume_step(self) -> int | None:
+    saved_config.check_compatible(self.config, self.workdir)
+    return max(checkpointing.saved_steps(self.workdir), default=None)
+
+  def programs(self) -> Programs:
+    model = ShardedModel(self.config, partitioning.make_mesh(self.config))
+    trainer = Trainer(model)
+
+    def load_and_write():
+      data = pipeline.load(self.config, self.workdir, trainer.rows_multiple)
+      write_config_and_vocabulary(self.config, self.workdir, data)
+      return data
+
+    # Process 0 learns the vocabulary; the others then read it from the workdir.
+    data = workdirs.on_process_zero(load_and_write, 'prepare the data and vocabulary')
+    if jax.process_index() != 0:
+      data = pipeline.load(self.config, self.workdir, trainer.rows_multiple)
+    return Programs(model, trainer, data, [DevEvaluator(model, data)])
+
+  def open(self, cleanup: contextlib.ExitStack) -> None:
+    train = self.config.train
+    self._checkpoints = checkpointing.Checkpoints(self.workdir, train.keep_checkpoints,
+                                                  train.checkpoint_every_steps)
+    cleanup.callback(self._checkpoints.close)
+    self._log = metrics_log.MetricsLog(self.workdir)
+    cleanup.callback(self._log.close)
+
+  def restore(self, trainer: TrainerProtocol) -> tuple[int, Any, dict] | None:
+    return self._checkpoints.restore_latest(trainer.run_abstract_state)
+
+  def save(self, step: int, state: Any, data_state: dict) -> None:
+    self._checkpoints.save(step, state, data_state)
+
+  def wait(self) -> None:
+    self._checkpoints.wait()
+
+  def log(self, step: int, split: str, record: dict) -> None:
+    self._log.write(step, split, record)
+
+  def log_train(self, step: int, metrics: train_metrics.TrainMetrics) -> dict:
+    (summary,) = metrics.summaries([self.workdir])
+    self._log.write(step, 'train', summary)
+    return summary
+
+  def evaluate(self, step: int, state: Any, evaluators: list[DevEvaluator],
+               metrics: train_metrics.TrainMetrics, write: Callable[[str], None]) -> dict:
+    (evaluator,) = evaluators
+    result = evaluate_timed(evaluator, state.params, self.config.train, metrics)
+    self._log.write(step, 'validation', result)
+    print_validation(write, '', step, result)
+    return result
+
+  @property
+  def not_evaluated(self) -> dict:
+    return {}
+
+  def stop_notice(self) -> ContextManager[preemption.Notice]:
+    return preemption.Notice()
+
+  def finish(self) -> None:
+    pass
