@@ -450,32 +450,32 @@ def test_the_plan_over_slots_fills_each_within_the_deadline_and_balances_without
   known = [g for g in groups if seconds[tuple(g)] is not None]
   for budget in (0, 30, 60, 100, 140, 400):
     chosen = plan.plan(groups, seconds, budget, slots=3)
-    assert len(chosen.slots) == 3
-    placed = [g for slot in chosen.slots for g in slot if seconds[tuple(g)] is not None]
+    assert len(chosen.queues) == 3
+    placed = [g for slot in chosen.queues for g in slot if seconds[tuple(g)] is not None]
     assert sorted(placed + chosen.passed_over) == sorted(known), budget
     used = [sum(-(-seconds[tuple(g)] // 1) for g in slot if seconds[tuple(g)] is not None)
-            for slot in chosen.slots]
+            for slot in chosen.queues]
     assert all(u <= budget for u in used), budget
     for group in chosen.passed_over:
       assert all(u + seconds[tuple(group)] > budget for u in used), (budget, group)
     one_slot = plan.plan(groups, seconds, budget)
-    assert [g for g in chosen.slots[0] if seconds[tuple(g)] is not None] == [
+    assert [g for g in chosen.queues[0] if seconds[tuple(g)] is not None] == [
         g for g in one_slot.start if seconds[tuple(g)] is not None], budget
-    for slot in chosen.slots:  # the predicted first, each part in row order
+    for slot in chosen.queues:  # the predicted first, each part in row order
       predicted = [seconds[tuple(g)] is None for g in slot]
       assert predicted == sorted(predicted)
       assert all(groups.index(a) < groups.index(b) for a, b in zip(slot, slot[1:])
                  if (seconds[tuple(a)] is None) == (seconds[tuple(b)] is None))
-    assert sorted(g for slot in chosen.slots for g in slot
+    assert sorted(g for slot in chosen.queues for g in slot
                   if seconds[tuple(g)] is None) == [['u'], ['v', 'v1']]
   balanced = plan.plan(groups, seconds, None, slots=3)
   assert balanced.passed_over == []
   loads = [0.0] * 3
   for group in groups:  # the reference: least loaded slot first, the fewest groups among equals
     counts = [len([g for g in slot if groups.index(g) < groups.index(group)])
-              for slot in balanced.slots]
+              for slot in balanced.queues]
     slot = min(range(3), key=lambda i: (loads[i], counts[i], i))
-    assert group in balanced.slots[slot], group
+    assert group in balanced.queues[slot], group
     loads[slot] += seconds[tuple(group)] or 0.0
   text = balanced.describe(None)
   assert ' slot 0 (' in text and ' slot 2 (' in text

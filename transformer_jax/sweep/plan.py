@@ -76,18 +76,19 @@ def predicted_seconds(results: dict, group_size: int, steps: int, device_kind: s
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-  """The groups each slot starts, in order (`slots`: one list a slot, the devices a group
-  trains on, `sweep.slots`), and those passed over; `seconds`: each group's predicted seconds
-  (None: no group of its size has finished on this device and as many devices)."""
+  """The groups each slot starts, in order (`queues`: one queue a slot, a slot being the
+  devices a group trains on, `sweep.slots`), and those passed over; `seconds`: each group's
+  predicted seconds (None: no group of its size has finished on this device and as many
+  devices)."""
 
-  slots: list[list[list[str]]]
+  queues: list[list[list[str]]]
   passed_over: list[list[str]]
   seconds: dict[tuple[str, ...], float | None]
 
   @property
   def start(self) -> list[list[str]]:
     """Every group to start, slot after slot."""
-    return [group for slot in self.slots for group in slot]
+    return [group for queue in self.queues for group in queue]
 
   def describe(self, seconds_left: float | None) -> str:
     """The plan as lines, for the log before anything starts."""
@@ -101,11 +102,11 @@ class Plan:
             f'plan for {seconds_left:.0f} s: the groups expected to finish, the most rows that '
             f'fit ({sum(map(len, predicted))}), then those not predicted, if time is left')
     lines = [head]
-    for index, slot in enumerate(self.slots):
-      if len(self.slots) > 1:
-        known = sum(self.seconds[tuple(g)] or 0.0 for g in slot)
-        lines.append(f' slot {index} ({len(slot)} groups, {known:.0f} s predicted):')
-      lines += map(line, slot)
+    for index, queue in enumerate(self.queues):
+      if len(self.queues) > 1:
+        known = sum(self.seconds[tuple(g)] or 0.0 for g in queue)
+        lines.append(f' slot {index} ({len(queue)} groups, {known:.0f} s predicted):')
+      lines += map(line, queue)
     if self.passed_over:
       lines += ['not expected to finish, not started:', *map(line, self.passed_over)]
     return '\n'.join(lines)

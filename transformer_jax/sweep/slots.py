@@ -93,7 +93,7 @@ class SideBySide:
     if process.index == 0:
       print(the_plan.describe(seconds_left), flush=True)
     # Slot s is process s % count's: the plan's first groups go to as many processes.
-    queues = the_plan.slots[process.index::process.count]
+    queues = the_plan.queues[process.index::process.count]
     if process.count > 1:
       print(f'process {process.index} of {process.count}: slots '
             + ', '.join(map(str, range(process.index, process.count * local, process.count))),
@@ -106,9 +106,9 @@ class SideBySide:
         for queue, devices in zip(queues, self._slots):  # each slot's first group
           if queue:
             self._start_compiling(ahead, queue[0], devices)
-        slots = [threads.submit(self._train_slot, queue, devices, ahead, notice)
-                 for queue, devices in zip(queues, self._slots)]
-        errors = [error for error in map(_error_of, slots) if error is not None]
+        running = [threads.submit(self._train_slot, queue, devices, ahead, notice)
+                   for queue, devices in zip(queues, self._slots)]
+        errors = [error for error in map(_error_of, running) if error is not None]
       finally:
         ahead.close()
     if errors:
@@ -140,7 +140,8 @@ class SideBySide:
               + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}')
               + _on(devices, self._slots), flush=True)
         finished = group_lib.run_group(group, self._configs, self._workdir, self._overrides,
-                             self._device_kind, self._data_cache, programs, devices, notice)
+                                       self._device_kind, self._data_cache, programs, devices,
+                                       notice)
         self._write(group, finished)
     except BaseException:
       self._stop.set()
