@@ -34,6 +34,8 @@ _TINY_RUNS = 'experiments/quickstart/variation'  # one JSON per CPU type
 _TINY_TIMES = 'experiments/speed/compile_time_tiny_intel_xeon_avx512.json'
 _M30K_TIMES = 'experiments/speed/compile_time_multi30k_intel_xeon_avx512.json'
 _H200_STEPS = 'experiments/gpu/h200/fused_loss/benchmarks.jsonl'
+_OVERLAP = 'experiments/side_by_side/overlap_cpu.json'
+_OVERLAP_BEFORE = 'experiments/side_by_side/overlap_cpu_before_547470b.json'
 _H200_PRNG = 'experiments/gpu/h200/prng'
 _H200_LOOP = 'experiments/gpu/h200/window_2026-11-28.jsonl'
 _H200_E2E = 'experiments/gpu/h200/window_2026-11-28b.jsonl'
@@ -413,6 +415,19 @@ def cpu_loop(page: str) -> str:
                    'loop / benchmark', 'rounds', 'file'], rows)
 
 
+def side_by_side_overlap(page: str) -> str:
+  rows = []
+  for path, name in ((_OVERLAP_BEFORE, 'one compile thread (547470b)'),
+                     (_OVERLAP, 'a compile thread a slot')):
+    result = load(path)
+    rows.append([name, ', '.join(f'{start:.1f}' for start, _ in result['spans']),
+                 ', '.join(f'{share:.2f}' for share in result['share_overlapped']),
+                 f'{max(end for _, end in result["spans"]):.1f} s', link(page, path)])
+  return markdown(['', 'the four groups\' training starts (s from the sweep\'s start)',
+                   'share of each group\'s span another overlapped', 'last group ends', 'file'],
+                  rows)
+
+
 TABLES: dict[str, Callable[[str], str]] = {
     'results': results,
     'gpu-step': gpu_step,
@@ -426,6 +441,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     'cpu-compile': cpu_compile,
     'cpu-together': cpu_together,
     'cpu-loop': cpu_loop,
+    'side-by-side-overlap': side_by_side_overlap,
 }
 
 

@@ -182,3 +182,31 @@ def test_runs_saving_at_once_in_threads_all_finish(tmp_path):
       restored, position = saved.restore(10)
       np.testing.assert_array_equal(restored['a'], np.arange(1000.0) + i)
       assert position == {'position': 10}
+
+
+def test_a_run_waiting_for_its_previous_save_holds_no_other_runs_save(tmp_path):
+  """A save waits for its run's previous save to finish, outside the lock under which saves
+  start: while one run's earlier save is slow (its wait held for 2 s here), another run's save
+  goes through at once."""
+  slow = checkpointing.Checkpoints(str(tmp_path / 'slow'), keep=2)
+  fast = checkpointing.Checkpoints(str(tmp_path / 'fast'), keep=2)
+  waiting = threading.Event()
+  wait_until_finished = slow._manager.wait_until_finished  # pylint: disable=protected-access
+
+  def slow_wait():
+    waiting.set()
+    time.sleep(2.0)
+    wait_until_finished()
+
+  slow._manager.wait_until_finished = slow_wait  # pylint: disable=protected-access
+  saving = threading.Thread(target=slow.save, args=(1, _state(1), {'position': 1}))
+  saving.start()
+  assert waiting.wait(timeout=30)
+  start = time.monotonic()
+  fast.save(1, _state(1), {'position': 1})
+  fast.wait()
+  assert time.monotonic() - start < 1.5  # not behind the slow run's 2 s
+  saving.join(timeout=30)
+  slow.close()
+  fast.close()
+  assert slow.all_steps() == [1] and fast.all_steps() == [1]

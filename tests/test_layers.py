@@ -28,7 +28,7 @@ MAY_IMPORT = {
     'decoding': {'config', 'storage', 'data', 'model', 'training'},
     'loop': {'config', 'storage', 'data', 'model', 'training', 'decoding'},
     'sweep': {'config', 'storage', 'data', 'model', 'training', 'decoding', 'loop'},
-    'cli': {'config'},
+    'cli': {'config', 'storage'},
     'commands': {*LIBRARIES, 'cli'},
 }
 # The map's order: the top layer first, as a reader meets the package.

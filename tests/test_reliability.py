@@ -271,3 +271,24 @@ def test_bad_corpus_files_stop_training_first_and_a_corrected_rerun_trains(tmp_p
   (corpus / 'train.de').write_bytes(good)
   train_loop.train_and_evaluate(config, str(workdir))
   assert max(r['step'] for r in metrics_lines(workdir)) == 2
+
+
+def test_a_url_workdir_stops_every_command_at_once_creating_nothing(tmp_path):
+  """`gs://bucket/run` as `train`'s, `sweep`'s or `evaluate`'s workdir: the command ends within
+  seconds (before loading data or compiling), naming the path and where to write instead, and
+  the working directory stays empty (no `./gs:/bucket/run`)."""
+  commands = [
+      train_command({}, 'gs://bucket/run'),
+      [sys.executable, '-m', 'transformer_jax.sweep',
+       f'--sweep={REPO}/experiments/table3_multi30k/sweep.py', '--workdir=gs://bucket/run'],
+      [sys.executable, '-m', 'transformer_jax.evaluate', '--workdir=gs://bucket/run'],
+  ]
+  for command in commands:
+    start = time.monotonic()
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith('error: --workdir=gs://bucket/run: a gs:// URL'), last
+    assert 'mount the bucket' in last and 'Google Drive' in last, last
+    assert time.monotonic() - start < 60, command
+    assert os.listdir(tmp_path) == [], command

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import jax
 import numpy as np
@@ -19,8 +20,12 @@ import pytest
 
 from conftest import REPO, xla_flags
 from test_sweep import _sweep_file, signalled
+from transformer_jax.config import loading
+from transformer_jax.loop import train_metrics
 from transformer_jax.sweep import group as sweep_group, run as sweep_run
 from transformer_jax.training import checkpointing, metrics_log
+
+overlap = loading.import_sibling(__file__, '../experiments/side_by_side/overlap')
 
 # Four rows that differ only in the seed: four groups of one row, one device each, or two of two
 # rows, two devices each (--together=2). Each group compiles its programs for its own devices:
@@ -44,30 +49,47 @@ def _params(workdir, step: int = 20):
 
 def _swept(tmp_path_factory, name: str, devices_per_group: int, together: int) -> dict:
   """The ROWS swept side by side; returns the sweep file, the workdir, each group's
-  devices (device ids, by its rows), and the most groups seen training or being evaluated at
-  once."""
+  devices (device ids, by its rows), and each group's time on its devices: from its first
+  step's start to the fetch of its last step's metrics (which waits for the step to finish on
+  the device), monotonic seconds."""
   tmp_path = tmp_path_factory.mktemp(name)
   sweep, workdir = _sweep_file(tmp_path, ROWS), tmp_path / 'run'
-  devices, running, most, lock = {}, [0], [0], threading.Lock()
+  devices, spans, lock = {}, {}, threading.Lock()
   run_group = sweep_group.run_group
+  started, summaries = train_metrics.TrainMetrics.__init__, train_metrics.TrainMetrics.summaries
 
   def spied(group, *args, **kwargs):
     with lock:
       devices[tuple(group)] = [d.id for d in kwargs.get('devices', args[6] if len(args) > 6
                                                        else None)]
-      running[0] += 1
-      most[0] = max(most[0], running[0])
-    try:
-      return run_group(group, *args, **kwargs)
-    finally:
-      with lock:
-        running[0] -= 1
+    return run_group(group, *args, **kwargs)
+
+  def start(metrics, *args):
+    started(metrics, *args)
+    with lock:
+      spans[threading.get_ident(), id(metrics)] = [time.monotonic(), None]
+
+  def fetched(metrics, names):
+    result = summaries(metrics, names)
+    with lock:
+      spans[threading.get_ident(), id(metrics)][1] = time.monotonic()
+    return result
 
   with pytest.MonkeyPatch.context() as monkeypatch:
     monkeypatch.setattr(sweep_group, 'run_group', spied)
+    monkeypatch.setattr(train_metrics.TrainMetrics, '__init__', start)
+    monkeypatch.setattr(train_metrics.TrainMetrics, 'summaries', fetched)
     sweep_run.run(sweep, str(workdir), list(ROWS), together=together,
                   devices_per_group=devices_per_group)
-  return {'sweep': sweep, 'workdir': workdir, 'devices': devices, 'most': most[0]}
+  return {'sweep': sweep, 'workdir': workdir, 'devices': devices,
+          'spans': sorted(tuple(span) for span in spans.values())}
+
+
+def test_overlapping_counts_the_time_two_spans_run_at_once():
+  overlapping = overlap.overlapping
+  assert overlapping([(0.0, 2.0), (1.0, 3.0)]) == 1.0
+  assert overlapping([(0.0, 1.0), (1.0, 2.0), (3.0, 4.0)]) == 0.0
+  assert overlapping([(0.0, 4.0), (1.0, 2.0), (1.5, 3.0)]) == 2.0
 
 
 @pytest.fixture(scope='module')
@@ -79,9 +101,9 @@ def one_device_each(tmp_path_factory) -> dict:
 @pytest.fixture(scope='module')
 def two_devices_each(tmp_path_factory) -> dict:
   """Two groups of two rows (four devices busy, four idle: a group's programs compile for its
-  devices, and each group compiled costs the suite seconds). Each group against itself alone:
-  `test_a_sweep_shared_by_two_processes_trains_each_row_once_and_resumes`, where each process
-  trains one."""
+  devices, and each group compiled costs the suite seconds). Each group against itself
+  interrupted: `test_a_shared_sweep_killed_at_any_moment_is_finished_by_any_process_started_
+  again`."""
   return _swept(tmp_path_factory, 'two_devices_each', devices_per_group=2, together=2)
 
 
@@ -109,15 +131,18 @@ def _assert_alone_equals(swept: dict, group: list[str], tmp_path) -> None:
 def test_groups_on_a_device_each_equal_each_group_alone(one_device_each, tmp_path):
   devices = one_device_each['devices']
   assert sorted(devices) == [(row,) for row in ROWS]
-  assert sorted(d for ids in devices.values() for d in ids) == list(range(4))  # one each
-  assert one_device_each['most'] >= 2  # side by side
+  used = sorted(d for ids in devices.values() for d in ids)
+  assert len(used) == len(set(used)) == 4  # one device each, of the 8 slots
+  # Side by side: the groups' device work overlaps in time (serialised groups: 0 s).
+  spans = one_device_each['spans']
+  assert len(spans) == 4 and overlap.overlapping(spans) > 0, spans
   for row in ROWS:
     with open(one_device_each['workdir'] / 'rows' / f'{row}.json') as f:
       result = json.load(f)
     assert result['provenance']['machine']['devices'] == 1
     assert [p['step'] for p in result['dev_curve']] == [20]
-  # The group on the last device, alone on the first.
-  last = next(group for group, ids in devices.items() if ids == [3])
+  # The group on the last device used, alone on the first.
+  last = next(group for group, ids in devices.items() if ids == [used[-1]])
   _assert_alone_equals(one_device_each, list(last), tmp_path)
 
 
@@ -139,91 +164,93 @@ def _sweep_command(sweep: str, workdir, *flags: str) -> list[str]:
           f'--workdir={workdir}', '--devices_per_group=2', *flags]
 
 
-def _last_logged(workdir) -> dict:
-  """(split, step) -> the last record of that step, timings left out (a resumed run logs again
-  the steps after its checkpoint)."""
-  return {(r['split'], r['step']): r for r in _logged(workdir)}
+def _started(command: list[str], env: dict) -> subprocess.Popen:
+  return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+
+
+def _kill_when(process: subprocess.Popen, line_starts: tuple[str, ...],
+               ready=lambda line: True) -> tuple[str, str]:
+  """Reads `process`'s output until a line starting with one of `line_starts`, waits for
+  `ready(line)` (at most 60 s), then kills it (SIGKILL); (its output, the line)."""
+  seen = []
+  for line in process.stdout:
+    seen.append(line)
+    if line.startswith(line_starts):
+      deadline = time.monotonic() + 60
+      while not ready(line) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.02)
+      process.kill()
+      return ''.join(seen) + process.communicate()[0], line
+  raise AssertionError(''.join(seen)[-3000:])
 
 
 @pytest.mark.slow
-def test_a_sweep_shared_by_two_processes_trains_each_row_once_and_resumes(two_devices_each):
+def test_a_shared_sweep_killed_at_any_moment_is_finished_by_any_process_started_again(
+    two_devices_each):
   """`two_devices_each`'s sweep (two groups of two rows, two devices a group) shared by two
-  processes of 4 devices (two slots each): each trains one group alone on its first two
-  devices; a SIGTERM to the second as its group starts saves it and stops it, the first
-  finishes its own, and no table is written; both started again, the group left is trained
-  from its checkpoints and the table written once. Every row's figures, final parameters and
-  logged values (but the 'train' records around the stop, which average fewer steps) equal
-  those of `two_devices_each`, where the groups trained side by side on one process's 8
-  devices."""
+  processes of two devices (one slot each). The second is killed (SIGKILL) once its group has
+  saved a checkpoint: the first, its own group done, takes the dead one's over; killed too as
+  that group starts, every process is dead. The second, started again alone, finishes every
+  row and writes the table; the first, started again, finds every row done and leaves the
+  table as it is. Each row trained by one process at a time; every row's figures, hypotheses
+  and final parameters those of `two_devices_each`, where the groups trained uninterrupted."""
   workdir = two_devices_each['workdir'].parent / 'shared'
-  env = {**os.environ, 'XLA_FLAGS': xla_flags(4)}
+  env = {**os.environ, 'XLA_FLAGS': xla_flags(2)}
   commands = [_sweep_command(two_devices_each['sweep'], workdir, f'--rows={",".join(ROWS)}',
                              '--together=2', f'--process_index={i}', '--process_count=2')
               for i in range(2)]
-  first, second = (subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True) for command in commands)
-  seen = []
-  for line in second.stdout:
-    seen.append(line)
-    if line.startswith('seed2, seed3: training in'):  # its group, on its devices 0 and 1
-      second.send_signal(signal.SIGTERM)
-      break
-  out = ''.join(seen) + second.communicate()[0]
-  assert second.returncode != 0 and 'run the sweep again' in out, out[-3000:]
-  assert 'process 1 of 2: slots 1, 3' in out and 'on devices 0, 1' in out
-  out = first.communicate()[0]
-  assert first.returncode == 0, out[-3000:]
-  assert 'process 0 of 2: slots 0, 2' in out
-  assert 'its share done; seed2, seed3 not yet' in out
+  groups = ('seed0, seed1: training in', 'seed2, seed3: training in')
+  first, second = _started(commands[0], env), _started(commands[1], env)
+  out, line = _kill_when(second, groups, lambda line: any(
+      checkpointing.saved_steps(workdir / row) for row in ROWS if row in line.split(':')[0]))
+  taken = line.split(':')[0]  # the group the second held when it was killed
+  out_first, _ = _kill_when(first, (f'{taken}: training in',))
+  assert 'Traceback' not in out_first, out_first[-3000:]
   results = workdir / 'rows'
-  assert sorted(os.listdir(results)) == ['seed0.json', 'seed1.json']
+  assert len(os.listdir(results)) == 2  # the first's own group
   assert not (workdir / 'table3_tiny.md').exists()
-  stopped = max(checkpointing.saved_steps(workdir / 'seed2'), default=0)
-  assert 0 < stopped < 20  # saved and stopped short of its last step
 
-  restarted = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True) for command in commands]
-  outs = [process.communicate()[0] for process in restarted]
-  assert all(process.returncode == 0 for process in restarted), outs[0][-2000:] + outs[1][-2000:]
-  lines = [line for out in outs for line in out.splitlines()]
-  assert sum('done already' in line for line in lines) == 4  # seed0 and seed1, by each
-  assert sum(line.startswith('seed2, seed3: training in') for line in lines) == 1  # once
+  alone = subprocess.run(commands[1], cwd=REPO, env=env, capture_output=True, text=True)
+  assert alone.returncode == 0, alone.stdout[-3000:] + alone.stderr[-3000:]
+  assert sum(' done already' in line for line in alone.stdout.splitlines()) == 2
+  assert sorted(os.listdir(results)) == [f'{row}.json' for row in ROWS]
+  table = workdir / 'table3_tiny.md'
+  written = os.path.getmtime(table)
+  again = subprocess.run(commands[0], cwd=REPO, env=env, capture_output=True, text=True)
+  assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+  assert again.stdout.count('done already') == 4
+  assert os.path.getmtime(table) == written  # written once
   with open(workdir / 'table3_tiny.csv') as f:
     assert [r['row'] for r in csv.DictReader(f)] == list(ROWS)
 
   for row in ROWS:
-    logged, side_by_side = _last_logged(workdir / row), _last_logged(
-        two_devices_each['workdir'] / row)
-    if row in ('seed2', 'seed3'):
-      side_by_side = {k: v for k, v in side_by_side.items()
-                      if k[0] == 'validation' or k[1] > stopped + 10}
-      logged = {k: v for k, v in logged.items() if k in side_by_side}
-    assert logged == side_by_side and logged, row
     with open(results / f'{row}.json') as f, \
         open(two_devices_each['workdir'] / 'rows' / f'{row}.json') as g:
-      shared, together = json.load(f), json.load(g)
+      shared, uninterrupted = json.load(f), json.load(g)
     for key in ('perplexity', 'bleu_tokenized', 'dev_curve', 'checkpoint_steps', 'together'):
-      assert shared[key] == together[key], (row, key)
-    with open(shared['hypotheses']) as f, open(together['hypotheses']) as g:
+      assert shared[key] == uninterrupted[key], (row, key)
+    with open(shared['hypotheses']) as f, open(uninterrupted['hypotheses']) as g:
       assert f.read() == g.read(), row
     jax.tree.map(np.testing.assert_array_equal, _params(workdir / row),
                  _params(two_devices_each['workdir'] / row))
 
 
 @pytest.mark.slow
-def test_groups_side_by_side_stopped_by_sigterm_or_killed_resume_to_their_figures(
+def test_groups_side_by_side_stopped_by_ctrl_c_or_killed_resume_to_their_figures(
     one_device_each, tmp_path):
-  """`one_device_each`'s four groups, one a device, in a process stopped by SIGTERM once
-  the fourth has started (every group in flight saved, the sweep's error saying to run it
-  again), then killed (SIGKILL) at a random moment after a group has started again, then run
+  """`one_device_each`'s four groups, one a device, in a process stopped by Ctrl-C (SIGINT,
+  which takes SIGTERM's path) once the fourth has started (every group in flight saved, each
+  saying why, the sweep's error saying to run it again), then killed (SIGKILL) at a random moment after a group has started again, then run
   again here: every row's dev curve, figures, hypotheses and final parameters equal
   `one_device_each`'s."""
   rows, workdir = list(ROWS), tmp_path / 'run'
   command = [*_sweep_command(one_device_each['sweep'], workdir, f'--rows={",".join(rows)}'),
              '--devices_per_group=1']
-  out, status = signalled(command, (f'{rows[-1]}: training in',), signal.SIGTERM)
+  out, status = signalled(command, (f'{rows[-1]}: training in',), signal.SIGINT)
   assert status != 0 and 'run the sweep again' in out and 'Traceback' not in out, out[-3000:]
-  for row in rows:  # finished, or saved where the SIGTERM found it
+  assert 'Interrupted (Ctrl-C): saved step' in out, out[-3000:]
+  for row in rows:  # finished, or saved where Ctrl-C found it
     assert ((workdir / 'rows' / f'{row}.json').exists()
             or checkpointing.saved_steps(workdir / row)), (row, out[-3000:])
   # A group that had not finished starts again; killed within half a second of it, before it

@@ -58,8 +58,8 @@ def test_each_workdir_holds_its_run_and_the_second_trained_alone_matches_it(
     together, overrides, tmp_path):
   # Each workdir holds its run's config, the first run's batch order written in as
   # data.shuffle_seed. The second run, whose own seed is not that order's, again, alone, from
-  # that config: every step's loss, the dev figures and the parameters. (Every row of a group
-  # against its run alone, the first's included: tests/test_together.py.)
+  # that config: every step's loss, the dev figures and the parameters. (Every run of a group
+  # against itself alone, the first's included: tests/test_together.py.)
   for run, workdir in zip(RUNS, together):
     saved = saved_config.load_config(workdir)
     assert saved.seed == run['seed'] and saved.data.shuffle_seed == RUNS[0]['seed']

@@ -3,10 +3,11 @@
 Layers, each importing only those below it (`tests/test_layers.py`):
   the commands               this folder: train, translate, evaluate, sweep, export, ...; each
                              imports libraries and `cli` (the shared command line), no command
-  loop/                      the training loop: steps, checkpoints, dev evaluations
+  sweep/                     sweeps: rows planned, claimed, trained in groups side by side
+  loop/                      the training loop: one run's story (train_loop), its runs (runs, group)
   decoding/                  search, batch decoding, translator, bleu, dev_evaluation (the dev
                              split scored during training), scoring (`evaluate`'s figures)
-  training/                  trainer, rows, optimizer, checkpointing, saved_config, feed, ...
+  training/                  trainer, together, optimizer, checkpointing, saved_config, feed, ...
   model/                     the Transformer, its loss, costs, placement on a mesh, Marian names
   data/                      corpora, vocabulary and batches
   storage/                   atomic writes, workdir locks, the provenance of results

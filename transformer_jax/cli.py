@@ -10,12 +10,14 @@ writes; `--average_last`, the checkpoints averaged; `--json`, a switch: the figu
 a name a command used to take fails naming the new one (`renamed`).
 
 `run` lists every flag of the command in its `--help`, those that package modules define for it
-too (`translator.define_translator_flags`), parses the flags and, when the command has a `--config`, validates it with its
-`--config.<field>=...` overrides, so that a misspelt field or an invalid value stops the command
-with a one-line error naming the field before any work starts. Positional arguments are
-rejected; unless --verbosity is given only warnings are logged (orbax logs every file
-operation at INFO); an OSError, ValueError or RuntimeError ends the command at once with
-`error: <message>` as the last line and exit status 1.
+too (`translator.define_translator_flags`), parses the flags and, when the command has a
+`--config`, validates it with its `--config.<field>=...` overrides, so that a misspelt field or
+an invalid value stops the command with a one-line error naming the field before any work
+starts. A `--workdir`, `--output` or `--results` that is a URL (`gs://...`) stops the command
+before it does anything (`workdirs.check_local`). Positional arguments are rejected; unless
+--verbosity is given only warnings are logged (orbax logs every file operation at INFO); an
+OSError, ValueError or RuntimeError ends the command at once with `error: <message>` as the
+last line and exit status 1.
 """
 
 import os
@@ -26,6 +28,7 @@ from typing import Callable
 from absl import app, flags, logging
 
 from transformer_jax.config import checks, fields
+from transformer_jax.storage import workdirs
 
 
 def renamed(old: str, new: str, meaning: str) -> None:
@@ -61,6 +64,17 @@ def _adopt_package_flags() -> None:
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
 
+# The flags that name a directory or file a command writes or reads as a run's: each must be a
+# local path (`workdirs.check_local`), checked before the command does anything.
+_PATH_FLAGS = ('workdir', 'output', 'results')
+
+
+def _check_paths() -> None:
+  for name in _PATH_FLAGS:
+    if name in flags.FLAGS and isinstance(flags.FLAGS[name].value, str):
+      workdirs.check_local(flags.FLAGS[name].value, f'--{name}')
+
+
 def run(main: Callable[[], None]) -> None:
   """Runs a command's `main()` after parsing and checking its flags (see the module
   docstring)."""
@@ -72,6 +86,7 @@ def run(main: Callable[[], None]) -> None:
     if not flags.FLAGS['verbosity'].present:
       logging.set_verbosity(logging.WARNING)
     try:
+      _check_paths()
       main()
     except (OSError, ValueError, RuntimeError, FloatingPointError) as e:
       # After a failed write (a full disk), orbax's and asyncio's background threads are still

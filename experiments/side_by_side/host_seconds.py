@@ -43,7 +43,7 @@ import jax  # pylint: disable=wrong-import-position
 
 from transformer_jax import cli  # pylint: disable=wrong-import-position
 from transformer_jax.config import checks, loading  # pylint: disable=wrong-import-position
-from transformer_jax.loop import group, train_loop  # pylint: disable=wrong-import-position
+from transformer_jax.loop import group  # pylint: disable=wrong-import-position
 from transformer_jax.storage import atomic, provenance  # pylint: disable=wrong-import-position
 from transformer_jax.training import feed  # pylint: disable=wrong-import-position
 

@@ -1,5 +1,5 @@
 """Scores trained workdirs on a split as the paper did (§6.1): what the `evaluate` command and
-a sweep's rows report (`evaluate_runs`, `evaluate`).
+each run of a group report (`evaluate`, `evaluate_runs`).
 
 A `Translator`'s averaged checkpoints translate every source sentence of the split (one too
 long for the model is truncated, with a warning), scored against the raw reference text:
@@ -16,7 +16,7 @@ cased figures are left out. The JSON's `bleu_case` says which ('cased' or 'lower
 `DIR/eval/<name>.txt` and the figures to `DIR/eval/<name>.json`, where the name records the
 split, checkpoints and decoding settings.
 
-A `GroupTranslator` (a sweep's group) decodes and scores its rows as one program: each row's
+A `GroupTranslator` (a sweep's group) decodes and scores its runs as one program: each run's
 figures are those it would get alone; the decoding time and programs are the group's.
 """
 

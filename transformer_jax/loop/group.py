@@ -291,7 +291,8 @@ class Group(runs.Runs):
             else contextlib.nullcontext(self._notice))
 
   def finish(self) -> None:
-    """Every save complete: no earlier step to resume from is needed."""
+    """Once every save is complete (`tidy` waits for them), no earlier step to resume from is
+    needed."""
     if len(self._checkpoints) > 1:
       for run_checkpoints in self._checkpoints:
         run_checkpoints.tidy()

@@ -94,7 +94,7 @@ class Runs(Protocol):
     """The preemption notice the loop stops at, entered for the duration."""
 
   def finish(self) -> None:
-    """Called once training has ended and every save is complete."""
+    """Called once training has ended (saves may still be under way)."""
 
 
 def evaluate_timed(evaluator: DevEvaluator, params, train: ml_collections.ConfigDict,

@@ -9,8 +9,8 @@ Restarting with the same workdir resumes from its latest checkpoint: parameters,
 state, step, dropout key and the data iterator's position, so the resumed run continues exactly
 as the uninterrupted one would have. Everything that can be wrong with the input (config,
 workdir, mesh, dataset) is reported before anything is compiled. A NaN stops training with the
-last good checkpoint kept (`train_metrics`); SIGTERM saves at the next step boundary and returns
-(`preemption`).
+last good checkpoint kept (`train_metrics`); SIGTERM or Ctrl-C saves at the next step boundary
+and returns (`preemption`).
 
 The loop reaches the workdir only through a `runs.Runs`: one run (`runs.OneRun`) or several
 trained as one program (`group.Group`, `group.train_together`), so its body is the same for both.
@@ -114,7 +114,7 @@ def _train_calls(trained: runs.Runs, programs: runs.Programs, state: Any, calls:
                  notice, progress: tqdm.tqdm) -> Any:
   """The loop: each call runs its steps, then logs, saves and evaluates at their intervals;
   stops after the last step, or saved at a preemption notice. Returns the last evaluation."""
-  train, trainer = trained.config.train, programs.trainer
+  settings, trainer = trained.config.train, programs.trainer
   metrics = train_metrics.TrainMetrics(progress)
   evaluated = trained.not_evaluated
   for call in calls:
@@ -129,12 +129,12 @@ def _train_calls(trained: runs.Runs, programs: runs.Programs, state: Any, calls:
                     progress.write)
     metrics.add(call.steps, step_metrics)
     progress.update(len(call.steps))
-    last = step == train.num_train_steps
+    last = step == settings.num_train_steps
     preempted = notice.reached(step)
-    save = step % train.checkpoint_every_steps == 0 or last or preempted
-    evaluate = (step % train.eval_every_steps == 0 or last) and not preempted
+    save = step % settings.checkpoint_every_steps == 0 or last or preempted
+    evaluate = (step % settings.eval_every_steps == 0 or last) and not preempted
     # A multiple of log_every_steps among the call's steps.
-    logged = step // train.log_every_steps > (call.steps[0] - 1) // train.log_every_steps
+    logged = step // settings.log_every_steps > (call.steps[0] - 1) // settings.log_every_steps
     # Fetching the metrics checks the steps for NaN, so no bad state is saved or evaluated.
     if logged or save or evaluate:
       summary = trained.log_train(step, metrics)
@@ -146,17 +146,18 @@ def _train_calls(trained: runs.Runs, programs: runs.Programs, state: Any, calls:
     if evaluate:
       evaluated = trained.evaluate(step, state, programs.evaluators, metrics, progress.write)
     if preempted:
-      _stop(trained, step, progress.write)
+      _stop(trained, step, notice.reason, progress.write)
       break
   return evaluated
 
 
-def _stop(trained: runs.Runs, step: int, write: Callable[[str], None]) -> None:
-  """At a preemption notice: waits for the step's save and says how to resume."""
+def _stop(trained: runs.Runs, step: int, reason: str, write: Callable[[str], None]) -> None:
+  """At a preemption notice: waits for the step's save and says why it stopped and how to
+  resume."""
   trained.wait()
   if jax.process_index() == 0:
-    write(f'Preempted (SIGTERM): saved step {step} in {trained.name}; run the same command '
-          'again to resume')
+    write(f'{reason}: saved step {step} in {trained.name}; run the same command again to '
+          'resume')
 
 
 def steps_per_call(config: ml_collections.ConfigDict, data: pipeline.Data, lead: bool) -> int:

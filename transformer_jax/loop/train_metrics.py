@@ -32,8 +32,8 @@ class TrainMetrics:
 
   def add(self, steps: range, metrics: dict) -> None:
     """The metrics of the call that ran `steps` (`Trainer.step`'s: sums over a step's target
-    tokens): scalars for one step, stacked for several; a trailing row axis for runs trained
-    together (`rows`)."""
+    tokens): scalars for one step, stacked for several; a trailing run axis for runs trained
+    together (`training.together`)."""
     self._pending.append((steps, metrics))
 
   @contextlib.contextmanager
@@ -54,8 +54,8 @@ class TrainMetrics:
     self._progress.unpause()
 
   def summaries(self, names: list[str]) -> list[dict] | None:
-    """Over the steps since the last call, for each run (`names`, one for each row of the
-    metrics): loss, nll and accuracy per target token (`loss.per_token` of the steps' sums),
+    """Over the steps since the last call, for each run (`names`, one for each entry of the
+    metrics' run axis): loss, nll and accuracy per target token (`loss.per_token` of the steps' sums),
     the mean gradient norm, tokens/s, step time and the seconds spent compiling train steps
     (left out of the other two); None if empty. The NaN check names the step and, of several
     runs, the run."""
@@ -64,8 +64,8 @@ class TrainMetrics:
     pending = jax.device_get(self._pending)
     elapsed = time.perf_counter() - self._start - self._paused
     summaries = []
-    for row, name in enumerate(names):
-      fetched = [(step, {metric: np.reshape(value, (len(steps), -1))[i, row]
+    for run, name in enumerate(names):
+      fetched = [(step, {metric: np.reshape(value, (len(steps), -1))[i, run]
                          for metric, value in metrics.items()})
                  for steps, metrics in pending for i, step in enumerate(steps)]
       summaries.append(self._summarize(fetched, elapsed, name if len(names) > 1 else None))

@@ -71,7 +71,7 @@ def _sums_and_logit_gradient(logits: jax.Array, targets: jax.Array, label_smooth
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
 def fused_loss_sums(y: jax.Array, table: jax.Array, targets: jax.Array,
-                        label_smoothing: float | jax.Array, chunk: int) -> dict:
+                    label_smoothing: float | jax.Array, chunk: int) -> dict:
   """`loss_sums(embeddings.project(y, table), targets, label_smoothing)`, computed `chunk`
   target positions at a time, so that the (b, t, vocab) logits are never whole.
 

@@ -194,5 +194,5 @@ class Transformer(nn.Module):
     encoded = self.encode(inputs, source_mask, source_segments)
     y = self.decoder(encoded, source_mask, decoder_inputs, source_segments=source_segments,
                      target_segments=target_segments, project=False)
-    return loss.fused_loss_sums(y, self.embeddings.output_table(), targets,
-                                    label_smoothing, chunk)
+    return loss.fused_loss_sums(y, self.embeddings.output_table(), targets, label_smoothing,
+                                chunk)

@@ -10,8 +10,9 @@ takes it over, with a warning naming the run that left it. The file records the 
 process id, start time) for the error message; a run that ends through Python (done, stopped by
 an error or preempted) empties it, so the next run starts without the warning.
 `translate`, `evaluate` and `average` only read a workdir and never take the lock. flock works on
-local disks and NFS; on file systems without it (object-store mounts) two runs are not kept
-apart.
+local disks, NFS and Lustre mounted with `-o flock`; a file system without it (an object-store
+mount, Lustre with `noflock`) is an error naming it. A URL (`gs://...`) is refused before
+anything is written (`check_local`).
 
 What only process 0 does in a workdir (take the lock, learn the vocabulary, move checkpoints
 aside) goes through `on_process_zero`, so that when it fails the other processes fail too
@@ -20,9 +21,11 @@ instead of waiting for process 0 in the next collective.
 
 import contextlib
 import datetime
+import errno
 import fcntl
 import json
 import os
+import re
 import socket
 import tempfile
 from typing import Callable, Iterator, TypeVar
@@ -35,8 +38,28 @@ import numpy as np
 LOCK_FILENAME = 'lock'
 
 
+# A URL's scheme (gs://, s3://, hdfs://, ...): a path the local file system cannot open.
+_URL = re.compile(r'^([A-Za-z][A-Za-z0-9+.-]*)://')
+
+
+def check_local(path: str, role: str = '--workdir') -> None:
+  """ValueError naming `path` and its `role` if it is a URL (`gs://bucket/run`), before anything
+  is created: checkpoints, logs, locks and results are written through the local file system,
+  so a bucket is reached through a mount."""
+  url = _URL.match(path)
+  if url:
+    raise ValueError(
+        f'{role}={path}: a {url.group(1)}:// URL, which this package does not write to (its '
+        'checkpoints, logs, locks and results go through the local file system). Give a local '
+        'directory; or mount the bucket (gcsfuse for gs://, then its mount point, e.g. '
+        '/mnt/bucket/run; it has no flock, so only one run may use a workdir there); on Colab, '
+        'a folder of Google Drive (/content/drive/MyDrive/run)')
+
+
 def check_writable(directory: str, role: str = '--workdir') -> None:
-  """Creates `directory` if needed; OSError naming it and its `role` if it cannot be written."""
+  """Creates `directory` if needed; OSError naming it and its `role` if it cannot be written
+  (ValueError for a URL, `check_local`)."""
+  check_local(directory, role)
   try:
     os.makedirs(directory, exist_ok=True)
     # A uniquely named probe: several processes of one run check the same workdir at once.
@@ -56,6 +79,11 @@ def _acquire(path: str) -> int:
       holder = f.read().strip() or 'unknown'
     raise RuntimeError(f'{os.path.dirname(path)} is in use by another training run ({holder}); '
                        'wait for it to end or choose another --workdir') from None
+  except OSError as e:
+    os.close(descriptor)
+    if e.errno in NO_FLOCK:
+      raise no_flock_error(path, e) from None
+    raise
   previous = os.pread(descriptor, 4096, 0).decode(errors='replace').strip()
   if previous:
     logging.warning('taking over %s, left by a run that has ended (%s)', path, previous)
@@ -64,6 +92,18 @@ def _acquire(path: str) -> int:
   os.ftruncate(descriptor, 0)
   os.pwrite(descriptor, json.dumps(holder).encode(), 0)
   return descriptor
+
+
+# What flock raises on a file system without it (an object-store mount, Lustre mounted noflock).
+NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+
+
+def no_flock_error(path: str, error: OSError) -> OSError:
+  """The error for a `path` whose file system refuses flock."""
+  return OSError(f'{path}: its file system does not support flock ({error.strerror}), which '
+                 'keeps two runs (or a shared sweep\'s processes) out of one workdir: use a local '
+                 'disk, NFS with locking, or Lustre mounted with -o flock '
+                 '(docs/training.md#what-a-workdir-holds)')
 
 
 T = TypeVar('T')

@@ -44,12 +44,18 @@ equals its group trained alone on d devices.
 `--process_index=i --process_count=N` shares the sweep among N processes, on one host or several
 (a pod, a cluster), each started with the same command and its own index (on SLURM,
 `--process_index=$SLURM_PROCID --process_count=$SLURM_NTASKS`), the workdir and results
-directory on a file system they all see. Each process makes the same plan over every process's
-slots (all with as many devices) and trains its own slots' groups on its own devices, as an
-independent JAX process: no group spans processes, and the sweep joins no `jax.distributed` job
-(a row with `parallel.distributed=True` is refused). Each row trains once; the table is written
-once, by the process that finishes the last rows. A SIGTERM to one process saves its groups in
-flight; started again (all, or that one), each process resumes its share.
+directory on a file system they all see, with flock across them (docs/training.md). Each
+process's slots take, in the plan's order, the next group that no process holds
+(`sweep.claims`: a group's claim dies with its process) and none has finished; with none left,
+they wait for the groups others hold, and take over those whose process ends. So processes
+killed at any moment and started again, all of them or any one alone, finish every row, each
+trained by one process at a time, and the table is written once, by the process that ends
+last. The first start records the groups and what the processes must agree on
+(`DIR/shared_sweep.json`); a process whose sweep file, rows, `--together`, `--process_count`,
+device kind or device count differs stops at start, naming the difference. Each group trains
+on one process's devices, as an independent JAX process: the sweep joins no `jax.distributed`
+job (a row with `parallel.distributed=True` is refused). SIGTERM or Ctrl-C saves the groups in
+flight; a failed group stops the others (saved, told why) and the sweep ends with its error.
 
 `--stop_after_minutes=M` (a lent accelerator's window) prints, before anything starts, the plan:
 the groups expected to finish within M minutes, chosen so that the most rows finish
@@ -89,15 +95,16 @@ _PROCESS_COUNT = flags.DEFINE_integer('process_count', 1, 'The processes that sh
 _STOP_AFTER = flags.DEFINE_float('stop_after_minutes', None, 'Start only the groups expected '
                                  'to finish within this many minutes from the start (module '
                                  'docstring).')
-_CONCURRENT = flags.DEFINE_integer('concurrent', None, 'Removed: the sweep runs its groups one '
-                                   'at a time in its own process; --together trains rows side '
-                                   'by side.')
+_CONCURRENT = flags.DEFINE_integer('concurrent', None, 'Removed: the sweep trains its groups '
+                                   'in its own process, side by side with --devices_per_group; '
+                                   '--together trains rows as one program.')
 
 
 def main():
   if _CONCURRENT.present:
-    raise ValueError('--concurrent was removed: the sweep trains and evaluates its groups one '
-                     'at a time in its own process; --together=N trains N rows as one program')
+    raise ValueError('--concurrent was removed: the sweep trains and evaluates its groups in '
+                     'its own process, side by side with --devices_per_group=d; --together=N '
+                     'trains N rows as one program')
   run.run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,
           _OVERRIDE.value, _TOGETHER.value, _STOP_AFTER.value, _DEVICES_PER_GROUP.value,
           slots.SweepProcess(_PROCESS_INDEX.value, _PROCESS_COUNT.value))

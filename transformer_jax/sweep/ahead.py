@@ -1,5 +1,5 @@
-"""A sweep's groups compiled ahead, one after another, in a background thread, so that a group
-trains and is evaluated without compiling (`jit(...).lower(...).compile()`).
+"""A sweep's groups compiled ahead, one after another, in a background thread of each slot, so
+that a group trains and is evaluated without compiling (`jit(...).lower(...).compile()`).
 
   ahead = Ahead(data_cache, decoding, split)     # `data_cache`: the sweep's data, by data key
   ahead.start(group, configs, dirs, devices)     # queued behind the groups started before
@@ -71,16 +71,26 @@ class GroupPrograms:
 
 
 class Ahead:
-  """The groups' programs compiled in the order started, in one background thread."""
+  """The groups' programs compiled in the order started, in a background thread for each set of
+  devices (a slot's): slots side by side compile side by side."""
 
   def __init__(self, data_cache: dict, decoding: dict, split: str):
     """`data_cache`: the sweep's data, by data key (`loop.group.data_key`); `decoding`: the
     settings its evaluation decodes `split` with (`config.decode` fields)."""
     self._data_cache, self._decoding, self._split = data_cache, decoding, split
-    self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='compile ahead')
-    # Groups started and not taken: their training's compiling, and the rows they have.
-    self._started: dict[tuple[str, ...], tuple[concurrent.futures.Future, int]] = {}
+    self._threads: dict[tuple[int, ...], concurrent.futures.ThreadPoolExecutor] = {}
+    # Groups started and not taken: their training's compiling, its thread, and their rows.
+    self._started: dict[tuple[str, ...], tuple[concurrent.futures.Future,
+                                               concurrent.futures.ThreadPoolExecutor, int]] = {}
     self._lock = threading.Lock()  # the slots of a sweep start and take from their threads
+
+  def _thread(self, devices: list[jax.Device] | None) -> concurrent.futures.ThreadPoolExecutor:
+    """The compiling thread of `devices` (None: every device)."""
+    key = tuple(device.id for device in devices) if devices is not None else ()
+    if key not in self._threads:
+      self._threads[key] = concurrent.futures.ThreadPoolExecutor(
+          1, thread_name_prefix=f'compile ahead {key}')
+    return self._threads[key]
 
   def start(self, group: list[str], configs: list, dirs: list[str],
             devices: list[jax.Device] | None = None) -> None:
@@ -88,18 +98,19 @@ class Ahead:
     `devices`, default every device), unless started."""
     with self._lock:
       if tuple(group) not in self._started:
-        training = self._thread.submit(self._timed, compile_ahead, configs, dirs,
-                                       self._data_cache, devices)
-        self._started[tuple(group)] = training, len(configs)
+        thread = self._thread(devices)
+        training = thread.submit(self._timed, compile_ahead, configs, dirs, self._data_cache,
+                                 devices)
+        self._started[tuple(group)] = training, thread, len(configs)
 
   def take(self, group: list[str]) -> GroupPrograms:
     """`group`'s programs (`start`ed), once its training's are compiled; its evaluation's
     compiling queued."""
     with self._lock:
-      training, rows = self._started.pop(tuple(group))
+      training, thread, rows = self._started.pop(tuple(group))
     programs, report = training.result()
     return GroupPrograms(programs, report,
-                         self._thread.submit(self._compile_evaluation, programs, rows))
+                         thread.submit(self._compile_evaluation, programs, rows))
 
   def drop(self, group: list[str]) -> None:
     """Gives up `group`'s compiling (not to be trained), if it has not started."""
@@ -109,8 +120,10 @@ class Ahead:
       started[0].cancel()
 
   def close(self) -> None:
-    """Gives up every group started and not taken, and ends the thread."""
-    self._thread.shutdown(wait=False, cancel_futures=True)
+    """Gives up every group started and not taken, and ends the threads."""
+    with self._lock:
+      for thread in self._threads.values():
+        thread.shutdown(wait=False, cancel_futures=True)
 
   @staticmethod
   def _timed(compile_part, *args):

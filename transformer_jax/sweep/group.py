@@ -27,6 +27,7 @@ from transformer_jax.loop.group import train_together
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, provenance
+from transformer_jax.sweep import claims
 from transformer_jax.sweep.ahead import GroupPrograms
 from transformer_jax.training import checkpointing, metrics_log, preemption, saved_config
 
@@ -103,21 +104,31 @@ def write_results(group: list[str], finished: list[dict], workdir: str,
   os.remove(group_results)
 
 
-def recover(rows: list[str], workdir: str, results_dir: str) -> None:
-  """Writes the JSON of each row that a group finished but whose file was not written (the
-  sweep killed between two rows' files) from the group's results in its first row's workdir,
-  then removes those."""
+def recover_all(rows: list[str], workdir: str, results_dir: str) -> None:
+  """`recover` of every group left with a results file in its first row's workdir that no
+  process holds (one that is held is being written by its holder)."""
   for first in rows:
-    path = os.path.join(workdir, first, GROUP_RESULTS)
-    # The processes of a shared sweep recover at once: a file another removed is skipped.
-    with contextlib.suppress(FileNotFoundError):
-      with open(path) as f:
-        finished = json.load(f)
-      for result in finished:
-        row_path = os.path.join(results_dir, f'{result["row"]}.json')
-        if not os.path.exists(row_path):
-          atomic.write(row_path, json.dumps(result, indent=2))
-      os.remove(path)
+    if os.path.exists(os.path.join(workdir, first, GROUP_RESULTS)):
+      claim = claims.Claim.take(workdir, [first])
+      if claim is not None:
+        with claim:
+          recover([first], workdir, results_dir)
+
+
+def recover(group: list[str], workdir: str, results_dir: str) -> None:
+  """Writes the JSON of each row of `group` that it finished but whose file was not written (the
+  sweep killed between two rows' files) from the group's results in its first row's workdir,
+  then removes those. Called under the group's claim (`claims`), as `write_results` is."""
+  path = os.path.join(workdir, group[0], GROUP_RESULTS)
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    finished = json.load(f)
+  for result in finished:
+    row_path = os.path.join(results_dir, f'{result["row"]}.json')
+    if not os.path.exists(row_path):
+      atomic.write(row_path, json.dumps(result, indent=2))
+  os.remove(path)
 
 
 def _row_result(row: str, directory: str, train_seconds: float, eval_seconds: float,

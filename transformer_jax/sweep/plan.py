@@ -90,6 +90,13 @@ class Plan:
     """Every group to start, slot after slot."""
     return [group for queue in self.queues for group in queue]
 
+  @property
+  def order(self) -> list[list[str]]:
+    """Every group to start, in the order slots take them: each slot's first, then each
+    slot's second, ..."""
+    return [queue[i] for i in range(max(map(len, self.queues), default=0))
+            for queue in self.queues if i < len(queue)]
+
   def describe(self, seconds_left: float | None) -> str:
     """The plan as lines, for the log before anything starts."""
     def line(group):
@@ -126,19 +133,19 @@ def plan(groups_: list[list[str]], seconds: dict[tuple[str, ...], float | None],
   unknown = [g for g in groups_ if seconds[tuple(g)] is None]
   if seconds_left is None:
     known, unknown = [], list(groups_)
-  chosen = [[] for _ in range(slots)]
-  for slot in chosen if known else ():
+  queues = [[] for _ in range(slots)]
+  for queue in queues if known else ():
     picked = _most_rows(known, seconds, seconds_left)
-    slot += picked
+    queue += picked
     known = [g for g in known if g not in picked]
   for group in unknown:
-    load = [(sum(seconds[tuple(g)] or 0.0 for g in slot), len(slot)) for slot in chosen]
-    chosen[load.index(min(load))].append(group)
+    load = [(sum(seconds[tuple(g)] or 0.0 for g in queue), len(queue)) for queue in queues]
+    queues[load.index(min(load))].append(group)
   order = {tuple(g): i for i, g in enumerate(groups_)}
-  for slot in chosen:
-    slot.sort(key=lambda g: (seconds_left is not None and seconds[tuple(g)] is None,
-                             order[tuple(g)]))
-  return Plan(chosen, known, seconds)
+  for queue in queues:
+    queue.sort(key=lambda g: (seconds_left is not None and seconds[tuple(g)] is None,
+                              order[tuple(g)]))
+  return Plan(queues, known, seconds)
 
 
 def _most_rows(groups_: list[list[str]], seconds: dict[tuple[str, ...], float],

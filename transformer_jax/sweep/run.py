@@ -21,7 +21,8 @@ import jax
 
 from transformer_jax.config import loading
 from transformer_jax.model import partitioning
-from transformer_jax.sweep import group as group_lib, plan, results as tables
+from transformer_jax.storage import workdirs
+from transformer_jax.sweep import claims, group as group_lib, plan, results as tables
 from transformer_jax.sweep import slots as slots_lib
 
 
@@ -37,6 +38,9 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
   fits when it comes; with `process`, only this process's groups of the plan over every
   process's slots. Returns every finished row's figures."""
   started = time.monotonic()
+  workdirs.check_local(workdir, '--workdir')
+  if results_dir is not None:
+    workdirs.check_local(results_dir, '--results')
   if not 0 <= process.index < process.count:
     raise ValueError(f'--process_index={process.index} must be in [0, --process_count='
                      f'{process.count})')
@@ -68,39 +72,55 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
     except ValueError as e:
       raise ValueError(f'row {row}, on {len(slots[0])} devices a group: {e}') from None
   results_dir = results_dir or os.path.join(workdir, 'rows')
-  os.makedirs(results_dir, exist_ok=True)
-  group_lib.recover(sweep.ROWS, workdir, results_dir)
+  workdirs.check_writable(workdir, '--workdir')
+  workdirs.check_writable(results_dir, '--results')
+  group_lib.recover_all(sweep.ROWS, workdir, results_dir)
   results = _read_results(sweep.ROWS, results_dir)
   for row in results:
     if row in configs:
       print(f'{row}: done already ({os.path.join(results_dir, row + ".json")})', flush=True)
-  to_run = [row for row in rows if row not in results]
-  if to_run:
+  groups = _groups(sweep_path, rows, together, configs, results, workdir, slots, process)
+  if groups:
     side_by_side = slots_lib.SideBySide(sweep_path, sweep, configs, workdir, results_dir,
                                         overrides, results, slots, started, stop_after_minutes,
                                         process)
-    side_by_side.train(plan.groups({row: configs[row] for row in to_run}, together))
+    side_by_side.train(groups)
     if side_by_side.passed_over:
       print(f'not started before --stop_after_minutes={stop_after_minutes:g}: '
             + '; '.join(', '.join(group) for group in side_by_side.passed_over), flush=True)
   if process.count == 1:
+    results = _read_results(sweep.ROWS, results_dir)
     tables.write_table(sweep_path, sweep, results, workdir)
     return results
   return _table_once(sweep_path, sweep, rows, workdir, results_dir, process)
 
 
+def _groups(sweep_path: str, rows: list[str], together: int, configs: dict, results: dict,
+            workdir: str, slots: list, process: slots_lib.SweepProcess) -> list[list[str]]:
+  """The groups of the rows not finished: this process's own grouping; or, in a shared sweep
+  (or a workdir one used), the groups recorded at its first start, which every process trains
+  (`claims.record`: a process that differs from it is refused)."""
+  to_run = [row for row in rows if row not in results]
+  groups = plan.groups({row: configs[row] for row in to_run}, together)
+  recorded = os.path.exists(os.path.join(workdir, claims.RECORD_FILENAME))
+  if process.count > 1 or recorded:
+    mine = claims.sweep_record(sweep_path, rows, together, groups, process.count,
+                               slots[0][0].device_kind, sum(map(len, slots)))
+    groups = claims.record(workdir, mine)['groups']
+  return [group for group in groups if any(row not in results for row in group)]
+
+
 def _table_once(sweep_path: str, sweep: Any, rows: list[str], workdir: str, results_dir: str,
                 process: slots_lib.SweepProcess) -> dict:
-  """Every finished row's figures, once this process's share is done; the table written if
-  `rows` are all in and it has not been since the last of them came (by the process whose
-  share ends last, under a lock: once)."""
+  """Every finished row's figures; the table written if `rows` are all in and it has not been
+  since the last of them came (by the process that ends last, under a lock: once)."""
   with open(os.path.join(workdir, 'table.lock'), 'a') as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
     results = _read_results(sweep.ROWS, results_dir)
     missing = [row for row in rows if row not in results]
     table = os.path.join(workdir, tables.table_name(sweep_path) + '.md')
     if missing:
-      print(f'process {process.index}: its share done; {", ".join(missing)} not yet', flush=True)
+      print(f'process {process.index}: done; {", ".join(missing)} not finished', flush=True)
     elif not os.path.exists(table) or os.path.getmtime(table) < max(
         os.path.getmtime(os.path.join(results_dir, f'{row}.json')) for row in rows):
       tables.write_table(sweep_path, sweep, results, workdir)

@@ -1,16 +1,17 @@
 """A sweep's groups side by side: each process's devices in slots (`device_slots`), each training
-its groups in a thread of its own (`SideBySide`); a sweep shared by processes (`SweepProcess`).
+groups in a thread of its own (`SideBySide`); a sweep shared by processes (`SweepProcess`).
 
 The process's devices are split into slots of `devices_per_group` devices (default: one slot of
-every device); the plan (`plan.plan`) says which slot trains which group. A small model leaves
-an accelerator's step launch-bound, so a group spread over several devices takes about as long
-a step as on one: side by side, D/d groups train in that time. Each group's programs compile in
-a background thread (`ahead`): each slot's first group's training before it starts, then its
-evaluation and the slot's next group's while it trains. A SIGTERM stops every group in flight
-at its next step, saved (`preemption`); so does a group that fails, and no slot starts another
-group; the sweep then stops with the first error (a preempted group's says to run the sweep
-again). A sweep shared by several processes (`SweepProcess`) is planned alike in each, over every
-process's slots, and each trains its own slots' groups.
+every device). A small model leaves an accelerator's step launch-bound, so a group spread over
+several devices takes about as long a step as on one: side by side, D/d groups train in that
+time. Each slot takes, in the plan's order (`plan.plan`), the next group that no process (or
+slot) holds and none has finished, holding its claim (`claims`) while it trains, evaluates and
+writes it; then waits for the groups held elsewhere, taking over those whose holder ends. Each
+slot compiles in a background thread of its own (`ahead`): its group's training before it
+starts, then its evaluation and the next free group's while it trains. SIGTERM or Ctrl-C stops
+every group in flight at its next step, saved (`preemption`); a group that fails stops them
+too, telling them why, and no slot starts another; the sweep then ends with the first error
+(a stopped group's says to run the sweep again).
 """
 
 import concurrent.futures
@@ -22,9 +23,13 @@ from typing import Any
 
 import jax
 
-from transformer_jax.sweep import group as group_lib, plan, results as tables
+from transformer_jax.sweep import claims, group as group_lib, plan, results as tables
 from transformer_jax.sweep.ahead import Ahead
 from transformer_jax.training import preemption
+
+# How often a slot with no free group left tries again to take one another process holds.
+CLAIM_POLL_SECONDS = 1.0
+
 
 @dataclasses.dataclass(frozen=True)
 class SweepProcess:
@@ -81,72 +86,94 @@ class SideBySide:
                 [os.path.join(self._workdir, row) for row in group], devices)
 
   def train(self, groups: list[list[str]]) -> None:
-    """Trains this process's share of `groups` as the plan over every process's slots says
-    (printed first); raises the first group's error after every slot has stopped (the groups
-    in flight saved), or `group_lib.Preempted` if a SIGTERM stopped it."""
+    """Trains `groups` in the plan's order (printed first), each slot taking the next group
+    that no process holds (`claims`) and none has finished, then waiting for those held by
+    other processes (taking them over if their process ends before it finishes them); raises
+    the first group's error after every slot has stopped (the groups in flight saved), or
+    `group_lib.Preempted` if a SIGTERM or Ctrl-C stopped it."""
     local, process = len(self._slots), self._process
-    # Every process of a shared sweep makes the same plan: from the deadline as given, not
-    # from its own clock.
+    # Every process of a shared sweep plans from the deadline as given, not from its clock.
     seconds_left = self._seconds_left() if process.count == 1 else self._budget
     the_plan = plan.plan(groups, {tuple(g): self._predicted(g) for g in groups}, seconds_left,
                          process.count * local)
-    if process.index == 0:
-      print(the_plan.describe(seconds_left), flush=True)
-    # Slot s is process s % count's: the plan's first groups go to as many processes.
-    queues = the_plan.queues[process.index::process.count]
-    if process.count > 1:
-      print(f'process {process.index} of {process.count}: slots '
-            + ', '.join(map(str, range(process.index, process.count * local, process.count))),
-            flush=True)
+    prefix = f'process {process.index} of {process.count}: ' if process.count > 1 else ''
+    print(prefix + the_plan.describe(seconds_left), flush=True)
     self.passed_over += the_plan.passed_over
+    self._queue = _Queue(the_plan.order)
     ahead = Ahead(self._data_cache, group_lib.TABLE3_DECODING, group_lib.SPLIT)
     with preemption.Notice() as notice, group_lib.ThreadLogs.installed(), \
         concurrent.futures.ThreadPoolExecutor(local, 'slot') as threads:
       try:
-        for queue, devices in zip(queues, self._slots):  # each slot's first group
-          if queue:
-            self._start_compiling(ahead, queue[0], devices)
-        running = [threads.submit(self._train_slot, queue, devices, ahead, notice)
-                   for queue, devices in zip(queues, self._slots)]
+        running = [threads.submit(self._train_slot, devices, ahead, notice)
+                   for devices in self._slots]
         errors = [error for error in map(_error_of, running) if error is not None]
       finally:
         ahead.close()
     if errors:
       raise next((e for e in errors if not isinstance(e, group_lib.Preempted)), errors[0])
     if notice.received:  # before a group started: nothing in flight to save
-      raise group_lib.Preempted('stopped by SIGTERM before its groups were all trained; run '
-                                'the sweep again to resume')
+      raise group_lib.Preempted(f'{notice.reason} before its groups were all trained; run the '
+                                'sweep again to resume')
 
-  def _train_slot(self, queue: list[list[str]], devices: list[jax.Device], ahead: Ahead,
+  def _claim_next(self, notice: preemption.Notice) -> claims.Claim | None:
+    """The claim of the next group to train: the first in the plan's order that no process
+    holds and none has finished; once there is none, one held by another process that has
+    ended (waited for, polling, until every group is finished or the sweep stops)."""
+    while not (self._stop.is_set() or notice.received):
+      claim, waiting = self._queue.claim(self._workdir, self._finished)
+      if claim is not None or not waiting:
+        return claim
+      time.sleep(CLAIM_POLL_SECONDS)
+    return None
+
+  def _finished(self, group: list[str]) -> bool:
+    """Whether every row of `group` has its file (after writing those of a group killed
+    between its rows' files: `group.recover`, under the group's claim)."""
+    group_lib.recover(group, self._workdir, self._results_dir)
+    return all(os.path.exists(os.path.join(self._results_dir, f'{row}.json')) for row in group)
+
+  def _train_slot(self, devices: list[jax.Device], ahead: Ahead,
                   notice: preemption.Notice) -> None:
-    """Trains `queue`'s groups, one after another, on `devices`; on an error, asks every
-    other slot to stop (saved) and raises it."""
+    """Trains the groups it claims, one after another, on `devices`, the next free one
+    compiling while one trains; on an error, asks every other slot to stop (saved) and
+    raises it."""
+    claim = self._claim_next(notice)
     try:
-      for index, group in enumerate(queue):
-        if self._stop.is_set() or notice.received:
-          break
-        if not self._fits(group):
-          ahead.drop(group)
-          continue
-        self._start_compiling(ahead, group, devices)  # unless started
-        programs = ahead.take(group)
-        report = programs.training
-        print(f'{", ".join(group)}: its training compiled ahead in {report.seconds:.1f} s: '
-              + (report.stats.describe() if programs.training_programs is not None
-                 else f'not used ({report.error})'), flush=True)
-        if index + 1 < len(queue):  # compiled while this group trains
-          self._start_compiling(ahead, queue[index + 1], devices)
-        print(f'{", ".join(group)}: training in {self._workdir}/'
-              + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}')
-              + _on(devices, self._slots), flush=True)
-        finished = group_lib.run_group(group, self._configs, self._workdir, self._overrides,
-                                       self._device_kind, self._data_cache, programs, devices,
-                                       notice)
-        self._write(group, finished)
-    except BaseException:
+      while claim is not None:
+        group = list(claim.group)
+        if self._fits(group):
+          self._train_group(group, devices, ahead, notice)
+        claim.release()
+        claim = self._claim_next(notice)
+    except BaseException as e:
       self._stop.set()
-      notice.received = True  # the groups in flight save and stop
+      failed = ', '.join(claim.group) if claim is not None else 'a slot'
+      if not isinstance(e, group_lib.Preempted):  # the groups in flight save and stop
+        notice.stop(f'Stopped: {failed} failed ({type(e).__name__}: {e})')
+      if claim is not None:
+        claim.release()
       raise
+
+  def _train_group(self, group: list[str], devices: list[jax.Device], ahead: Ahead,
+                   notice: preemption.Notice) -> None:
+    """Trains and evaluates `group` (claimed) with its programs compiled ahead, the next free
+    group's compiling meanwhile; writes its rows' files."""
+    self._start_compiling(ahead, group, devices)  # unless started
+    programs = ahead.take(group)
+    report = programs.training
+    print(f'{", ".join(group)}: its training compiled ahead in {report.seconds:.1f} s: '
+          + (report.stats.describe() if programs.training_programs is not None
+             else f'not used ({report.error})'), flush=True)
+    upcoming = self._queue.upcoming()
+    if upcoming is not None:  # compiled while this group trains (dropped if another takes it)
+      self._start_compiling(ahead, upcoming, devices)
+    print(f'{", ".join(group)}: training in {self._workdir}/'
+          + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}')
+          + _on(devices, self._slots), flush=True)
+    finished = group_lib.run_group(group, self._configs, self._workdir, self._overrides,
+                                   self._device_kind, self._data_cache, programs, devices,
+                                   notice)
+    self._write(group, finished)
 
   def _fits(self, group: list[str]) -> bool:
     """Whether `group` may start: its prediction fits in the time left (a group not
@@ -171,6 +198,39 @@ class SideBySide:
       self._results.update(zip(group, finished))
       if self._process.count == 1:  # a shared sweep's table: once, when every row is in
         tables.write_table(self._sweep_path, self._sweep, self._results, self._workdir)
+
+
+class _Queue:
+  """The groups in the order slots take them; which of them this process's slots hold."""
+
+  def __init__(self, order: list[list[str]]):
+    self._order = [list(group) for group in order]
+    self._done: set[tuple[str, ...]] = set()  # finished, or claimed by one of this process's
+    self._lock = threading.Lock()
+
+  def claim(self, workdir: str, finished) -> tuple[claims.Claim | None, bool]:
+    """(the claim of the first group that is free and not `finished`, or None; whether a group
+    is left that another process holds)."""
+    with self._lock:
+      held_elsewhere = False
+      for group in self._order:
+        if tuple(group) in self._done:
+          continue
+        claim = claims.Claim.take(workdir, group)
+        if claim is None:
+          held_elsewhere = True
+          continue
+        self._done.add(tuple(group))
+        if finished(group):
+          claim.release()
+          continue
+        return claim, held_elsewhere
+      return None, held_elsewhere
+
+  def upcoming(self) -> list[str] | None:
+    """The first group no slot of this process has taken yet (the next to compile)."""
+    with self._lock:
+      return next((group for group in self._order if tuple(group) not in self._done), None)
 
 
 def _error_of(future: concurrent.futures.Future) -> BaseException | None:

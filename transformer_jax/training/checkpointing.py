@@ -82,9 +82,13 @@ class Checkpoints:
     state may be updated (or donated) as soon as this returns. A failed write (of this save or
     of the previous one, still in the background) is an OSError naming the directory; a step
     not newer than the newest saved one, which orbax skips, is a RuntimeError."""
-    with _SAVING, self._write_errors():
-      saved = self._manager.save(step, args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)))
+    with self._write_errors():
+      # orbax's save first waits for this manager's previous one: waited for here, outside
+      # `_SAVING`, so that one slow write stalls no other group's save.
+      self._manager.wait_until_finished()
+      with _SAVING:
+        saved = self._manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)))
     if not saved:
       raise RuntimeError(f'step {step} was not saved in {self._manager.directory}: it already '
                          f'holds step {self._manager.latest_step()}')

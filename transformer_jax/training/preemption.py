@@ -1,15 +1,17 @@
-"""Preemption: SIGTERM (a Colab disconnect, a TPU or cloud VM preemption, SLURM's notice)
-asks training to save a checkpoint at the next step boundary and end normally.
+"""Preemption: SIGTERM (a Colab disconnect, a TPU or cloud VM preemption, SLURM's notice) or
+Ctrl-C (SIGINT) asks training to save a checkpoint at the next step boundary and end normally.
 
   with preemption.Notice() as notice:
     for step in ...:
       ...
-      if notice.reached(step): save and stop
+      if notice.reached(step): save and stop, saying `notice.reason`
 
-With one process a SIGTERM handler records the notice. With several processes
-(`jax.distributed`) JAX's preemption service receives it on any process and all processes agree
-on the step at which to stop (`multihost_utils.reached_preemption_sync_point`), so they save the
-same checkpoint.
+With one process a handler records the signal (a second Ctrl-C interrupts at once, as Python
+does). With several processes (`jax.distributed`) JAX's preemption service receives SIGTERM on
+any process (Ctrl-C interrupts as Python does) and all processes agree on the step at which to stop
+(`multihost_utils.reached_preemption_sync_point`), so they save the same checkpoint. Code that
+shares a notice (a sweep's groups side by side) stops the others with `stop(reason)`, for
+instance when one group fails.
 """
 
 import signal
@@ -20,25 +22,39 @@ from jax.experimental import multihost_utils
 
 
 class Notice:
-  """Whether a preemption notice has arrived; `reached(step)` must be called at every step."""
+  """Whether training should stop (`reached(step)`, called at every step) and why (`reason`)."""
+
+  _SIGNALS = {signal.SIGTERM: 'Preempted (SIGTERM)', signal.SIGINT: 'Interrupted (Ctrl-C)'}
 
   def __init__(self):
     self._distributed = jax.process_count() > 1
     self.received = False
-    self._previous = None
+    self.reason = self._SIGNALS[signal.SIGTERM]
+    self._previous = {}
 
   def __enter__(self) -> 'Notice':
-    # Signal handlers can only be set from the main thread; elsewhere SIGTERM keeps its action.
+    # Signal handlers can only be set from the main thread; elsewhere the signals keep their
+    # actions. Several processes take SIGTERM through JAX's preemption service, and a Ctrl-C
+    # of one of them, which the others would not see, interrupts it as Python does.
     if not self._distributed and threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
+      for signum in self._SIGNALS:
+        self._previous[signum] = signal.signal(signum, self._handle)
     return self
 
   def __exit__(self, *exc_info) -> None:
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)
 
   def _handle(self, signum, frame) -> None:
-    del signum, frame
+    del frame
+    if signum == signal.SIGINT:  # a second Ctrl-C interrupts at once
+      signal.signal(signal.SIGINT, self._previous[signal.SIGINT])
+    self.stop(self._SIGNALS[signum])
+
+  def stop(self, reason: str) -> None:
+    """Asks training to save and stop at its next step, saying `reason` (the first given)."""
+    if not self.received:
+      self.reason = reason
     self.received = True
 
   def reached(self, step: int) -> bool:

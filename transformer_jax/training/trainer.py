@@ -200,13 +200,15 @@ class Trainer(TrainerProtocol):
     """One optimizer step (§5.3), with `hyper`'s traced values of `TRACEABLE` fields in place
     of the config's. Metrics: the batch's `loss.SUM_NAMES` sums, 'grad_norm' and
     'learning_rate'. Called under `model.on_mesh()` (the jitted `train_step` is)."""
+    # The config's model, ε_ls and optimizer; runs trained together (`together`) pass theirs.
     module, label_smoothing, tx, schedule = self._hyperparameters(hyper)
     # Dropout is different at every step and micro-batch, and reproducible from the step alone.
     step_key = jax.random.fold_in(
         jax.random.wrap_key_data(state.dropout_key, impl=self.dropout_prng_impl), state.step)
 
     def loss_fn(params, micro_batch, key):
-      """The summed label-smoothed loss (§5.4, `loss.loss_sums`) and all the sums."""
+      """The summed label-smoothed loss (§5.4) and all the sums: `loss.loss_sums`, or its
+      variant fused with the output projection (`loss.fused_loss_sums`, base and big's)."""
       sums = self.model.loss_sums(module, params, micro_batch, label_smoothing,
                                   rngs={'dropout': key})
       return sums['loss'], sums

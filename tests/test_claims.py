@@ -1,0 +1,186 @@
+"""Who trains which group (transformer_jax/sweep/claims.py): a group another process (or slot)
+holds is never trained, and is taken as soon as its holder lets go or ends; a shared sweep's
+processes agree on what they run, or the one that differs stops naming the difference; a group
+that fails stops the others, which say why."""
+
+import errno
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import REPO
+from test_sweep import _fake_rows, _sweep_file
+from transformer_jax.storage import workdirs
+from transformer_jax.sweep import claims, group as sweep_group, run as sweep_run
+from transformer_jax.sweep.slots import SweepProcess
+from transformer_jax.training import preemption
+
+
+def test_a_claim_is_held_until_released_and_by_one_holder_at_a_time(tmp_path):
+  first = claims.Claim.take(str(tmp_path), ['a', 'b'])
+  assert first is not None
+  assert claims.Claim.take(str(tmp_path), ['a', 'b']) is None  # another slot of this process
+  holder = json.loads((tmp_path / 'claims' / 'a.lock').read_text())
+  assert holder['pid'] == os.getpid() and holder['group'] == ['a', 'b']
+  first.release()
+  with claims.Claim.take(str(tmp_path), ['a', 'b']) as again:
+    assert again is not None
+
+
+def test_a_claim_dies_with_its_process(tmp_path):
+  # A process that takes the claim and is killed (SIGKILL) leaves it free at once.
+  child = subprocess.Popen(
+      [sys.executable, '-c', 'import sys, time; from transformer_jax.sweep import claims; '
+       f'assert claims.Claim.take({str(tmp_path)!r}, ["a"]); print("held", flush=True); '
+       'time.sleep(60)'], cwd=REPO, stdout=subprocess.PIPE, text=True)
+  assert child.stdout.readline().strip() == 'held'
+  assert claims.Claim.take(str(tmp_path), ['a']) is None
+  child.kill()
+  child.wait()
+  assert claims.Claim.take(str(tmp_path), ['a']) is not None
+
+
+def test_a_group_another_process_holds_waits_for_it_and_is_taken_when_it_lets_go(
+    tmp_path, monkeypatch):
+  ran = _fake_rows(tmp_path, monkeypatch)
+  monkeypatch.setattr('transformer_jax.sweep.slots.CLAIM_POLL_SECONDS', 0.05)
+  workdir = tmp_path / 'run'
+  os.makedirs(workdir)
+  held = claims.Claim.take(str(workdir), ['small'])
+  sweep = threading.Thread(target=sweep_run.run, args=(
+      _sweep_file(tmp_path), str(workdir), ['small', 'wide'], str(tmp_path / 'results')))
+  sweep.start()
+  deadline = time.monotonic() + 30
+  while ran != ['wide'] and time.monotonic() < deadline:
+    time.sleep(0.02)
+  time.sleep(0.3)
+  assert ran == ['wide']  # 'small' is held: not trained, waited for
+  held.release()  # its holder ends without finishing it
+  sweep.join(timeout=30)
+  assert ran == ['wide', 'small']
+  assert sorted(os.listdir(tmp_path / 'results')) == ['small.json', 'wide.json']
+
+
+def test_a_group_finished_by_its_holder_is_not_trained_again(tmp_path, monkeypatch):
+  ran = _fake_rows(tmp_path, monkeypatch)
+  monkeypatch.setattr('transformer_jax.sweep.slots.CLAIM_POLL_SECONDS', 0.05)
+  workdir, results = tmp_path / 'run', tmp_path / 'results'
+  os.makedirs(results)
+  held = claims.Claim.take(str(workdir), ['small'])
+  sweep = threading.Thread(target=sweep_run.run, args=(
+      _sweep_file(tmp_path), str(workdir), ['small', 'wide'], str(results)))
+  sweep.start()
+  time.sleep(0.5)
+  (results / 'small.json').write_text(json.dumps({'row': 'small', 'perplexity': 5.0}))
+  held.release()
+  sweep.join(timeout=30)
+  assert ran == ['wide']
+
+
+def _shared(tmp_path, index: int, count: int, rows=('small', 'wide'), together: int = 1):
+  sweep_run.run(_sweep_file(tmp_path), str(tmp_path / 'run'), list(rows),
+                str(tmp_path / 'results'), together=together,
+                process=SweepProcess(index, count))
+
+
+def test_a_process_that_differs_from_the_shared_sweep_is_refused_naming_it(tmp_path,
+                                                                           monkeypatch):
+  ran = _fake_rows(tmp_path, monkeypatch)
+  _shared(tmp_path, 0, 2)
+  record = json.loads((tmp_path / 'run' / claims.RECORD_FILENAME).read_text())
+  assert record['process_count'] == 2 and record['groups'] == [['small'], ['wide']]
+  assert sorted(ran) == ['small', 'wide']  # one process alone trains every group
+  with pytest.raises(ValueError, match=r'--process_count: 3 here, 2 in the sweep'):
+    _shared(tmp_path, 1, 3)
+  with pytest.raises(ValueError, match=r'the rows \(--rows\): small here, small, wide in the '):
+    _shared(tmp_path, 1, 2, rows=('small',))
+  with pytest.raises(ValueError, match=r'--together: 2 here, 1 in the sweep'):
+    _shared(tmp_path, 1, 2, together=2)
+  with pytest.raises(ValueError, match=r'--process_count: 1 here, 2 in the sweep'):
+    _shared(tmp_path, 0, 1)  # alone, on a shared sweep's workdir
+  _shared(tmp_path, 1, 2)  # as started: every row done already
+  assert sorted(ran) == ['small', 'wide']
+
+
+def test_a_failed_group_stops_the_others_which_say_why(tmp_path, monkeypatch):
+  # Two slots (one device each): 'small' fails while 'wide' trains; 'wide' is told to stop
+  # (saved), and why; the sweep raises the failure itself, not a preemption.
+  _fake_rows(tmp_path, monkeypatch)
+  monkeypatch.setattr(sweep_group, 'run_group', _failing_or_waiting)
+  with pytest.raises(RuntimeError, match='small failed'):
+    sweep_run.run(_sweep_file(tmp_path), str(tmp_path / 'run'), ['small', 'wide'],
+                  str(tmp_path / 'results'), devices_per_group=4)
+  assert _REASONS == ['Stopped: small failed (RuntimeError: small failed)']
+
+
+_REASONS = []
+
+
+def _failing_or_waiting(group, configs, workdir, overrides, device_kind, data_cache, compiled,
+                        devices, notice):
+  if group == ['small']:
+    time.sleep(0.2)
+    raise RuntimeError('small failed')
+  deadline = time.monotonic() + 30
+  while not notice.received and time.monotonic() < deadline:
+    time.sleep(0.01)
+  _REASONS.append(notice.reason)
+  raise sweep_group.Preempted('wide stopped at step 3 of 20')
+
+
+def test_a_url_workdir_is_refused_before_anything_is_created(tmp_path, monkeypatch):
+  sweep = _sweep_file(tmp_path)
+  monkeypatch.chdir(tmp_path)
+  for url in ('gs://bucket/run', 's3://bucket/run'):
+    with pytest.raises(ValueError, match=rf'--workdir={url}: a \w+:// URL.*mount the bucket'):
+      sweep_run.run(sweep, url)
+  with pytest.raises(ValueError, match=r'--results=gs://b/rows: a gs:// URL'):
+    sweep_run.run(sweep, 'run', results_dir='gs://b/rows')
+  with pytest.raises(ValueError, match=r'--workdir=gs://bucket/run: a gs:// URL'):
+    workdirs.check_writable('gs://bucket/run')
+  assert sorted(os.listdir(tmp_path)) == ['table3_tiny']  # the sweep file: no gs:, no run
+
+
+def test_a_file_system_without_flock_is_named(tmp_path, monkeypatch):
+  def no_flock(descriptor, operation):
+    raise OSError(errno.ENOLCK, 'No locks available')
+
+  monkeypatch.setattr(fcntl, 'flock', no_flock)
+  os.makedirs(tmp_path / 'run')
+  with pytest.raises(OSError, match=r'run/lock: its file system does not support flock \(No '
+                                    r'locks available\).*Lustre mounted with -o flock'):
+    with workdirs.lock(str(tmp_path / 'run')):
+      pass
+  with pytest.raises(OSError, match=r'claims/a.lock: its file system does not support flock'):
+    claims.Claim.take(str(tmp_path / 'run'), ['a'])
+
+
+def test_ctrl_c_asks_to_save_and_stop_and_a_second_one_interrupts():
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own
+  try:
+    _ctrl_c_twice()
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  notice = preemption.Notice()
+  notice.stop('Stopped: a failed')
+  notice.stop('Stopped: b failed')
+  assert notice.received and notice.reason == 'Stopped: a failed'  # the first reason
+
+
+def _ctrl_c_twice():
+  with preemption.Notice() as notice:
+    os.kill(os.getpid(), signal.SIGINT)
+    deadline = time.monotonic() + 5
+    while not notice.received and time.monotonic() < deadline:
+      time.sleep(0.01)
+    assert notice.reached(7) and notice.reason == 'Interrupted (Ctrl-C)'
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGINT)
+      time.sleep(1)

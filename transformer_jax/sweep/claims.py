@@ -1,0 +1,125 @@
+"""Who trains which group of a sweep: a claim on each group, held while a process trains,
+evaluates and writes it, and the sweep's record that every process of a shared sweep checks.
+
+  with claims.Claim.take(workdir, group) as claim:   # None: another process holds it
+    ...train, evaluate, write the rows' files...
+
+A claim is an advisory `flock` on `<workdir>/claims/<first row>.lock`: the kernel releases it
+when its process ends, however it ends, so a group held by a process that was killed is free at
+once, and a process started again (or another one still running) takes it and resumes it from
+its checkpoints. A group is never trained by two processes at once, and no process waits on a
+dead one. Slots of one process take their own claims too (a flock belongs to its open file).
+
+`record` writes, at a shared sweep's first start, what its processes must agree on (the sweep
+file and its text's digest, the rows and their groups, the process count, the device kind and
+count); every later start, of any process, compares its own with it and stops naming what
+differs. Processes therefore train the same groups, however many rows were finished when each
+started.
+"""
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import socket
+from typing import Iterator
+
+from transformer_jax.storage import atomic, workdirs
+
+RECORD_FILENAME = 'shared_sweep.json'
+
+
+@dataclasses.dataclass
+class Claim:
+  """A group's claim, held by this process (one of its slots) until `release`."""
+
+  group: tuple[str, ...]
+  descriptor: int
+
+  @classmethod
+  def take(cls, workdir: str, group: list[str]) -> 'Claim | None':
+    """`group`'s claim if no other process (or slot) holds it, else None."""
+    directory = os.path.join(workdir, 'claims')
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f'{group[0]}.lock')
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      os.close(descriptor)
+      return None
+    except OSError as e:
+      os.close(descriptor)
+      if e.errno in workdirs.NO_FLOCK:
+        raise workdirs.no_flock_error(path, e) from None
+      raise
+    holder = {'host': socket.gethostname(), 'pid': os.getpid(), 'group': list(group)}
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+    return cls(tuple(group), descriptor)
+
+  def release(self) -> None:
+    os.close(self.descriptor)  # releases the flock
+
+  def __enter__(self) -> 'Claim':
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.release()
+
+
+def sweep_record(sweep_path: str, rows: list[str], together: int, groups: list[list[str]],
+                 process_count: int, device_kind: str, devices: int) -> dict:
+  """What the processes of a shared sweep must agree on, and the groups they train (those of
+  the rows not finished at its first start)."""
+  with open(sweep_path, 'rb') as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  return {'sweep': os.path.abspath(sweep_path), 'sweep_sha256': digest, 'rows': list(rows),
+          'together': together, 'process_count': process_count, 'device_kind': device_kind,
+          'devices': devices, 'groups': [list(group) for group in groups]}
+
+
+# Said for each field that differs: which flag or setting it comes from.
+_FIELDS = {'process_count': '--process_count', 'sweep': '--sweep',
+           'sweep_sha256': 'the sweep file\'s text', 'rows': 'the rows (--rows)',
+           'together': '--together', 'device_kind': 'the device kind',
+           'devices': 'the devices a process has'}
+
+
+def record(workdir: str, mine: dict) -> dict:
+  """The shared sweep's record in `workdir`: `mine`, written if there is none yet, or the one
+  there, checked against `mine` (ValueError naming each difference). Its `groups` are the
+  groups every process trains."""
+  path = os.path.join(workdir, RECORD_FILENAME)
+  with _locked(os.path.join(workdir, 'shared_sweep.lock')):
+    if not os.path.exists(path):
+      atomic.write(path, json.dumps(mine, indent=1))
+      return mine
+    with open(path) as f:
+      recorded = json.load(f)
+  differences = [f'{_FIELDS[field]}: {mine[field]!r} here, {recorded.get(field)!r} in the '
+                 'sweep' for field in _FIELDS
+                 if field != 'rows' and mine[field] != recorded.get(field)]
+  if set(mine['rows']) != set(recorded['rows']):
+    differences.append(f'the rows (--rows): {", ".join(mine["rows"])} here, '
+                       f'{", ".join(recorded["rows"])} in the sweep')
+  if differences:
+    raise ValueError(f'this process differs from the sweep shared in {workdir} ({path}): '
+                     + '; '.join(differences) + '. Start it as the others were, or give a new '
+                     '--workdir (or delete the record once every process of that sweep has '
+                     'ended)')
+  return recorded
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+  with open(path, 'a') as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX)  # released when the file is closed
+    except OSError as e:
+      if e.errno in workdirs.NO_FLOCK:
+        raise workdirs.no_flock_error(path, e) from None
+      raise
+    yield
