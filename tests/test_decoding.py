@@ -85,7 +85,7 @@ def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesi
 def test_reordered_hypotheses_score_their_own_history(rng, options):
   """Beam search reorders hypotheses (a sentence's rows take over each other's histories,
   some twice) while the cache stays where it was written: at every step, each row's
-  log-probabilities are those of the full decoder over that row's own token history."""
+  logits are those of the full decoder over that row's own token history."""
   cfg = tiny_config(max_len=24, **options)
   model, params = Transformer(cfg), init_params(cfg)
   copies, length = 3, CACHE_BLOCK + 4
@@ -105,22 +105,22 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
               else random_tokens(rng, (2 * copies,), cfg.vocab_size))
     history = np.concatenate([history, tokens[:, None]], 1)
     bound = min(b for b in scorer.bounds if b > i)
-    log_probs, state = step(state, jnp.asarray(tokens), i, bound)
+    logits, state = step(state, jnp.asarray(tokens), i, bound)
     full = full_decoder(np.pad(history, ((0, 0), (0, length - history.shape[1]))))
-    expected = jax.nn.log_softmax(full[:, i].at[:, PAD_ID].set(-jnp.inf))
-    np.testing.assert_allclose(log_probs, expected, rtol=1e-5, atol=1e-5)
+    expected = full[:, i].at[:, PAD_ID].set(-jnp.inf)
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
     # Each row takes the history of a random row of its own sentence.
     rows = (rng.integers(0, copies, 2 * copies) + np.repeat([0, copies], copies)).astype(np.int32)
     state, history = reorder(state, jnp.asarray(rows)), history[rows]
 
 
 def _without_eos(monkeypatch) -> None:
-  """The decoders never end a hypothesis (EOS's log-probability -inf, as PAD_ID's): every
-  output runs on to the length cap, through every block of the cached decoder's loops, by
-  construction rather than by how random parameters happen to score EOS."""
-  log_probs = batch_decode._log_probs  # pylint: disable=protected-access
-  monkeypatch.setattr(batch_decode, '_log_probs',
-                      lambda logits: log_probs(logits.at[:, EOS_ID].set(-jnp.inf)))
+  """The decoders never end a hypothesis (EOS's logit -inf, as PAD_ID's): every output runs on
+  to the length cap, through every block of the cached decoder's loops, by construction rather
+  than by how random parameters happen to score EOS."""
+  next_logits = batch_decode._next_logits  # pylint: disable=protected-access
+  monkeypatch.setattr(batch_decode, '_next_logits',
+                      lambda logits: next_logits(logits.at[:, EOS_ID].set(-jnp.inf)))
 
 
 def _greedy_by_full_forward(model, params, inputs, length, ends=True):
@@ -339,3 +339,30 @@ def test_sentences_are_searched_independently():
   np.testing.assert_array_equal(tokens[0], alone[0])
   np.testing.assert_array_equal(tokens[2], alone[0])
   assert not np.any(tokens[1])
+
+
+@pytest.mark.parametrize('seed', range(3))
+def test_first_argmax_is_argmax_ties_included(seed):
+  rng = np.random.default_rng(seed)
+  scores = rng.integers(-3, 3, size=(64, 50)).astype(np.float32)  # many ties
+  scores[0] = -np.inf
+  scores[1, 7] = np.inf
+  np.testing.assert_array_equal(search.first_argmax(jnp.asarray(scores)),
+                                np.argmax(scores, axis=-1))
+
+
+@pytest.mark.parametrize('seed', range(3))
+def test_the_top_of_each_beam_first_is_the_top_of_all_ties_included(seed):
+  """`top_of_beams` against `lax.top_k` over every beam's candidates at once: the same values,
+  beams and tokens, also where many candidates tie (integer scores, -inf)."""
+  rng = np.random.default_rng(seed)
+  batch, k, vocab = 5, 4, 97
+  candidates = rng.integers(-4, 2, size=(batch, k, vocab)).astype(np.float32)
+  candidates[0, 1:] = -np.inf  # one live beam, as at the first step
+  candidates[1] = -np.inf
+  for n in (2 * k, vocab + 3):  # more than a beam holds: every beam's whole vocabulary
+    values, beam, token = search.top_of_beams(jnp.asarray(candidates), n)
+    want_values, flat = jax.lax.top_k(jnp.asarray(candidates).reshape(batch, k * vocab), n)
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(beam, flat // vocab)
+    np.testing.assert_array_equal(token, flat % vocab)

@@ -31,10 +31,10 @@ def _repeat_rows(tree: Any, copies: int) -> Any:
   return jax.tree.map(lambda x: jnp.repeat(x, copies, axis=0) if x.ndim else x, tree)
 
 
-def _log_probs(logits: jax.Array) -> jax.Array:
-  """Log-probabilities of the next token, (rows, vocab) float32. PAD_ID is the decoder's start
-  symbol, never a target, so it is excluded from the outputs."""
-  return jax.nn.log_softmax(logits.at[:, PAD_ID].set(-jnp.inf))
+def _next_logits(logits: jax.Array) -> jax.Array:
+  """The next token's logits, (rows, vocab) float32, as a `search.Scorer` gives them. PAD_ID is
+  the decoder's start symbol, never a target, so it is excluded from the outputs."""
+  return logits.at[:, PAD_ID].set(-jnp.inf)
 
 
 def _take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
@@ -54,7 +54,7 @@ def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: j
                                     tokens[:, None], incremental=True,
                                     cache_block=(bound - 1) // attention.CACHE_BLOCK,
                                     method='decode', mutable=['cache'])
-    return _log_probs(logits[:, 0]), variables['cache']
+    return _next_logits(logits[:, 0]), variables['cache']
 
   def reorder(cache, rows):
     # The cached keys and values stay where they were written; a hypothesis takes over the
@@ -79,7 +79,7 @@ def uncached_scorer(model: Transformer, params, encoded: jax.Array, source_mask:
     decoder_inputs = decoder_inputs.at[:, i].set(tokens)
     logits = model.apply({'params': params}, encoded, source_mask, decoder_inputs,
                          method='decode')
-    return _log_probs(logits[:, i]), decoder_inputs
+    return _next_logits(logits[:, i]), decoder_inputs
 
   return search.Scorer(decoder_inputs, step, _take_rows)
 

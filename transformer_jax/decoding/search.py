@@ -1,8 +1,7 @@
 """Greedy decoding and beam search (§6.1), independent of the model.
 
-A `Scorer` supplies the next token's log-probabilities one position at a time; the search
-algorithms below run entirely inside `lax.while_loop`s, so a jitted search compiles once per
-input shape. `batch_decode.py` builds scorers from a Transformer (with or without a key/value
+A `Scorer` supplies the next token's logits one position at a time; the search algorithms below
+run entirely inside `lax.while_loop`s, so a jitted search compiles once per input shape. `batch_decode.py` builds scorers from a Transformer (with or without a key/value
 cache); tests build them from hand-written tables.
 
 Rows are laid out sentence-major: with `copies` hypotheses per sentence, row r belongs to
@@ -18,9 +17,10 @@ import jax.numpy as jnp
 
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 
-# step(state, tokens, i, bound) -> (log_probs, state): tokens (rows,) are the inputs at
-# position i (PAD_ID, the start symbol, at i = 0); log_probs (rows, vocab) float32 are those of
-# the token at position i; bound (static) is a position that i stays below (see `Scorer`).
+# step(state, tokens, i, bound) -> (logits, state): tokens (rows,) are the inputs at position i
+# (PAD_ID, the start symbol, at i = 0); logits (rows, vocab) float32 are those of the token at
+# position i, whose log-softmax is its log-probabilities (-inf where it is never produced);
+# bound (static) is a position that i stays below (see `Scorer`).
 StepFn = Callable[[Any, jax.Array, jax.Array, int], tuple[jax.Array, Any]]
 # reorder(state, rows) -> state with row r taken from row rows[r].
 ReorderFn = Callable[[Any, jax.Array], Any]
@@ -28,7 +28,7 @@ ReorderFn = Callable[[Any, jax.Array], Any]
 
 @dataclasses.dataclass(frozen=True)
 class Scorer:
-  """The next token's log-probabilities, one position at a time: `step` from `state`, and
+  """The next token's logits, one position at a time: `step` from `state`, and
   `reorder` to follow the hypotheses that beam search keeps.
 
   `bounds` (increasing; the last at least the search's length) split the positions into
@@ -57,8 +57,31 @@ def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
   return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 
+def first_argmax(scores: jax.Array) -> jax.Array:
+  """`jnp.argmax(scores, axis=-1)` (the first of equal maxima), as the maximum and then the
+  first index that holds it: XLA's CPU backend compiles argmax to a reduction over (value,
+  index) pairs, several times slower."""
+  peak = jnp.max(scores, axis=-1, keepdims=True)
+  index = jnp.arange(scores.shape[-1], dtype=jnp.int32)
+  return jnp.min(jnp.where(scores == peak, index, scores.shape[-1]), axis=-1)
+
+
+def top_of_beams(candidates: jax.Array, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`lax.top_k` of `candidates` (batch, k, vocab) flattened to (batch, k * vocab), exactly,
+  ties included (the lower index first): (values, beam, token), each (batch, n). The top n of
+  the flattened candidates lie among each beam's top n, so those are taken first: k sorts of
+  n out of vocab, then one of n out of k * n, instead of one of n out of k * vocab."""
+  batch, k, vocab = candidates.shape
+  per_beam = min(n, vocab)
+  values, tokens = jax.lax.top_k(candidates, per_beam)  # (batch, k, per_beam), each beam's best
+  best, where = jax.lax.top_k(values.reshape(batch, k * per_beam), n)
+  token = jnp.take_along_axis(tokens.reshape(batch, k * per_beam), where, axis=1)
+  return best, where // per_beam, token
+
+
 def greedy(scorer: Scorer, length: int, active: jax.Array) -> jax.Array:
-  """The most probable token at every position until EOS.
+  """The most probable token at every position until EOS (the largest logit: no
+  log-softmax).
 
   Args:
     scorer: one row per sentence.
@@ -73,8 +96,8 @@ def greedy(scorer: Scorer, length: int, active: jax.Array) -> jax.Array:
   def step(carry, bound):
     i, outputs, done, state = carry
     previous = jnp.where(i == 0, PAD_ID, outputs[:, jnp.maximum(i - 1, 0)])
-    log_probs, state = scorer.step(state, previous, i, bound)
-    token = jnp.where(done, PAD_ID, jnp.argmax(log_probs, axis=-1)).astype(jnp.int32)
+    logits, state = scorer.step(state, previous, i, bound)
+    token = jnp.where(done, PAD_ID, first_argmax(logits)).astype(jnp.int32)
     outputs = outputs.at[:, i].set(token)
     return i + 1, outputs, done | (token == EOS_ID), state
 
@@ -117,11 +140,11 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
   def step(carry, bound):
     i, live, live_log_probs, finished, finished_scores, _, state = carry
     previous = jnp.where(i == 0, PAD_ID, live[:, :, jnp.maximum(i - 1, 0)]).reshape(-1)
-    log_probs, state = scorer.step(state, previous, i, bound)
+    logits, state = scorer.step(state, previous, i, bound)
+    log_probs = jax.nn.log_softmax(logits)
     vocab = log_probs.shape[-1]
     candidates = live_log_probs[:, :, None] + log_probs.reshape(batch, k, vocab)
-    top_log_probs, top = jax.lax.top_k(candidates.reshape(batch, k * vocab), 2 * k)
-    beam, token = top // vocab, top % vocab  # (batch, 2k)
+    top_log_probs, beam, token = top_of_beams(candidates, 2 * k)  # (batch, 2k)
     sequences = jnp.take_along_axis(live, beam[:, :, None], axis=1).at[:, :, i].set(token)
     ends = token == EOS_ID
 
