@@ -35,6 +35,7 @@ _TINY_TIMES = 'experiments/speed/compile_time_tiny_intel_xeon_avx512.json'
 _M30K_TIMES = 'experiments/speed/compile_time_multi30k_intel_xeon_avx512.json'
 _H200_STEPS = 'experiments/gpu/h200/fused_loss/benchmarks.jsonl'
 _OVERLAP = 'experiments/side_by_side/overlap_cpu.json'
+_VS_CT2 = 'experiments/decoding_vs_ct2'
 _OVERLAP_BEFORE = 'experiments/side_by_side/overlap_cpu_before_547470b.json'
 _H200_PRNG = 'experiments/gpu/h200/prng'
 _H200_LOOP = 'experiments/gpu/h200/window_2026-11-28.jsonl'
@@ -428,6 +429,24 @@ def side_by_side_overlap(page: str) -> str:
                   rows)
 
 
+def decoding_vs_ct2(page: str) -> str:
+  rows = []
+  found = glob.glob(os.path.join(REPO, _VS_CT2, '*.json'))
+  for path in sorted(found, key=lambda path: ('before' not in path, path)):
+    path = os.path.relpath(path, REPO)
+    result = load(path)
+    for run in result['results']:
+      same = run['translations']
+      rows.append([f'{result["code"]} ({result["provenance"]["commit"][:7]})',
+                   cpu_type(result), str(run['beam_size']), str(run['threads']),
+                   f'{run["ours"]["sentences_per_second"]:.0f}',
+                   f'{run["ct2"]["sentences_per_second"]:.0f}', f'{run["ours_over_ct2"]:.2f}',
+                   f'{same["same_translations"]} of {same["sentences"]}', link(page, path)])
+  return markdown(['our code', 'CPU', 'beam', 'threads', 'ours, sentences/s',
+                   'CTranslate2, sentences/s', 'ours / CTranslate2', 'same translations',
+                   'file'], rows)
+
+
 TABLES: dict[str, Callable[[str], str]] = {
     'results': results,
     'gpu-step': gpu_step,
@@ -442,6 +461,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     'cpu-together': cpu_together,
     'cpu-loop': cpu_loop,
     'side-by-side-overlap': side_by_side_overlap,
+    'decoding-vs-ct2': decoding_vs_ct2,
 }
 
 

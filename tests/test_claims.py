@@ -97,6 +97,7 @@ def test_a_process_that_differs_from_the_shared_sweep_is_refused_naming_it(tmp_p
   record = json.loads((tmp_path / 'run' / claims.RECORD_FILENAME).read_text())
   assert record['process_count'] == 2 and record['groups'] == [['small'], ['wide']]
   assert sorted(ran) == ['small', 'wide']  # one process alone trains every group
+  os.remove(tmp_path / 'results' / 'wide.json')  # to run again: the sweep has not ended
   with pytest.raises(ValueError, match=r'--process_count: 3 here, 2 in the sweep'):
     _shared(tmp_path, 1, 3)
   with pytest.raises(ValueError, match=r'the rows \(--rows\): small here, small, wide in the '):
@@ -105,8 +106,36 @@ def test_a_process_that_differs_from_the_shared_sweep_is_refused_naming_it(tmp_p
     _shared(tmp_path, 1, 2, together=2)
   with pytest.raises(ValueError, match=r'--process_count: 1 here, 2 in the sweep'):
     _shared(tmp_path, 0, 1)  # alone, on a shared sweep's workdir
-  _shared(tmp_path, 1, 2)  # as started: every row done already
-  assert sorted(ran) == ['small', 'wide']
+  _shared(tmp_path, 1, 2)  # as started: the row left trained again
+  assert sorted(ran) == ['small', 'wide', 'wide']
+  _shared(tmp_path, 0, 1)  # that sweep has ended: a new one may start in its workdir
+
+
+def _record(tmp_path, **changes) -> dict:
+  sweep = tmp_path / 'sweep.py'
+  sweep.write_text(changes.pop('text', 'ROWS = ["a", "b"]\n'))
+  mine = claims.sweep_record(str(sweep), ['a', 'b'], 1, [], 1, [['a'], ['b']], 2, 'cpu', 8)
+  return {**mine, **changes}
+
+
+@pytest.mark.parametrize('changes, named', [
+    ({'process_count': 3}, '--process_count: 3 here, 2 in the sweep'),
+    ({'text': 'ROWS = ["a", "b"]  # changed\n'}, 'the sweep file\'s text'),
+    ({'rows': ['a']}, r'the rows \(--rows\): a here, a, b in the sweep'),
+    ({'together': 2}, '--together: 2 here, 1 in the sweep'),
+    ({'overrides': ['dtype=bfloat16']}, r"--override: \['dtype=bfloat16'\] here, \[\] in"),
+    ({'devices_per_group': 2}, '--devices_per_group: 2 here, 1 in the sweep'),
+    ({'device_kind': 'NVIDIA H200'}, "the device kind: 'NVIDIA H200' here, 'cpu' in"),
+    ({'devices': 4}, 'the devices a process has: 4 here, 8 in the sweep'),
+])
+def test_each_difference_from_the_recorded_sweep_is_named(tmp_path, changes, named):
+  claims.record(str(tmp_path), _record(tmp_path), finished=set())
+  assert claims.record(str(tmp_path), _record(tmp_path), set())['groups'] == [['a'], ['b']]
+  with pytest.raises(ValueError, match=named):
+    claims.record(str(tmp_path), _record(tmp_path, **changes), set())
+  # Once every row of the recorded sweep is finished, a new one is recorded in its place.
+  assert claims.record(str(tmp_path), _record(tmp_path, **changes), {'a', 'b'}) == _record(
+      tmp_path, **changes)
 
 
 def test_a_failed_group_stops_the_others_which_say_why(tmp_path, monkeypatch):

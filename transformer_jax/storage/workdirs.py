@@ -52,8 +52,9 @@ def check_local(path: str, role: str = '--workdir') -> None:
         f'{role}={path}: a {url.group(1)}:// URL, which this package does not write to (its '
         'checkpoints, logs, locks and results go through the local file system). Give a local '
         'directory; or mount the bucket (gcsfuse for gs://, then its mount point, e.g. '
-        '/mnt/bucket/run; it has no flock, so only one run may use a workdir there); on Colab, '
-        'a folder of Google Drive (/content/drive/MyDrive/run)')
+        '/mnt/bucket/run; its flock locks within one host only, so share a workdir there '
+        'among processes of one host); on Colab, a folder of Google Drive '
+        '(/content/drive/MyDrive/run)')
 
 
 def check_writable(directory: str, role: str = '--workdir') -> None:
@@ -104,6 +105,34 @@ def no_flock_error(path: str, error: OSError) -> OSError:
                  'keeps two runs (or a shared sweep\'s processes) out of one workdir: use a local '
                  'disk, NFS with locking, or Lustre mounted with -o flock '
                  '(docs/training.md#what-a-workdir-holds)')
+
+
+# Mounts whose flock locks within one host only: FUSE (gcsfuse, s3fs), NFS without its lock
+# manager or with local locks, Lustre's localflock; BeeGFS and GPFS by default.
+_LOCAL_FLOCK_TYPES = ('beegfs', 'gpfs')
+_LOCAL_FLOCK_OPTIONS = ('localflock', 'local_lock=flock', 'local_lock=all', 'nolock')
+
+
+def warn_if_flock_is_local(path: str) -> None:
+  """Warns when `path` lies on a mount whose flock may lock within one host only (read from
+  /proc/mounts): there, processes of several hosts sharing it are not kept apart."""
+  try:
+    with open('/proc/mounts') as f:
+      mounts = [line.split()[1:4] for line in f if len(line.split()) >= 4]
+  except OSError:
+    return
+  real = os.path.realpath(path)
+  found = [m for m in mounts if real == m[0] or real.startswith(m[0].rstrip('/') + '/')]
+  if not found:
+    return
+  point, kind, options = max(found, key=lambda m: len(m[0]))
+  if (kind.startswith('fuse') or kind in _LOCAL_FLOCK_TYPES
+      or any(option in options.split(',') for option in _LOCAL_FLOCK_OPTIONS)):
+    logging.warning('%s is on %s (%s, mounted at %s), whose flock may lock within one host '
+                    'only: processes on several hosts sharing it could train one group twice. '
+                    'Share it among processes of one host, or use a file system with flock '
+                    'across hosts (docs/training.md#what-a-workdir-holds)', path, kind,
+                    options, point)
 
 
 T = TypeVar('T')

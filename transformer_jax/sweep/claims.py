@@ -61,7 +61,10 @@ class Claim:
     return cls(tuple(group), descriptor)
 
   def release(self) -> None:
-    os.close(self.descriptor)  # releases the flock
+    """Lets go of the claim (again: nothing)."""
+    if self.descriptor >= 0:
+      os.close(self.descriptor)  # releases the flock
+      self.descriptor = -1
 
   def __enter__(self) -> 'Claim':
     return self
@@ -70,35 +73,52 @@ class Claim:
     self.release()
 
 
-def sweep_record(sweep_path: str, rows: list[str], together: int, groups: list[list[str]],
-                 process_count: int, device_kind: str, devices: int) -> dict:
+def holder(workdir: str, group: list[str]) -> str:
+  """Who holds (or last held) `group`'s claim: 'host:pid', or 'unknown'."""
+  try:
+    with open(os.path.join(workdir, 'claims', f'{group[0]}.lock')) as f:
+      held = json.loads(f.read() or '{}')
+    return f'{held["host"]}:{held["pid"]}'
+  except (OSError, ValueError, KeyError):
+    return 'unknown'
+
+
+def sweep_record(sweep_path: str, rows: list[str], together: int, overrides: list[str],
+                 devices_per_group: int, groups: list[list[str]], process_count: int,
+                 device_kind: str, devices: int) -> dict:
   """What the processes of a shared sweep must agree on, and the groups they train (those of
   the rows not finished at its first start)."""
   with open(sweep_path, 'rb') as f:
     digest = hashlib.sha256(f.read()).hexdigest()
   return {'sweep': os.path.abspath(sweep_path), 'sweep_sha256': digest, 'rows': list(rows),
-          'together': together, 'process_count': process_count, 'device_kind': device_kind,
-          'devices': devices, 'groups': [list(group) for group in groups]}
+          'together': together, 'overrides': list(overrides),
+          'devices_per_group': devices_per_group, 'process_count': process_count,
+          'device_kind': device_kind, 'devices': devices,
+          'groups': [list(group) for group in groups]}
 
 
 # Said for each field that differs: which flag or setting it comes from.
-_FIELDS = {'process_count': '--process_count', 'sweep': '--sweep',
-           'sweep_sha256': 'the sweep file\'s text', 'rows': 'the rows (--rows)',
-           'together': '--together', 'device_kind': 'the device kind',
+_FIELDS = {'process_count': '--process_count', 'sweep_sha256': 'the sweep file\'s text (--sweep)',
+           'rows': 'the rows (--rows)', 'together': '--together', 'overrides': '--override',
+           'devices_per_group': '--devices_per_group', 'device_kind': 'the device kind',
            'devices': 'the devices a process has'}
 
 
-def record(workdir: str, mine: dict) -> dict:
-  """The shared sweep's record in `workdir`: `mine`, written if there is none yet, or the one
-  there, checked against `mine` (ValueError naming each difference). Its `groups` are the
-  groups every process trains."""
+def record(workdir: str, mine: dict, finished: set[str]) -> dict:
+  """The shared sweep's record in `workdir`: `mine`, written if there is none yet or every row
+  of the one there is `finished` (that sweep has ended), else the one there, checked against
+  `mine` (ValueError naming each difference). Its `groups` are the groups every process
+  trains."""
   path = os.path.join(workdir, RECORD_FILENAME)
-  with _locked(os.path.join(workdir, 'shared_sweep.lock')):
-    if not os.path.exists(path):
+  with locked(os.path.join(workdir, 'shared_sweep.lock')):
+    recorded = None
+    if os.path.exists(path):
+      with open(path) as f:
+        recorded = json.load(f)
+    if recorded is None or all(row in finished for group in recorded['groups']
+                               for row in group):
       atomic.write(path, json.dumps(mine, indent=1))
       return mine
-    with open(path) as f:
-      recorded = json.load(f)
   differences = [f'{_FIELDS[field]}: {mine[field]!r} here, {recorded.get(field)!r} in the '
                  'sweep' for field in _FIELDS
                  if field != 'rows' and mine[field] != recorded.get(field)]
@@ -114,7 +134,8 @@ def record(workdir: str, mine: dict) -> dict:
 
 
 @contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
+def locked(path: str) -> Iterator[None]:
+  """Holds the flock of `path` (created if needed) for the duration, waiting for it."""
   with open(path, 'a') as f:
     try:
       fcntl.flock(f, fcntl.LOCK_EX)  # released when the file is closed

@@ -67,11 +67,13 @@ def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides
       raise RuntimeError(f'training {", ".join(group)}: {e}') from e
     for row, directory in zip(group, dirs):
       trained = max(checkpointing.saved_steps(directory), default=0)
-      # A run stopped by SIGTERM (preemption) saves and returns, unfinished.
+      # A run stopped by its notice (SIGTERM, Ctrl-C, another group's failure) saves and
+      # returns, unfinished.
       if trained < configs[row].train.num_train_steps:
+        why = notice.reason if notice is not None else 'stopped'
         raise Preempted(f'{row} stopped at step {trained} of '
-                         f'{configs[row].train.num_train_steps} (preempted); run the sweep '
-                         'again to resume it')
+                         f'{configs[row].train.num_train_steps} ({why}); run the sweep again '
+                         'to resume it')
     start = time.perf_counter()
     if programs is not None:
       programs.wait_for_evaluation()

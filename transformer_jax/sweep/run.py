@@ -11,7 +11,6 @@ checkpoint, a group killed while its rows' files were written from its results f
 (`group.recover`).
 """
 
-import fcntl
 import json
 import os
 import time
@@ -79,7 +78,8 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
   for row in results:
     if row in configs:
       print(f'{row}: done already ({os.path.join(results_dir, row + ".json")})', flush=True)
-  groups = _groups(sweep_path, rows, together, configs, results, workdir, slots, process)
+  groups = _groups(sweep_path, rows, together, overrides, configs, results, workdir, slots,
+                   process)
   if groups:
     side_by_side = slots_lib.SideBySide(sweep_path, sweep, configs, workdir, results_dir,
                                         overrides, results, slots, started, stop_after_minutes,
@@ -95,18 +95,21 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
   return _table_once(sweep_path, sweep, rows, workdir, results_dir, process)
 
 
-def _groups(sweep_path: str, rows: list[str], together: int, configs: dict, results: dict,
-            workdir: str, slots: list, process: slots_lib.SweepProcess) -> list[list[str]]:
+def _groups(sweep_path: str, rows: list[str], together: int, overrides: list[str],
+            configs: dict, results: dict, workdir: str, slots: list,
+            process: slots_lib.SweepProcess) -> list[list[str]]:
   """The groups of the rows not finished: this process's own grouping; or, in a shared sweep
-  (or a workdir one used), the groups recorded at its first start, which every process trains
-  (`claims.record`: a process that differs from it is refused)."""
+  (or a workdir one used and has not finished), the groups recorded at its first start, which
+  every process trains (`claims.record`: a process that differs from it is refused)."""
   to_run = [row for row in rows if row not in results]
   groups = plan.groups({row: configs[row] for row in to_run}, together)
   recorded = os.path.exists(os.path.join(workdir, claims.RECORD_FILENAME))
   if process.count > 1 or recorded:
-    mine = claims.sweep_record(sweep_path, rows, together, groups, process.count,
-                               slots[0][0].device_kind, sum(map(len, slots)))
-    groups = claims.record(workdir, mine)['groups']
+    workdirs.warn_if_flock_is_local(workdir)
+    mine = claims.sweep_record(sweep_path, rows, together, list(overrides), len(slots[0]),
+                               groups, process.count, slots[0][0].device_kind,
+                               sum(map(len, slots)))
+    groups = claims.record(workdir, mine, set(results))['groups']
   return [group for group in groups if any(row not in results for row in group)]
 
 
@@ -114,11 +117,10 @@ def _table_once(sweep_path: str, sweep: Any, rows: list[str], workdir: str, resu
                 process: slots_lib.SweepProcess) -> dict:
   """Every finished row's figures; the table written if `rows` are all in and it has not been
   since the last of them came (by the process that ends last, under a lock: once)."""
-  with open(os.path.join(workdir, 'table.lock'), 'a') as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+  with claims.locked(os.path.join(workdir, 'table.lock')):
     results = _read_results(sweep.ROWS, results_dir)
     missing = [row for row in rows if row not in results]
-    table = os.path.join(workdir, tables.table_name(sweep_path) + '.md')
+    table = os.path.join(workdir, tables.table_name(sweep_path) + '.png')  # written last
     if missing:
       print(f'process {process.index}: done; {", ".join(missing)} not finished', flush=True)
     elif not os.path.exists(table) or os.path.getmtime(table) < max(

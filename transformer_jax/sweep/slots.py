@@ -118,11 +118,23 @@ class SideBySide:
   def _claim_next(self, notice: preemption.Notice) -> claims.Claim | None:
     """The claim of the next group to train: the first in the plan's order that no process
     holds and none has finished; once there is none, one held by another process that has
-    ended (waited for, polling, until every group is finished or the sweep stops)."""
+    ended (waited for, trying every CLAIM_POLL_SECONDS, until every group is finished, the
+    sweep stops or its time is up)."""
+    said = set()
     while not (self._stop.is_set() or notice.received):
-      claim, waiting = self._queue.claim(self._workdir, self._finished)
-      if claim is not None or not waiting:
+      claim, held = self._queue.claim(self._workdir, self._finished)
+      if claim is not None or not held:
         return claim
+      left = self._seconds_left()
+      if left is not None and left <= 0:
+        print(f'not waiting past --stop_after_minutes for {"; ".join(map(", ".join, held))}, '
+              'held by other processes', flush=True)
+        return None
+      for group in held:
+        if tuple(group) not in said:
+          said.add(tuple(group))
+          print(f'{", ".join(group)}: held by {claims.holder(self._workdir, group)}; waiting '
+                'for it to finish or end', flush=True)
       time.sleep(CLAIM_POLL_SECONDS)
     return None
 
@@ -134,46 +146,57 @@ class SideBySide:
 
   def _train_slot(self, devices: list[jax.Device], ahead: Ahead,
                   notice: preemption.Notice) -> None:
-    """Trains the groups it claims, one after another, on `devices`, the next free one
-    compiling while one trains; on an error, asks every other slot to stop (saved) and
-    raises it."""
-    claim = self._claim_next(notice)
+    """Trains the groups it claims, one after another, on `devices`, claiming the next free
+    group and compiling it while one trains; on an error, asks every other slot to stop
+    (saved) and raises it."""
+    claim = upcoming = None
     try:
+      claim = self._claim_next(notice)
       while claim is not None:
         group = list(claim.group)
         if self._fits(group):
-          self._train_group(group, devices, ahead, notice)
+          upcoming = self._train_group(group, devices, ahead, notice)
         claim.release()
-        claim = self._claim_next(notice)
+        claim, upcoming = upcoming if upcoming is not None else self._claim_next(notice), None
     except BaseException as e:
       self._stop.set()
       failed = ', '.join(claim.group) if claim is not None else 'a slot'
       if not isinstance(e, group_lib.Preempted):  # the groups in flight save and stop
         notice.stop(f'Stopped: {failed} failed ({type(e).__name__}: {e})')
-      if claim is not None:
-        claim.release()
+      for held in (claim, upcoming):
+        if held is not None:
+          held.release()
       raise
 
   def _train_group(self, group: list[str], devices: list[jax.Device], ahead: Ahead,
-                   notice: preemption.Notice) -> None:
-    """Trains and evaluates `group` (claimed) with its programs compiled ahead, the next free
-    group's compiling meanwhile; writes its rows' files."""
+                   notice: preemption.Notice) -> claims.Claim | None:
+    """Trains and evaluates `group` (claimed) with its programs compiled ahead, and writes its
+    rows' files; meanwhile claims the next free group, if any, and compiles it on `devices`
+    (returned: the slot trains it next)."""
     self._start_compiling(ahead, group, devices)  # unless started
     programs = ahead.take(group)
     report = programs.training
     print(f'{", ".join(group)}: its training compiled ahead in {report.seconds:.1f} s: '
           + (report.stats.describe() if programs.training_programs is not None
              else f'not used ({report.error})'), flush=True)
-    upcoming = self._queue.upcoming()
-    if upcoming is not None:  # compiled while this group trains (dropped if another takes it)
-      self._start_compiling(ahead, upcoming, devices)
+    upcoming = None
+    if not (self._stop.is_set() or notice.received):
+      upcoming, _ = self._queue.claim(self._workdir, self._finished)
+    if upcoming is not None:
+      self._start_compiling(ahead, list(upcoming.group), devices)
     print(f'{", ".join(group)}: training in {self._workdir}/'
           + (group[0] if len(group) == 1 else '{' + ','.join(group) + '}')
           + _on(devices, self._slots), flush=True)
-    finished = group_lib.run_group(group, self._configs, self._workdir, self._overrides,
-                                   self._device_kind, self._data_cache, programs, devices,
-                                   notice)
-    self._write(group, finished)
+    try:
+      finished = group_lib.run_group(group, self._configs, self._workdir, self._overrides,
+                                     self._device_kind, self._data_cache, programs, devices,
+                                     notice)
+      self._write(group, finished)
+    except BaseException:
+      if upcoming is not None:
+        upcoming.release()
+      raise
+    return upcoming
 
   def _fits(self, group: list[str]) -> bool:
     """Whether `group` may start: its prediction fits in the time left (a group not
@@ -208,29 +231,29 @@ class _Queue:
     self._done: set[tuple[str, ...]] = set()  # finished, or claimed by one of this process's
     self._lock = threading.Lock()
 
-  def claim(self, workdir: str, finished) -> tuple[claims.Claim | None, bool]:
-    """(the claim of the first group that is free and not `finished`, or None; whether a group
-    is left that another process holds)."""
+  def claim(self, workdir: str, finished) -> tuple[claims.Claim | None, list[list[str]]]:
+    """(the claim of the first group that is free and not `finished`, or None; the groups left
+    that another process, or another slot of this one, holds)."""
     with self._lock:
-      held_elsewhere = False
+      held = []
       for group in self._order:
         if tuple(group) in self._done:
           continue
         claim = claims.Claim.take(workdir, group)
         if claim is None:
-          held_elsewhere = True
+          held.append(group)
           continue
         self._done.add(tuple(group))
-        if finished(group):
+        try:
+          done = finished(group)
+        except BaseException:
+          claim.release()
+          raise
+        if done:
           claim.release()
           continue
-        return claim, held_elsewhere
-      return None, held_elsewhere
-
-  def upcoming(self) -> list[str] | None:
-    """The first group no slot of this process has taken yet (the next to compile)."""
-    with self._lock:
-      return next((group for group in self._order if tuple(group) not in self._done), None)
+        return claim, held
+      return None, held
 
 
 def _error_of(future: concurrent.futures.Future) -> BaseException | None:

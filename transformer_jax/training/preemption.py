@@ -38,17 +38,19 @@ class Notice:
     # of one of them, which the others would not see, interrupts it as Python does.
     if not self._distributed and threading.current_thread() is threading.main_thread():
       for signum in self._SIGNALS:
-        self._previous[signum] = signal.signal(signum, self._handle)
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # ignored (a background job): kept
+          self._previous[signum] = signal.signal(signum, self._handle)
     return self
 
   def __exit__(self, *exc_info) -> None:
     for signum, previous in self._previous.items():
-      signal.signal(signum, previous)
+      signal.signal(signum, signal.SIG_DFL if previous is None else previous)
 
   def _handle(self, signum, frame) -> None:
     del frame
-    if signum == signal.SIGINT:  # a second Ctrl-C interrupts at once
-      signal.signal(signal.SIGINT, self._previous[signal.SIGINT])
+    if signum == signal.SIGINT:  # a second Ctrl-C interrupts as it would have
+      previous = self._previous[signal.SIGINT]
+      signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
     self.stop(self._SIGNALS[signum])
 
   def stop(self, reason: str) -> None:
