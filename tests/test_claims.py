@@ -18,7 +18,8 @@ import pytest
 from conftest import REPO
 from test_sweep import _fake_rows, _sweep_file
 from transformer_jax.storage import workdirs
-from transformer_jax.sweep import claims, group as sweep_group, run as sweep_run
+from transformer_jax.sweep import ahead as sweep_ahead, claims, group as sweep_group
+from transformer_jax.sweep import run as sweep_run
 from transformer_jax.sweep.slots import SweepProcess
 from transformer_jax.training import preemption
 
@@ -213,3 +214,30 @@ def _ctrl_c_twice():
     with pytest.raises(KeyboardInterrupt):
       os.kill(os.getpid(), signal.SIGINT)
       time.sleep(1)
+
+
+def test_each_group_compiles_ahead_on_the_devices_it_trains_on(tmp_path, monkeypatch):
+  # Two slots of 4 devices, six groups: each slot claims its next group while one trains and
+  # compiles it for its own devices, the ones that group then trains on.
+  trained, compiled = {}, {}
+  _fake_rows(tmp_path, monkeypatch)
+  fake = sweep_group.run_group
+  start = sweep_ahead.Ahead.start
+
+  def spied_start(ahead, group, configs, dirs, devices=None):
+    compiled.setdefault(tuple(group), [d.id for d in devices])
+    return start(ahead, group, configs, dirs, devices)
+
+  def spied_group(group, *args):
+    trained[tuple(group)] = [d.id for d in args[6]]
+    time.sleep(0.05)
+    return fake(group, *args)
+
+  monkeypatch.setattr(sweep_ahead.Ahead, 'start', spied_start)
+  monkeypatch.setattr(sweep_group, 'run_group', spied_group)
+  rows = {f'seed{i}': {'seed': i} for i in range(6)}
+  sweep_run.run(_sweep_file(tmp_path, rows), str(tmp_path / 'run'), list(rows),
+                str(tmp_path / 'results'), devices_per_group=4)
+  assert sorted(trained) == [(row,) for row in rows]
+  assert compiled == trained
+  assert {tuple(ids) for ids in trained.values()} == {(0, 1, 2, 3), (4, 5, 6, 7)}
