@@ -11,7 +11,7 @@ import pytest
 
 from conftest import init_params, random_tokens, tiny_config
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
-from transformer_jax.decoding import batch_decode, search
+from transformer_jax.decoding import batch_decode, search, translator
 from transformer_jax.model.attention import CACHE_BLOCK
 from transformer_jax.model.transformer import Transformer
 
@@ -366,3 +366,16 @@ def test_the_top_of_each_beam_first_is_the_top_of_all_ties_included(seed):
     np.testing.assert_array_equal(values, want_values)
     np.testing.assert_array_equal(beam, flat // vocab)
     np.testing.assert_array_equal(token, flat % vocab)
+
+
+@pytest.mark.parametrize('shards, rows', [(1, 64), (2, 64), (3, 48), (8, 64)])
+def test_a_last_batch_runs_few_rows_that_carry_nothing_in_few_shapes(shards, rows):
+  """`translator.rows_for`: every batch holds its sentences, splits over the batch shards, is
+  at most the full batch and less than twice what it needs (the shards' own minimum apart);
+  the sizes over every count are few."""
+  sizes = {translator.rows_for(n, rows, shards) for n in range(1, rows + 1)}
+  for n in range(1, rows + 1):
+    size = translator.rows_for(n, rows, shards)
+    assert n <= size <= rows and size % shards == 0
+    assert size < 2 * n or size == shards
+  assert len(sizes) <= int(np.log2(rows / shards)) + 2

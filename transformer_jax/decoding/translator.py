@@ -5,9 +5,10 @@ share.
   german = translator.translate(['A man is sleeping.'])
 
 Sentences are grouped by length into the buckets of `config.data.buckets` (`lengths`) and
-decoded `batch_size` at a time (empty rows fill a bucket's last batch), so decoding compiles
-once per bucket, and loads from JAX's persistent compilation cache what an earlier evaluation
-of the same shapes compiled. Output order is input order.
+decoded `batch_size` at a time, a bucket's last batch in as few rows as a power of two of the
+batch shards holds (`rows_for`), so decoding compiles a few shapes per bucket, and loads from
+JAX's persistent compilation cache what an earlier evaluation of the same shapes compiled.
+Output order is input order.
 """
 
 import contextlib
@@ -39,6 +40,16 @@ def batch_rows(model: ShardedModel, batch_size: int) -> int:
   """The rows of a decoding batch: `batch_size`, rounded up to a multiple of the batch shards."""
   shards = model.batch_shards
   return -(-batch_size // shards) * shards
+
+
+def rows_for(sentences: int, rows: int, shards: int) -> int:
+  """The rows of a decoding batch of `sentences` sources, at most `rows`: the batch shards
+  doubled until they hold them, so that a bucket's last batch runs few rows that carry nothing
+  while the shapes compiled stay few (at most log2(rows / shards) + 1 a bucket)."""
+  size = shards
+  while size < sentences:
+    size *= 2
+  return min(size, rows)
 
 
 def decode_batches(lengths: list[int], sizes: np.ndarray, rows: int
@@ -77,9 +88,10 @@ def compile_translator(model: ShardedModel, config, runs: int, sizes: np.ndarray
   else:
     params, eval_step = model.abstract_params, model.eval_step
   rows_in_batch = batch_rows(model, batch_size)
-  for length in sorted({length for length, _ in decode_batches(bucket_lengths(config), sizes,
-                                                                rows_in_batch)}):
-    inputs = model.put_whole_batch({'inputs': np.zeros((rows_in_batch, length), np.int32)})
+  for length, rows in sorted({(length, rows_for(len(chunk), rows_in_batch, model.batch_shards))
+                              for length, chunk in decode_batches(bucket_lengths(config), sizes,
+                                                                  rows_in_batch)}):
+    inputs = model.put_whole_batch({'inputs': np.zeros((rows, length), np.int32)})
     decoder.lower(params, inputs['inputs']).compile()
   shapes = set()
   for local_batch in loss_batches:
@@ -198,7 +210,8 @@ class Translator:
     with tqdm.tqdm(total=len(sources), disable=not progress, unit='sentence',
                    dynamic_ncols=True) as bar:
       for length, chunk in decode_batches(self.lengths, sizes, self.batch_rows):
-        inputs = np.full((self.batch_rows, length), PAD_ID, np.int32)
+        rows = rows_for(len(chunk), self.batch_rows, self.model.batch_shards)
+        inputs = np.full((rows, length), PAD_ID, np.int32)
         for row, i in enumerate(chunk):
           inputs[row, :len(sources[i])] = sources[i]
         batch = self.model.put_whole_batch({'inputs': inputs})
