@@ -48,7 +48,7 @@ def test_a_claim_dies_with_its_process(tmp_path):
   assert claims.Claim.take(str(tmp_path), ['a']) is not None
 
 
-def test_a_group_another_process_holds_waits_for_it_and_is_taken_when_it_lets_go(
+def test_a_group_held_elsewhere_is_waited_for_and_taken_when_let_go(
     tmp_path, monkeypatch):
   ran = _fake_rows(tmp_path, monkeypatch)
   monkeypatch.setattr('transformer_jax.sweep.slots.CLAIM_POLL_SECONDS', 0.05)

@@ -102,8 +102,8 @@ def one_device_each(tmp_path_factory) -> dict:
 def two_devices_each(tmp_path_factory) -> dict:
   """Two groups of two rows (four devices busy, four idle: a group's programs compile for its
   devices, and each group compiled costs the suite seconds). Each group against itself
-  interrupted: `test_a_shared_sweep_killed_at_any_moment_is_finished_by_any_process_started_
-  again`."""
+  interrupted: `test_a_shared_sweep_whose_processes_are_killed_mid_group_is_finished_by_
+  either_alone`."""
   return _swept(tmp_path_factory, 'two_devices_each', devices_per_group=2, together=2)
 
 
@@ -172,7 +172,8 @@ def _started(command: list[str], env: dict) -> subprocess.Popen:
 def _kill_when(process: subprocess.Popen, line_starts: tuple[str, ...],
                ready=lambda line: True) -> tuple[str, str]:
   """Reads `process`'s output until a line starting with one of `line_starts`, waits for
-  `ready(line)` (at most 60 s), then kills it (SIGKILL); (its output, the line)."""
+  `ready(line)` (at most 60 s), then kills it (SIGKILL); (its output, the line). Fails unless
+  it was ready and the kill is what ended it."""
   seen = []
   for line in process.stdout:
     seen.append(line)
@@ -180,13 +181,16 @@ def _kill_when(process: subprocess.Popen, line_starts: tuple[str, ...],
       deadline = time.monotonic() + 60
       while not ready(line) and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.02)
+      was_ready = ready(line)
       process.kill()
-      return ''.join(seen) + process.communicate()[0], line
+      out = ''.join(seen) + process.communicate()[0]
+      assert was_ready and process.returncode == -signal.SIGKILL, out[-3000:]
+      return out, line
   raise AssertionError(''.join(seen)[-3000:])
 
 
 @pytest.mark.slow
-def test_a_shared_sweep_killed_at_any_moment_is_finished_by_any_process_started_again(
+def test_a_shared_sweep_whose_processes_are_killed_mid_group_is_finished_by_either_alone(
     two_devices_each):
   """`two_devices_each`'s sweep (two groups of two rows, two devices a group) shared by two
   processes of two devices (one slot each). The second is killed (SIGKILL) once its group has
@@ -205,6 +209,9 @@ def test_a_shared_sweep_killed_at_any_moment_is_finished_by_any_process_started_
   out, line = _kill_when(second, groups, lambda line: any(
       checkpointing.saved_steps(workdir / row) for row in ROWS if row in line.split(':')[0]))
   taken = line.split(':')[0]  # the group the second held when it was killed
+  stopped = max(max(checkpointing.saved_steps(workdir / row), default=0)
+                for row in taken.split(', '))
+  assert 0 < stopped < 20, stopped  # killed mid-group, after a checkpoint
   out_first, _ = _kill_when(first, (f'{taken}: training in',))
   assert 'Traceback' not in out_first, out_first[-3000:]
   results = workdir / 'rows'

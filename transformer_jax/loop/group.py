@@ -194,14 +194,7 @@ class Group(runs.Runs):
         self._data_cache[key] = pipeline.load(self.config, self.dirs[0], rows_multiple)
         return self._data_cache[key]
 
-    def load_and_write():
-      data = load()
-      for config, workdir in zip(self.configs, self.dirs):
-        runs.write_config_and_vocabulary(config, workdir, data)
-      return data
-
-    data = workdirs.on_process_zero(load_and_write, 'prepare the data and vocabulary')
-    return data if jax.process_index() == 0 else load()
+    return runs.load_data(self.configs, self.dirs, load)
 
   def _evaluators(self, model: ShardedModel, data: pipeline.Data) -> list[DevEvaluator]:
     """An evaluator for each run, shared by runs of one label smoothing (the only field of
@@ -231,12 +224,8 @@ class Group(runs.Runs):
 
   def restore(self, trainer: TrainerProtocol) -> tuple[int, Any, dict] | None:
     """From the newest step every run saved and can read, each run's checkpoint of a newer step
-    moved aside (`<step>.corrupt` where it cannot be read, `<step>.unfinished` where it can);
-    a group of one run as `runs.OneRun` restores."""
+    moved aside (`<step>.corrupt` where it cannot be read, `<step>.unfinished` where it can)."""
     abstract = trainer.run_abstract_state
-    if len(self._checkpoints) == 1:
-      restored = self._checkpoints[0].restore_latest(abstract)
-      return None if restored is None else (restored[0], trainer.join([restored[1]]), restored[2])
     common = set.intersection(*(set(c.all_steps()) for c in self._checkpoints))
     for step in sorted(common, reverse=True):
       restored = [c.restore_readable(step, abstract) for c in self._checkpoints]
@@ -293,6 +282,5 @@ class Group(runs.Runs):
   def finish(self) -> None:
     """Once every save is complete (`tidy` waits for them), no earlier step to resume from is
     needed."""
-    if len(self._checkpoints) > 1:
-      for run_checkpoints in self._checkpoints:
-        run_checkpoints.tidy()
+    for run_checkpoints in self._checkpoints:
+      run_checkpoints.tidy()

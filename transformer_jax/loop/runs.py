@@ -120,6 +120,21 @@ def write_config_and_vocabulary(config: ml_collections.ConfigDict, workdir: str,
       f.write(data.tokenizer.serialized_model_proto())
 
 
+def load_data(configs: list[ml_collections.ConfigDict], dirs: list[str],
+              load: Callable[[], pipeline.Data]) -> pipeline.Data:
+  """`load()` on process 0, which learns the vocabulary, each run's config and vocabulary then
+  written into its workdir; the other processes `load()` after it (reading the vocabulary from
+  the first workdir)."""
+  def load_and_write():
+    data = load()
+    for config, workdir in zip(configs, dirs):
+      write_config_and_vocabulary(config, workdir, data)
+    return data
+
+  data = workdirs.on_process_zero(load_and_write, 'prepare the data and vocabulary')
+  return data if jax.process_index() == 0 else load()
+
+
 def print_validation(write: Callable[[str], None], label: str, step: int, metrics: dict) -> None:
   """Prints a dev evaluation on process 0."""
   if jax.process_index() == 0:
@@ -146,16 +161,8 @@ class OneRun(Runs):
   def programs(self) -> Programs:
     model = ShardedModel(self.config, partitioning.make_mesh(self.config))
     trainer = Trainer(model)
-
-    def load_and_write():
-      data = pipeline.load(self.config, self.workdir, trainer.rows_multiple)
-      write_config_and_vocabulary(self.config, self.workdir, data)
-      return data
-
-    # Process 0 learns the vocabulary; the others then read it from the workdir.
-    data = workdirs.on_process_zero(load_and_write, 'prepare the data and vocabulary')
-    if jax.process_index() != 0:
-      data = pipeline.load(self.config, self.workdir, trainer.rows_multiple)
+    data = load_data([self.config], [self.workdir], lambda: pipeline.load(
+        self.config, self.workdir, trainer.rows_multiple))
     return Programs(model, trainer, data, [DevEvaluator(model, data)])
 
   def open(self, cleanup: contextlib.ExitStack) -> None:

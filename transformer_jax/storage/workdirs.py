@@ -70,28 +70,42 @@ def check_writable(directory: str, role: str = '--workdir') -> None:
     raise OSError(f'{directory} ({role}) is not a writable directory: {e}') from e
 
 
-def _acquire(path: str) -> int:
-  """The locked file's descriptor; RuntimeError naming the holder if a live run has it."""
+def try_lock(path: str, **holder) -> tuple[int, str] | None:
+  """(the descriptor of `path`, created if needed, flocked by this process; what the file said
+  of its previous holder), with this process's host, id and start time and `holder` written in;
+  None if a live process (or another open file of this one) holds it. The kernel releases the
+  flock when the descriptor closes or the process ends, however it ends."""
   descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
   try:
     fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
-    with os.fdopen(descriptor) as f:
-      holder = f.read().strip() or 'unknown'
-    raise RuntimeError(f'{os.path.dirname(path)} is in use by another training run ({holder}); '
-                       'wait for it to end or choose another --workdir') from None
+    os.close(descriptor)
+    return None
   except OSError as e:
     os.close(descriptor)
     if e.errno in NO_FLOCK:
       raise no_flock_error(path, e) from None
     raise
   previous = os.pread(descriptor, 4096, 0).decode(errors='replace').strip()
-  if previous:
-    logging.warning('taking over %s, left by a run that has ended (%s)', path, previous)
   holder = {'host': socket.gethostname(), 'pid': os.getpid(),
-            'started': datetime.datetime.now().astimezone().isoformat(timespec='seconds')}
+            'started': datetime.datetime.now().astimezone().isoformat(timespec='seconds'),
+            **holder}
   os.ftruncate(descriptor, 0)
   os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+  return descriptor, previous
+
+
+def _acquire(path: str) -> int:
+  """The locked file's descriptor; RuntimeError naming the holder if a live run has it."""
+  locked = try_lock(path)
+  if locked is None:
+    with open(path) as f:
+      holder = f.read().strip() or 'unknown'
+    raise RuntimeError(f'{os.path.dirname(path)} is in use by another training run ({holder}); '
+                       'wait for it to end or choose another --workdir')
+  descriptor, previous = locked
+  if previous:
+    logging.warning('taking over %s, left by a run that has ended (%s)', path, previous)
   return descriptor
 
 

@@ -23,7 +23,6 @@ import fcntl
 import hashlib
 import json
 import os
-import socket
 from typing import Iterator
 
 from transformer_jax.storage import atomic, workdirs
@@ -43,22 +42,8 @@ class Claim:
     """`group`'s claim if no other process (or slot) holds it, else None."""
     directory = os.path.join(workdir, 'claims')
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f'{group[0]}.lock')
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-      fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      os.close(descriptor)
-      return None
-    except OSError as e:
-      os.close(descriptor)
-      if e.errno in workdirs.NO_FLOCK:
-        raise workdirs.no_flock_error(path, e) from None
-      raise
-    holder = {'host': socket.gethostname(), 'pid': os.getpid(), 'group': list(group)}
-    os.ftruncate(descriptor, 0)
-    os.pwrite(descriptor, json.dumps(holder).encode(), 0)
-    return cls(tuple(group), descriptor)
+    locked = workdirs.try_lock(os.path.join(directory, f'{group[0]}.lock'), group=list(group))
+    return None if locked is None else cls(tuple(group), locked[0])
 
   def release(self) -> None:
     """Lets go of the claim (again: nothing)."""

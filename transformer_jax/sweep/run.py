@@ -37,9 +37,6 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
   fits when it comes; with `process`, only this process's groups of the plan over every
   process's slots. Returns every finished row's figures."""
   started = time.monotonic()
-  workdirs.check_local(workdir, '--workdir')
-  if results_dir is not None:
-    workdirs.check_local(results_dir, '--results')
   if not 0 <= process.index < process.count:
     raise ValueError(f'--process_index={process.index} must be in [0, --process_count='
                      f'{process.count})')
@@ -71,6 +68,8 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
     except ValueError as e:
       raise ValueError(f'row {row}, on {len(slots[0])} devices a group: {e}') from None
   results_dir = results_dir or os.path.join(workdir, 'rows')
+  workdirs.check_local(workdir, '--workdir')  # both, before either is created
+  workdirs.check_local(results_dir, '--results')
   workdirs.check_writable(workdir, '--workdir')
   workdirs.check_writable(results_dir, '--results')
   group_lib.recover_all(sweep.ROWS, workdir, results_dir)

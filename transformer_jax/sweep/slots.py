@@ -156,6 +156,8 @@ class SideBySide:
         group = list(claim.group)
         if self._fits(group):
           upcoming = self._train_group(group, devices, ahead, notice)
+        else:
+          ahead.drop(group)  # compiling since it was claimed ahead
         claim.release()
         claim, upcoming = upcoming if upcoming is not None else self._claim_next(notice), None
     except BaseException as e:
