@@ -457,6 +457,22 @@ def test_first_argmax_is_argmax_ties_included(seed):
                                 np.argmax(scores, axis=-1))
 
 
+@pytest.mark.parametrize('length', [9, 97, 1000, 4096])
+@pytest.mark.parametrize('n', [1, 8])
+def test_top_k_by_blocks_is_lax_top_k_ties_included(length, n):
+  """`search.top_k` against `lax.top_k`: the same values and indices, with many ties (a few
+  integer values), rows of -inf, the largest at either end; rows cut into blocks that divide
+  them (9, 1000, 4096) or padded (97)."""
+  rng = np.random.default_rng(length + n)
+  x = rng.integers(-3, 3, size=(3, 5, length)).astype(np.float32)
+  x[0, 0] = -np.inf
+  x[0, 1, -1] = x[0, 2, 0] = np.inf
+  values, indices = search.top_k(jnp.asarray(x), n)
+  want_values, want_indices = jax.lax.top_k(jnp.asarray(x), n)
+  np.testing.assert_array_equal(values, want_values)
+  np.testing.assert_array_equal(indices, want_indices)
+
+
 @pytest.mark.parametrize('seed', range(3))
 def test_the_top_of_each_beam_first_is_the_top_of_all_ties_included(seed):
   """`top_of_beams` against `lax.top_k` over every beam's candidates at once: the same values,

@@ -14,6 +14,7 @@ step: the later steps compute fewer rows, and a sentence's result is the same.
 
 import dataclasses
 import functools
+import math
 from typing import Any, Callable, Sequence
 
 import jax
@@ -99,6 +100,28 @@ def first_argmax(scores: jax.Array) -> jax.Array:
   return jnp.min(jnp.where(scores == peak, index, scores.shape[-1]), axis=-1)
 
 
+def top_k(x: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+  """`lax.top_k(x, n)` over the last axis, exactly, ties included (the lower index first), with
+  fewer values sorted: each row is cut into blocks of about sqrt(length / n), and its top n lie
+  in the n blocks whose maxima rank first (a block ranked as its first maximum: by value, then
+  index), so only those blocks' values are sorted, with the blocks' maxima."""
+  *lead, length = x.shape
+  ideal = math.sqrt(length / n)
+  # A block size that divides the row, if one lies near the ideal: no padded copy of the row.
+  size = min(range(max(1, math.ceil(ideal / 2)), math.floor(2 * ideal) + 1),
+             key=lambda size: (length % size != 0, abs(size - ideal)), default=1)
+  count = -(-length // size)
+  if count <= n:
+    return jax.lax.top_k(x, n)
+  padding = [(0, 0)] * len(lead) + [(0, count * size - length)]  # after every value: never first
+  blocks = jnp.pad(x, padding, constant_values=-jnp.inf).reshape(*lead, count, size)
+  _, chosen = jax.lax.top_k(jnp.max(blocks, axis=-1), n)
+  chosen = jnp.sort(chosen, axis=-1)  # in the row's order, so that ties still go to the lower index
+  values = jnp.take_along_axis(blocks, chosen[..., None], axis=-2).reshape(*lead, n * size)
+  best, where = jax.lax.top_k(values, n)
+  return best, jnp.take_along_axis(chosen, where // size, axis=-1) * size + where % size
+
+
 def top_of_beams(candidates: jax.Array, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
   """`lax.top_k` of `candidates` (batch, k, vocab) flattened to (batch, k * vocab), exactly,
   ties included (the lower index first): (values, beam, token), each (batch, n). The top n of
@@ -106,7 +129,7 @@ def top_of_beams(candidates: jax.Array, n: int) -> tuple[jax.Array, jax.Array, j
   n out of vocab, then one of n out of k * n, instead of one of n out of k * vocab."""
   batch, k, vocab = candidates.shape
   per_beam = min(n, vocab)
-  values, tokens = jax.lax.top_k(candidates, per_beam)  # (batch, k, per_beam), each beam's best
+  values, tokens = top_k(candidates, per_beam)  # (batch, k, per_beam), each beam's best
   best, where = jax.lax.top_k(values.reshape(batch, k * per_beam), n)
   token = jnp.take_along_axis(tokens.reshape(batch, k * per_beam), where, axis=1)
   return best, where // per_beam, token
