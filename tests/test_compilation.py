@@ -1,7 +1,9 @@
 """The persistent compilation cache and the compile counts (transformer_jax/training/compilation.py)."""
 
+import contextlib
 import json
 import subprocess
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +52,28 @@ def test_a_program_is_compiled_once_then_loaded_from_the_cache(tmp_path, restore
   jax.clear_caches()
   off = _counted(function, x)
   assert (off.compiled, off.loaded) == (1, 0)
+
+
+def test_a_thread_charged_to_another_counts_its_compiles_there():
+  """`so_far` is the calling thread's; a thread within `charged_to(caller)` counts for the
+  caller, and once out of it for itself again."""
+  caller, seen = threading.get_ident(), {}
+
+  def work(charged: bool):
+    # Shapes no other test compiles, new to the process.
+    x = jnp.ones((5, 13 + charged, 17), jnp.float32)
+    with compilation.charged_to(caller) if charged else contextlib.nullcontext():
+      seen[charged] = _counted(jax.jit(lambda x: jnp.cos(x) - x.mean(axis=1, keepdims=True)), x)
+
+  for charged in (True, False):
+    before = compilation.so_far()
+    thread = threading.Thread(target=work, args=(charged,))
+    thread.start()
+    thread.join()
+    mine = compilation.so_far() - before
+    assert (mine.compiled + mine.loaded == 1) == (mine.seconds > 0) == charged
+    worker = seen[charged]
+    assert (worker.compiled + worker.loaded == 1) == (not charged)
 
 
 def test_the_default_directory_is_the_users_cache(tmp_path, monkeypatch):

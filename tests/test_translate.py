@@ -23,7 +23,10 @@ from transformer_jax.decoding import scoring
 from transformer_jax.data import builtin_grammar, datasets, pipeline, tokenizer
 from transformer_jax.decoding import batch_decode, bleu
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
+from transformer_jax.decoding import translator
 from transformer_jax.decoding.translator import Translator
+from transformer_jax.model import partitioning
+from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import saved_config
 
 # End-to-end: trains models and runs commands (`pytest -m "not slow"` leaves them out).
@@ -182,6 +185,25 @@ def test_translations_on_the_mesh_equal_one_device_and_the_uncached_decoder(work
         inputs = np.zeros((1, lengths[np.searchsorted(lengths, len(ids))]), np.int32)
         inputs[0, :len(ids)] = ids
         assert batch_decode.strip(np.asarray(run(params, jnp.asarray(inputs)))[0]) == output
+
+
+def test_batches_decoded_at_once_on_one_cpu_device_keep_every_output_in_order(workdir,
+                                                                              monkeypatch):
+  """On one CPU device a Translator decodes a batch per core at once (`batches_at_once`), each
+  from its own thread; the outputs are those decoded one batch at a time, source by source."""
+  config = saved_config.read_config(workdir)
+  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  assert translator.batches_at_once(model) == len(os.sched_getaffinity(0))
+  assert translator.batches_at_once(ShardedModel(config)) == 1  # 8 devices: the batch split
+  monkeypatch.setattr(translator, 'batches_at_once', lambda model: 3)
+  decoding = Translator(workdir, beam_size=2, average_last=1, batch_size=2, model=model)
+  texts = [f'{sentence} {extra}' for extra in ('', 'the cat .', 'a dog runs .')
+           for sentence in SENTENCES]
+  sources = decoding.encode(texts)
+  at_once = decoding.translate_ids(sources)
+  monkeypatch.setattr(translator, 'batches_at_once', lambda model: 1)
+  assert decoding.translate_ids(sources) == at_once
+  assert len(set(map(tuple, at_once))) > 3  # outputs that differ, from six batches or more
 
 
 def test_long_lines_are_truncated_with_a_warning_naming_the_line(workdir, caplog):
@@ -376,7 +398,10 @@ process, port, workdir, sentences = int(sys.argv[1]), sys.argv[2], sys.argv[3], 
 jax.config.update('jax_cpu_collectives_implementation', 'gloo')
 jax.distributed.initialize(f'127.0.0.1:{port}', num_processes=2, process_id=process)
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
+from transformer_jax.decoding import translator
 from transformer_jax.decoding.translator import Translator
+from transformer_jax.model import partitioning
+from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.model import partitioning
 # The data axis alternates between the processes, as a pod's topology-ordered mesh may:
 # process 0's devices hold global rows 0 and 2 of every four.

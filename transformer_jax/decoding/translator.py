@@ -8,11 +8,13 @@ Sentences are grouped by length into the buckets of `config.data.buckets` (`leng
 decoded `batch_size` at a time, a bucket's last batch in as few rows as a power of two of the
 batch shards holds (`rows_for`), so decoding compiles a few shapes per bucket, and loads from
 JAX's persistent compilation cache what an earlier evaluation of the same shapes compiled.
-Output order is input order.
+On a CPU, several batches are decoded at once (`batches_at_once`). Output order is input order.
 """
 
+import concurrent.futures
 import contextlib
 import os
+import threading
 from typing import Callable, Iterator, Sequence
 
 from absl import flags, logging
@@ -50,6 +52,17 @@ def rows_for(sentences: int, rows: int, shards: int) -> int:
   while size < sentences:
     size *= 2
   return min(size, rows)
+
+
+def batches_at_once(model: ShardedModel) -> int:
+  """The batches a translator of `model` decodes at once: with the model on one CPU device, one
+  a core the process may run on, each from a thread of its own (a decoding step's matrix
+  products are too small for XLA to share one among cores); otherwise one: the batch is split
+  over the devices already, and every process of several must run the same programs in the
+  same order."""
+  if jax.default_backend() != 'cpu' or jax.process_count() > 1 or model.mesh.devices.size > 1:
+    return 1
+  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
 
 
 def decode_batches(lengths: list[int], sizes: np.ndarray, rows: int
@@ -207,15 +220,24 @@ class Translator:
     if len(too_long):
       raise ValueError(f'source {too_long[0]} has {sizes[too_long[0]]} tokens, more than '
                        f'config.data.max_length={max_length} ({len(too_long)} such sources)')
+
+    caller = threading.get_ident()
+
+    def decode(batch: tuple[int, list[int]]) -> np.ndarray:
+      length, chunk = batch
+      inputs = np.full((rows_for(len(chunk), self.batch_rows, self.model.batch_shards), length),
+                       PAD_ID, np.int32)
+      for row, i in enumerate(chunk):
+        inputs[row, :len(sources[i])] = sources[i]
+      with compilation.charged_to(caller):  # what it compiles, the caller's (`evaluate` says)
+        placed = self.model.put_whole_batch({'inputs': inputs})
+        return partitioning.gather_rows(self._decode(self.params, placed['inputs']))
+
+    batches = list(decode_batches(self.lengths, sizes, self.batch_rows))
     with tqdm.tqdm(total=len(sources), disable=not progress, unit='sentence',
-                   dynamic_ncols=True) as bar:
-      for length, chunk in decode_batches(self.lengths, sizes, self.batch_rows):
-        rows = rows_for(len(chunk), self.batch_rows, self.model.batch_shards)
-        inputs = np.full((rows, length), PAD_ID, np.int32)
-        for row, i in enumerate(chunk):
-          inputs[row, :len(sources[i])] = sources[i]
-        batch = self.model.put_whole_batch({'inputs': inputs})
-        result = partitioning.gather_rows(self._decode(self.params, batch['inputs']))
+                   dynamic_ncols=True) as bar, concurrent.futures.ThreadPoolExecutor(
+                       batches_at_once(self.model)) as threads:
+      for (_, chunk), result in zip(batches, threads.map(decode, batches)):
         for row, i in enumerate(chunk):
           yield i, result[row]
         bar.update(len(chunk))

@@ -15,9 +15,11 @@ is that call's compiling, also while another thread compiles programs ahead (a s
 group, `sweep.ahead`); `everywhere` counts every thread's.
 """
 
+import contextlib
 import dataclasses
 import os
 import threading
+from typing import Iterator
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache
@@ -62,11 +64,13 @@ class _Totals:
   def __init__(self):
     self._lock = threading.Lock()
     self._threads: dict[int, list] = {}  # thread id -> [seconds, backend compiles, cache hits]
+    self.charged: dict[int, int] = {}  # thread id -> the thread its compiles count for
     jax.monitoring.register_event_duration_secs_listener(self._on_duration)
     jax.monitoring.register_event_listener(self._on_event)
 
   def _mine(self) -> list:
-    return self._threads.setdefault(threading.get_ident(), [0.0, 0, 0])
+    thread = threading.get_ident()
+    return self._threads.setdefault(self.charged.get(thread, thread), [0.0, 0, 0])
 
   def _on_duration(self, event: str, seconds: float, **_) -> None:
     if event in _DURATION_EVENTS:
@@ -94,6 +98,17 @@ _TOTALS = _Totals()
 def so_far() -> CompileStats:
   """What the calling thread has compiled and loaded since this module was imported."""
   return _TOTALS.get(threading.get_ident())
+
+
+@contextlib.contextmanager
+def charged_to(thread: int) -> Iterator[None]:
+  """Within: what the calling thread compiles and loads counts as `thread`'s (`so_far`), as a
+  thread working for another (a translator's batches decoded at once)."""
+  _TOTALS.charged[threading.get_ident()] = thread
+  try:
+    yield
+  finally:
+    del _TOTALS.charged[threading.get_ident()]
 
 
 def everywhere() -> CompileStats:
