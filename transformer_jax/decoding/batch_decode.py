@@ -41,118 +41,67 @@ def _take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
   return jnp.take(x, rows, axis=0) if x.ndim else x
 
 
-def _keep_sentences(state: Any, sentences: jax.Array, count: int) -> Any:
-  """`search.KeepFn` for a state whose every leaf with a leading axis has a row or several
-  (`copies`, sentence-major) for each of `count` sentences: those of `sentences` only."""
-
-  def keep(x):
-    if not x.ndim:
-      return x
-    per_sentence = x.reshape(count, -1, *x.shape[1:])
-    return jnp.take(per_sentence, sentences, axis=0).reshape(-1, *x.shape[1:])
-
-  return jax.tree.map(keep, state)
-
-
 def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                   length: int, copies: int) -> search.Scorer:
-  """A scorer over the decoder's key/value cache, `copies` rows per sentence; its state the
-  cache and the sources' encoding and mask (the sentences dropped as they end drop theirs)."""
+  """A scorer over the decoder's key/value cache, `copies` rows per sentence."""
   _, variables = model.apply({'params': params}, encoded, source_mask, length, copies,
                              method='init_cache', mutable=['cache'])
 
-  def step(state, tokens, i, bound):
+  def step(cache, tokens, i, bound):
     del i  # the cache holds the position
     # The search runs one loop per cache block; `bound` is the end of the step's block.
-    logits, variables = model.apply({'params': params, 'cache': state['cache']},
-                                    state['encoded'], state['source_mask'], tokens[:, None],
-                                    incremental=True,
+    logits, variables = model.apply({'params': params, 'cache': cache}, encoded, source_mask,
+                                    tokens[:, None], incremental=True,
                                     cache_block=(bound - 1) // attention.CACHE_BLOCK,
                                     method='decode', mutable=['cache'])
-    return _next_logits(logits[:, 0]), dict(state, cache=variables['cache'])
+    return _next_logits(logits[:, 0]), variables['cache']
 
-  def reorder(state, rows):
+  def reorder(cache, rows):
     # The cached keys and values stay where they were written; a hypothesis takes over the
     # table of slots that holds its history (see `model.Decoder`).
-    cache = state['cache']
     decoder = dict(cache['decoder'], slots=_take_rows(cache['decoder']['slots'], rows))
-    return dict(state, cache=dict(cache, decoder=decoder))
-
-  def keep(state, sentences):
-    # The barrier as below: the kept cache in the cache's layout.
-    return jax.lax.optimization_barrier(
-        _keep_sentences(state, sentences, state['source_mask'].shape[0]))
+    return dict(cache, decoder=decoder)
 
   # The barrier keeps XLA from moving the encoder-decoder keys and values out of the cache's
   # layout (which it does to cancel transposes at creation, and then transposes every step).
-  state = {'cache': variables['cache'], 'encoded': encoded, 'source_mask': source_mask}
-  return search.Scorer(jax.lax.optimization_barrier(state), step, reorder,
-                       bounds=tuple(end for _, end in attention.cache_blocks(length)), keep=keep)
+  return search.Scorer(jax.lax.optimization_barrier(variables['cache']), step, reorder,
+                       bounds=tuple(end for _, end in attention.cache_blocks(length)))
 
 
 def uncached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                     length: int, copies: int) -> search.Scorer:
-  """A scorer that re-runs the decoder over all `length` positions at every step; its state
-  each row's source encoding and mask and its tokens so far."""
+  """A scorer that re-runs the decoder over all `length` positions at every step."""
   encoded, source_mask = _repeat_rows((encoded, source_mask), copies)
   decoder_inputs = jnp.full((encoded.shape[0], length), PAD_ID, jnp.int32)
 
-  def step(state, tokens, i, bound):
+  def step(decoder_inputs, tokens, i, bound):
     del bound  # every step runs the decoder over all `length` positions
-    encoded, source_mask, decoder_inputs = state
     decoder_inputs = decoder_inputs.at[:, i].set(tokens)
     logits = model.apply({'params': params}, encoded, source_mask, decoder_inputs,
                          method='decode')
-    return _next_logits(logits[:, i]), (encoded, source_mask, decoder_inputs)
+    return _next_logits(logits[:, i]), decoder_inputs
 
-  def keep(state, sentences):
-    return _keep_sentences(state, sentences, state[0].shape[0] // copies)
-
-  def reorder(state, rows):  # a sentence's rows share its source
-    return (*state[:2], _take_rows(state[2], rows))
-
-  return search.Scorer((encoded, source_mask, decoder_inputs), step, reorder, keep=keep)
-
-
-# A search's batch is halved at most HALVINGS times as its sentences end (`widths`), to no fewer
-# than FEWEST_ROWS rows: each width is one more loop per cache block to compile, and below
-# these the rows saved save little.
-HALVINGS, FEWEST_ROWS = 2, 8
-
-
-def widths(sentences: int, copies: int, shards: int = 1, halvings: int = HALVINGS
-           ) -> tuple[int, ...]:
-  """The sentences a search of `sentences`, `copies` rows each, runs at once as they end
-  (`search.greedy`'s `widths`): halved up to `halvings` times while the half is a multiple of
-  the batch's `shards` and holds at least FEWEST_ROWS rows."""
-  result = [sentences]
-  while (len(result) <= halvings and result[-1] % (2 * shards) == 0
-         and result[-1] // 2 * copies >= FEWEST_ROWS):
-    result.append(result[-1] // 2)
-  return tuple(result)
+  return search.Scorer(decoder_inputs, step, _take_rows)
 
 
 def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alpha: float,
-           max_extra_length: int, cached: bool = True, shards: int = 1,
-           halvings: int = HALVINGS) -> jax.Array:
+           max_extra_length: int, cached: bool = True) -> jax.Array:
   """inputs: (b, s) source ids -> (b, s + max_extra_length) output ids, PAD_ID after EOS.
 
   beam_size 1 is greedy decoding (α unused), larger sizes beam search, as in tensor2tensor.
   The output may hold s + max_extra_length tokens (§6.1: input length + 50, with the padded
-  input length as in tensor2tensor). All-padding rows give empty outputs. The sentences that
-  are done are dropped as the search goes, the batch halved up to `halvings` times (`widths`;
-  0: never), each width a number of sentences that splits over the batch's `shards`.
+  input length as in tensor2tensor). All-padding rows give empty outputs.
   """
   length = inputs.shape[1] + max_extra_length
   source_mask = inputs != PAD_ID
   encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
   make_scorer = cached_scorer if cached else uncached_scorer
   active = jnp.any(source_mask, axis=1)
-  scorer = make_scorer(model, params, encoded, source_mask, length, beam_size)
-  searched = widths(inputs.shape[0], beam_size, shards, halvings)
   if beam_size == 1:
-    return search.greedy(scorer, length, active, searched)
-  return search.beam_search(scorer, beam_size, alpha, length, active, searched)[0]
+    return search.greedy(make_scorer(model, params, encoded, source_mask, length, 1), length,
+                         active)
+  scorer = make_scorer(model, params, encoded, source_mask, length, beam_size)
+  return search.beam_search(scorer, beam_size, alpha, length, active)[0]
 
 
 def strip(tokens: np.ndarray) -> list[int]:
@@ -175,8 +124,7 @@ def jit_decode(model: ShardedModel, beam_size: int, alpha: float, max_extra_leng
 
   def make():
     one = functools.partial(decode, model.eval_model, beam_size=beam_size, alpha=alpha,
-                            max_extra_length=max_extra_length, cached=cached,
-                            shards=model.batch_shards)
+                            max_extra_length=max_extra_length, cached=cached)
     if not stacked:
       return jax.jit(one, in_shardings=(model.param_sharding, model.batch_sharding),
                      out_shardings=model.batch_sharding)

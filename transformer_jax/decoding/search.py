@@ -1,21 +1,17 @@
 """Greedy decoding and beam search (§6.1), independent of the model.
 
 A `Scorer` supplies the next token's logits one position at a time; the search algorithms below
-run entirely inside `lax.while_loop`s, so a jitted search compiles once per input shape.
-`batch_decode.py` builds scorers from a Transformer (with or without a key/value cache); tests
-build them from hand-written tables.
+run entirely inside `lax.while_loop`s, so a jitted search compiles once per input shape. `batch_decode.py` builds scorers from a Transformer (with or without a key/value
+cache); tests build them from hand-written tables.
 
 Rows are laid out sentence-major: with `copies` hypotheses per sentence, row r belongs to
-sentence r // copies. Given `widths`, a search drops the sentences that are done as it goes: it
-runs the batch at each width in turn (a loop each), moving on once no more than the next width
-are still searching, when it keeps those only (`Scorer.keep`), as CTranslate2 does at every
-step: the later steps compute fewer rows, and a sentence's result is the same.
+sentence r // copies.
 """
 
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -29,16 +25,12 @@ from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 StepFn = Callable[[Any, jax.Array, jax.Array, int], tuple[jax.Array, Any]]
 # reorder(state, rows) -> state with row r taken from row rows[r].
 ReorderFn = Callable[[Any, jax.Array], Any]
-# keep(state, sentences) -> the state of those sentences only (indices into the current ones),
-# in that order, each with its rows.
-KeepFn = Callable[[Any, jax.Array], Any]
 
 
 @dataclasses.dataclass(frozen=True)
 class Scorer:
-  """The next token's logits, one position at a time: `step` from `state`, `reorder` to
-  follow the hypotheses that beam search keeps, and `keep` (needed by a search given `widths`)
-  to drop the sentences that are done.
+  """The next token's logits, one position at a time: `step` from `state`, and
+  `reorder` to follow the hypotheses that beam search keeps.
 
   `bounds` (increasing; the last at least the search's length) split the positions into
   stretches, each searched by its own loop whose steps get the stretch's end as a static
@@ -50,40 +42,15 @@ class Scorer:
   step: StepFn
   reorder: ReorderFn
   bounds: tuple[int, ...] = ()
-  keep: KeepFn | None = None
 
 
-def _loop(scorer: Scorer, length: int, widths: Sequence[int], step, carry):
-  """Runs `step(carry, bound)` from `carry` = (i, sentences, done, state) while i < `length`
-  and a sentence is not done; returns `sentences` (a tree of arrays, one row a sentence) as they
-  end, a row for every sentence of the batch, in order.
-
-  One `lax.while_loop` per stretch of `scorer.bounds`, each passing its bound to `step`; and
-  with several `widths` (the first the batch's), all of those per width: the sentences not done
-  first, the batch goes on at the next width once no more than it are still searching."""
-  results = carry[1]
-  rows_of = jnp.arange(carry[2].shape[0])  # the batch's sentence of each row searched
-  widths = tuple(widths) or (carry[2].shape[0],)
-  if widths[0] != carry[2].shape[0] or (len(widths) > 1 and scorer.keep is None):
-    raise ValueError(f'widths {widths}: the first must be the batch\'s sentences, '
-                     f'{carry[2].shape[0]}, and more than one needs a Scorer with keep')
-  for following in (*widths[1:], 0):
-
-    def running(c, bound, following=following):
-      i, _, done, _ = c
-      return (i < length) & (i < bound) & (jnp.sum(~done) > following)
-
-    for bound in scorer.bounds or (length,):
-      carry = jax.lax.while_loop(functools.partial(running, bound=bound),
-                                 functools.partial(step, bound=bound), carry)
-    i, sentences, done, state = carry
-    results = jax.tree.map(lambda result, x: result.at[rows_of].set(x), results, sentences)
-    if following:
-      kept = jnp.argsort(done, stable=True)[:following]  # those still searching first
-      carry = (i, jax.tree.map(lambda x: x[kept], sentences), done[kept],
-               scorer.keep(state, kept))
-      rows_of = rows_of[kept]
-  return results
+def _loop(scorer: Scorer, length: int, running, step, carry):
+  """`lax.while_loop(running, step, carry)` over positions carry[0] < length, run as one loop
+  per stretch of `scorer.bounds`, each passing its bound to `step(carry, bound)`."""
+  for bound in scorer.bounds or (length,):
+    carry = jax.lax.while_loop(lambda c, bound=bound: running(c) & (c[0] < bound),
+                               functools.partial(step, bound=bound), carry)
+  return carry
 
 
 def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
@@ -135,8 +102,7 @@ def top_of_beams(candidates: jax.Array, n: int) -> tuple[jax.Array, jax.Array, j
   return best, where // per_beam, token
 
 
-def greedy(scorer: Scorer, length: int, active: jax.Array, widths: Sequence[int] = ()
-           ) -> jax.Array:
+def greedy(scorer: Scorer, length: int, active: jax.Array) -> jax.Array:
   """The most probable token at every position until EOS (the largest logit: no
   log-softmax).
 
@@ -144,8 +110,6 @@ def greedy(scorer: Scorer, length: int, active: jax.Array, widths: Sequence[int]
     scorer: one row per sentence.
     length: the most output tokens (EOS included).
     active: (batch,) bool; inactive rows (empty inputs) produce nothing.
-    widths: the sentences searched at once as they end (see the module's docstring); empty,
-      all to the end.
 
   Returns:
     (batch, length) ids; PAD_ID after EOS.
@@ -160,13 +124,17 @@ def greedy(scorer: Scorer, length: int, active: jax.Array, widths: Sequence[int]
     outputs = outputs.at[:, i].set(token)
     return i + 1, outputs, done | (token == EOS_ID), state
 
+  def running(carry):
+    i, _, done, _ = carry
+    return (i < length) & ~jnp.all(done)
+
   initial = (jnp.zeros((), jnp.int32), jnp.zeros((batch, length), jnp.int32), ~active,
              scorer.state)
-  return _loop(scorer, length, widths, step, initial)
+  return _loop(scorer, length, running, step, initial)[1]
 
 
 def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
-                active: jax.Array, widths: Sequence[int] = ()) -> tuple[jax.Array, jax.Array]:
+                active: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Beam search with the length penalty of §6.1, as tensor2tensor's `beam_search.py`.
 
   Live hypotheses are ranked by log-probability, finished ones (ended by EOS) by
@@ -184,19 +152,16 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     alpha: α >= 0 of the length penalty.
     length: the most output tokens (EOS included).
     active: (batch,) bool; inactive rows (empty inputs) are done from the start.
-    widths: the sentences searched at once as they end (see the module's docstring); empty,
-      all to the end.
 
   Returns:
     (batch, length) ids of each sentence's best hypothesis (PAD_ID after EOS), and its score.
   """
-  k = beam_size
+  batch, k = active.shape[0], beam_size
   minus_inf = jnp.array(-jnp.inf, jnp.float32)
   max_penalty = length_penalty(length, alpha)
 
   def step(carry, bound):
-    i, (live, live_log_probs, finished, finished_scores), done, state = carry
-    batch = live.shape[0]
+    i, live, live_log_probs, finished, finished_scores, _, state = carry
     previous = jnp.where(i == 0, PAD_ID, live[:, :, jnp.maximum(i - 1, 0)]).reshape(-1)
     logits, state = scorer.step(state, previous, i, bound)
     log_probs = jax.nn.log_softmax(logits)
@@ -227,19 +192,21 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     # only when every sentence meets it); its 2017 version waited for the lowest-scoring
     # finished hypothesis to clear the bound, which never happens sooner. Either way the best
     # hypothesis, the one returned, cannot change.
-    # Once done, done for good: the bound only falls, the best finished score only rises.
     upper_bound = live_log_probs[:, 0] / max_penalty
-    done = done | (finished_scores[:, 0] >= upper_bound)
-    return i + 1, (live, live_log_probs, finished, finished_scores), done, state
+    done = ~active | (finished_scores[:, 0] >= upper_bound)
+    return i + 1, live, live_log_probs, finished, finished_scores, done, state
+
+  def running(carry):
+    i, *_, done, _ = carry
+    return (i < length) & ~jnp.all(done)
 
   # Only the first beam is live at the start, so the first step expands one hypothesis.
-  batch = active.shape[0]
   initial_log_probs = jnp.tile(jnp.where(jnp.arange(k) == 0, 0.0, minus_inf), (batch, 1))
   sequences = jnp.zeros((batch, k, length), jnp.int32)
-  initial = (jnp.zeros((), jnp.int32),
-             (sequences, initial_log_probs, sequences, jnp.full((batch, k), minus_inf)),
-             ~active, scorer.state)
-  live, live_log_probs, finished, finished_scores = _loop(scorer, length, widths, step, initial)
+  initial = (jnp.zeros((), jnp.int32), sequences, initial_log_probs, sequences,
+             jnp.full((batch, k), minus_inf), ~active, scorer.state)
+  _, live, live_log_probs, finished, finished_scores, _, _ = _loop(
+      scorer, length, running, step, initial)
   any_finished = finished_scores[:, 0] > minus_inf
   best = jnp.where(any_finished[:, None], finished[:, 0], live[:, 0])
   best = jnp.where(active[:, None], best, PAD_ID)
