@@ -384,6 +384,26 @@ def test_the_top_of_each_beam_first_is_the_top_of_all_ties_included(seed):
     np.testing.assert_array_equal(token, flat % vocab)
 
 
+def test_a_buckets_sources_go_to_its_batches_by_length():
+  """`translator.decode_batches`: every non-empty source once, in the shortest bucket that
+  holds it, at most `rows` a batch, the longest bucket first; within a bucket, by length (equal
+  lengths in input order), so that a batch's sources, and so its outputs, are alike in length."""
+  rng = np.random.default_rng(0)
+  lengths, rows = [8, 16, 24], 5
+  sizes = rng.integers(0, 25, size=60)
+  batches = list(translator.decode_batches(lengths, sizes, rows))
+  placed = [i for _, chunk in batches for i in chunk]
+  assert sorted(placed) == [i for i in range(len(sizes)) if sizes[i]]
+  assert [length for length, _ in batches] == sorted((length for length, _ in batches),
+                                                     reverse=True)
+  for length, chunk in batches:
+    assert 0 < len(chunk) <= rows
+    assert all(lengths[np.searchsorted(lengths, sizes[i])] == length for i in chunk)
+  for length in lengths:
+    members = [i for bucket, chunk in batches if bucket == length for i in chunk]
+    assert members == sorted(members, key=lambda i: (sizes[i], i))
+
+
 @pytest.mark.parametrize('shards, rows', [(1, 64), (2, 64), (3, 48), (8, 64)])
 def test_a_last_batch_runs_few_rows_that_carry_nothing_in_few_shapes(shards, rows):
   """`translator.rows_for`: every batch holds its sentences, splits over the batch shards, is

@@ -69,10 +69,12 @@ def decode_batches(lengths: list[int], sizes: np.ndarray, rows: int
                    ) -> Iterator[tuple[int, list[int]]]:
   """(bucket length, the sources it decodes: at most `rows`) for sources of `sizes` tokens
   (none longer than the last of `lengths`), the empty ones left out, longest bucket first
-  (the slowest batches show early)."""
+  (the slowest batches show early). A bucket's sources go to its batches by length, so that a
+  batch's outputs end at about the same step: a batch decodes until its longest output ends."""
   bucket = np.searchsorted(lengths, sizes)
   for b in reversed(range(len(lengths))):
     members = [int(i) for i in np.flatnonzero(bucket == b) if sizes[i]]
+    members.sort(key=lambda i: sizes[i])  # stable: equal lengths in input order
     for start in range(0, len(members), rows):
       yield lengths[b], members[start:start + rows]
 
