@@ -36,6 +36,14 @@ _M30K_TIMES = 'experiments/speed/compile_time_multi30k_intel_xeon_avx512.json'
 _H200_STEPS = 'experiments/gpu/h200/fused_loss/benchmarks.jsonl'
 _OVERLAP = 'experiments/side_by_side/overlap_cpu.json'
 _VS_CT2 = 'experiments/decoding_vs_ct2'
+# Its files, a lever at a time, in the order they came; the last is the code now.
+_VS_CT2_FILES = [f'{_VS_CT2}/amd_epyc_{name}.json' for name in (
+    'before_levers', 'levers', 'padding_rows', 'drop_finished', 'top_k_blocks',
+    'batches_at_once', 'batches_by_length')]
+# The files of experiments/decoding_vs_ct2/evaluation_time.py: with finished sentences dropped
+# (ed30a05), and the code now.
+_EVALUATION_TIME = [f'{_VS_CT2}/amd_epyc_evaluation_time_dropped.json',
+                    f'{_VS_CT2}/amd_epyc_evaluation_time.json']
 _OVERLAP_BEFORE = 'experiments/side_by_side/overlap_cpu_before_547470b.json'
 _H200_PRNG = 'experiments/gpu/h200/prng'
 _H200_LOOP = 'experiments/gpu/h200/window_2026-11-28.jsonl'
@@ -102,12 +110,6 @@ def h200_step(name: str) -> dict:
 def h100_against_torch(model: str) -> dict:
   """The H100 window's PyTorch part for `model` ('base', 'big'), bfloat16."""
   return record(_H100, part=f'torch_{model}_bfloat16')['result']['shapes'][f'configs/{model}.py']
-
-
-def ct2_over_ours(decoding: dict, threads: int = 1) -> float:
-  """CTranslate2's sentences/s on `threads` threads over ours, in one decoding that
-  experiments/hf_export/check.py wrote."""
-  return 1 / decoding['ctranslate2'][f'{threads}_threads']['time_over_ours']
 
 
 # Printing.
@@ -209,10 +211,10 @@ def results(page: str) -> str:
        f'identical translations: greedy {span([r["same_translations"] for r in greedy], 0)}, '
        f'beam {beam[0]["beam_size"]} {span([r["same_translations"] for r in beam], 0)} of '
        f'{load(each_cpu(_HF_EXPORT)[0][0])["sentences"]}; ours '
-       f'{span([r["speed_ratio"] for r in greedy + beam], 2, "×")} `generate`\'s sentences/s, '
-       f'CTranslate2 {span([ct2_over_ours(r) for r in greedy + beam], 2, "×")} ours',
+       f'{span([r["speed_ratio"] for r in greedy + beam], 2, "×")} `generate`\'s sentences/s',
        '`python experiments/hf_export/check.py --workdir=DIR --output=FILE`',
        link(page, _HF_EXPORT)],
+      against_ct2(page),
   ])
 
 
@@ -337,10 +339,28 @@ def decoding(page: str) -> str:
                  f'2-core CPUs ({len(found)} types)',
                  f'{span([r["speed_ratio"] for r in found], 2, "×")} the sentences/s; '
                  f'{span([r["same_translations"] for r in found], 0)} of '
-                 f'{exports[0][1]["sentences"]} translations identical; CTranslate2 (one '
-                 f'thread) {span([ct2_over_ours(r) for r in found], 2, "×")} ours',
+                 f'{exports[0][1]["sentences"]} translations identical',
                  link(page, _HF_EXPORT)])
+  ct2 = against_ct2(page)
+  rows.append([ct2[0], 'a 2-core AMD EPYC', ct2[1], ct2[3]])
   return markdown(['decoding', 'on', 'measured', 'files'], rows)
+
+
+def against_ct2(page: str) -> list[str]:
+  """The fair benchmark against CTranslate2, the code now: a row of README.md's results."""
+  result = load(_VS_CT2_FILES[-1])
+  ratio = {(run['beam_size'], run['threads']): run['ours_over_ct2'] for run in result['results']}
+  same = [run['translations']['same_translations'] for run in result['results']]
+  return [
+      'Decoding against CTranslate2 (float32): the same exported `configs/tiny.py` model, '
+      'inputs, batches and cores, 2-core AMD EPYC',
+      f'ours / CTranslate2 sentences/s: greedy {ratio[1, 1]:.2f} (one thread), '
+      f'{ratio[1, 2]:.2f} (two); beam 4 {ratio[4, 1]:.2f}, {ratio[4, 2]:.2f}; '
+      f'{span(same, 0)} of {result["sentences"]} translations identical',
+      '`python -m transformer_jax.train --config=configs/tiny.py --workdir=/tmp/tiny600 '
+      '--config.train.num_train_steps=600 --config.train.eval_every_steps=600 && python '
+      f'{_VS_CT2}/benchmark.py --workdir=/tmp/tiny600`',
+      link(page, _VS_CT2_FILES[-1])]
 
 
 # The experiments' pages: the same measurements, CPU type by CPU type.
@@ -431,9 +451,7 @@ def side_by_side_overlap(page: str) -> str:
 
 def decoding_vs_ct2(page: str) -> str:
   rows = []
-  found = glob.glob(os.path.join(REPO, _VS_CT2, '*.json'))
-  for path in sorted(found, key=lambda path: ('before' not in path, path)):
-    path = os.path.relpath(path, REPO)
+  for path in _VS_CT2_FILES:
     result = load(path)
     for run in result['results']:
       same = run['translations']
@@ -445,6 +463,26 @@ def decoding_vs_ct2(page: str) -> str:
   return markdown(['our code', 'CPU', 'beam', 'threads', 'ours, sentences/s',
                    'CTranslate2, sentences/s', 'ours / CTranslate2', 'same translations',
                    'file'], rows)
+
+
+def evaluation_time(page: str) -> str:
+  """`evaluate` and a training run's dev evaluation, before the levers and after, per file."""
+  rows = []
+  for path in _EVALUATION_TIME:
+    result = load(path)
+    commits = {'before': result['before_commit'], 'now': result['provenance']['commit']}
+    for measured in result['rounds']:
+      for variant, commit in commits.items():
+        evaluate, dev = measured[variant]['evaluate'], measured[variant]['dev_evaluation']
+        rows.append([commit[:7], *(
+            f'{evaluate[state]["wall_seconds"]:.1f} s; decoding '
+            f'{evaluate[state]["decode_seconds"]:.1f} s, '
+            f'{evaluate[state]["decode_compile_seconds"]:.1f} s compiling' for state in
+            ('cold', 'warm')),
+            f'{dev["seconds"]:.1f} s, {dev["compile_seconds"]:.1f} s compiling',
+            f'{evaluate["cold"]["bleu"]:.2f}, {dev["bleu"]:.2f}', link(page, path)])
+  return markdown(['our code', '`evaluate`, cache cold', '`evaluate`, cache warm',
+                   'dev evaluation at step 600', 'BLEU: test, dev', 'file'], rows)
 
 
 TABLES: dict[str, Callable[[str], str]] = {
@@ -462,6 +500,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     'cpu-loop': cpu_loop,
     'side-by-side-overlap': side_by_side_overlap,
     'decoding-vs-ct2': decoding_vs_ct2,
+    'evaluation-time': evaluation_time,
 }
 
 
