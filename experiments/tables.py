@@ -39,7 +39,7 @@ _VS_CT2 = 'experiments/decoding_vs_ct2'
 # Its files, a lever at a time, in the order they came, then the code now on a larger model.
 _VS_CT2_FILES = [f'{_VS_CT2}/amd_epyc_{name}.json' for name in (
     'before_levers', 'levers', 'padding_rows', 'drop_finished', 'top_k_blocks',
-    'batches_at_once', 'batches_by_length', 'multi30k_vocab6000')]
+    'batches_at_once', 'batches_by_length', 'multi30k_vocab6000', 'multi30k_3000steps')]
 _VS_CT2_NOW = f'{_VS_CT2}/amd_epyc_batches_by_length.json'  # the code now, the tiny model
 # The files of experiments/decoding_vs_ct2/evaluation_time.py: with finished sentences dropped
 # (ed30a05), and the code now.
