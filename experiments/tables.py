@@ -469,7 +469,7 @@ def decoding_vs_ct2(page: str) -> str:
 
 def evaluation_time(page: str) -> str:
   """`evaluate` and a training run's dev evaluation, before the levers and after, per file."""
-  rows = []
+  rows, steps = [], {load(path)['steps'] for path in _EVALUATION_TIME}
   for path in _EVALUATION_TIME:
     result = load(path)
     commits = {'before': result['before_commit'], 'now': result['provenance']['commit']}
@@ -484,7 +484,8 @@ def evaluation_time(page: str) -> str:
             f'{dev["seconds"]:.1f} s, {dev["compile_seconds"]:.1f} s compiling',
             f'{evaluate["cold"]["bleu"]:.2f}, {dev["bleu"]:.2f}', link(page, path)])
   return markdown(['our code', '`evaluate`, cache cold', '`evaluate`, cache warm',
-                   'dev evaluation at step 600', 'BLEU: test, dev', 'file'], rows)
+                   f'dev evaluation at step {"/".join(map(str, sorted(steps)))}',
+                   'BLEU: test, dev', 'file'], rows)
 
 
 TABLES: dict[str, Callable[[str], str]] = {
