@@ -29,7 +29,7 @@ def test_cached_logits_equal_the_full_forward_pass(rng, options):
   """Feeding a target one token at a time through the cache gives, at every position, the
   logits that the uncached decoder computes over the whole target at once. The target spans
   three of the blocks that a step reads the cache by (attention.CACHE_BLOCK), the last one
-  partial."""
+  partial, one compiled step reading each."""
   cfg = tiny_config(max_len=48, **options)
   model, params = Transformer(cfg), init_params(cfg)
   inputs = jnp.asarray(random_tokens(rng, (3, 6), cfg.vocab_size, lengths=[6, 3, 1]))
@@ -42,12 +42,12 @@ def test_cached_logits_equal_the_full_forward_pass(rng, options):
 
   _, variables = model.apply({'params': params}, encoded, source_mask, cache_length,
                              method='init_cache', mutable=['cache'])
-  step = jax.jit(lambda cache, tokens, block: model.apply(
+  step = jax.jit(lambda cache, tokens, i: model.apply(
       {'params': params, 'cache': cache}, encoded, source_mask, tokens, incremental=True,
-      cache_block=block, method='decode', mutable=['cache']), static_argnums=2)
+      position=i, method='decode', mutable=['cache']))
   cache, stepwise = variables['cache'], []
   for i in range(target_length):
-    logits, variables = step(cache, decoder_inputs[:, i:i + 1], i // CACHE_BLOCK)
+    logits, variables = step(cache, decoder_inputs[:, i:i + 1], i)
     cache = variables['cache']
     stepwise.append(logits[:, 0])
   np.testing.assert_allclose(np.stack(stepwise, 1), full, rtol=1e-5, atol=1e-5)
@@ -73,11 +73,9 @@ def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesi
   assert [v.shape for v in layer['self_attention']['value']] == [
       (2, cfg.num_heads, CACHE_BLOCK * 3, cfg.d_v), (2, cfg.num_heads, 4 * 3, cfg.d_v)]
   assert not any(np.any(k) for k in layer['self_attention']['key'])
-  # Every hypothesis starts in its own slot; the position is counted once, by the decoder.
+  # Every hypothesis starts in its own slot.
   np.testing.assert_array_equal(decoder['slots'],
                                 np.broadcast_to([[0], [1], [2]] * 2, (6, length)))
-  assert int(decoder['index']) == 0
-  assert 'index' not in layer['self_attention']
 
 
 @pytest.mark.slow
@@ -92,8 +90,8 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
   inputs = jnp.asarray(random_tokens(rng, (2, 6), cfg.vocab_size, lengths=[6, 2]))
   source_mask = inputs != PAD_ID
   encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-  scorer = batch_decode.cached_scorer(model, params, encoded, source_mask, length, copies)
-  step, reorder = jax.jit(scorer.step, static_argnums=3), jax.jit(scorer.reorder)
+  scorer = batch_decode.model_scorer(model, params, encoded, source_mask, length, copies)
+  step, reorder = jax.jit(scorer.step), jax.jit(scorer.reorder)
   repeated = (jnp.repeat(encoded, copies, 0), jnp.repeat(source_mask, copies, 0))
   # The full decoder over each row's history, padded to `length` (one compiled shape; the
   # causal mask keeps the padding out of position i).
@@ -104,8 +102,7 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
     tokens = (np.zeros(2 * copies, np.int32) if i == 0
               else random_tokens(rng, (2 * copies,), cfg.vocab_size))
     history = np.concatenate([history, tokens[:, None]], 1)
-    bound = min(b for b in scorer.bounds if b > i)
-    logits, state = step(state, jnp.asarray(tokens), i, bound)
+    logits, state = step(state, jnp.asarray(tokens), i)
     full = full_decoder(np.pad(history, ((0, 0), (0, length - history.shape[1]))))
     expected = full[:, i].at[:, PAD_ID].set(-jnp.inf)
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
@@ -200,35 +197,29 @@ def _table(rows: dict) -> np.ndarray:
   return table
 
 
-def _table_scorer(table: np.ndarray, rows: int, bounds=()) -> search.Scorer:
-  """Scores from a table indexed by the previous token; with `bounds`, each step checks that
-  its position lies in its stretch (a NaN score otherwise)."""
+def _table_scorer(table: np.ndarray, rows: int) -> search.Scorer:
+  """Scores from a table indexed by the previous token."""
   table = jnp.asarray(table)
-
-  def step(state, tokens, i, bound):
-    lower = max([0] + [b for b in bounds if b < bound])
-    inside = (lower <= i) & (i < bound) if bounds else True
-    return jnp.where(inside, table[tokens], jnp.nan), state
-
-  return search.Scorer(state=jnp.zeros((rows,), jnp.int32), step=step,
-                       reorder=lambda state, rows: state[rows], bounds=tuple(bounds))
+  return search.Scorer(state=jnp.zeros((rows,), jnp.int32),
+                       step=lambda state, tokens, i: (table[tokens], state),
+                       reorder=lambda state, rows: state[rows])
 
 
-@functools.partial(jax.jit, static_argnames=('beam_size', 'length', 'batch', 'bounds'))
-def _beam_program(table, alpha, *, beam_size, length, batch, bounds):
+@functools.partial(jax.jit, static_argnames=('beam_size', 'length', 'batch'))
+def _beam_program(table, alpha, *, beam_size, length, batch):
   """The table and α are arguments, not constants: one program for every table of a shape."""
-  scorer = _table_scorer(table, batch * beam_size, bounds)
+  scorer = _table_scorer(table, batch * beam_size)
   return search.beam_search(scorer, beam_size, alpha, length, jnp.ones(batch, bool))
 
 
-@functools.partial(jax.jit, static_argnames=('length', 'batch', 'bounds'))
-def _greedy_program(table, *, length, batch, bounds):
-  return search.greedy(_table_scorer(table, batch, bounds), length, jnp.ones(batch, bool))
+@functools.partial(jax.jit, static_argnames=('length', 'batch'))
+def _greedy_program(table, *, length, batch):
+  return search.greedy(_table_scorer(table, batch), length, jnp.ones(batch, bool))
 
 
-def _beam(table, beam_size, alpha, length, batch=1, bounds=()):
+def _beam(table, beam_size, alpha, length, batch=1):
   tokens, scores = _beam_program(jnp.asarray(table), jnp.float32(alpha), beam_size=beam_size,
-                                 length=length, batch=batch, bounds=tuple(bounds))
+                                 length=length, batch=batch)
   return np.asarray(tokens), np.asarray(scores)
 
 
@@ -259,7 +250,7 @@ def test_beam_search_finds_what_greedy_misses():
   # Greedy takes a (0.6) and then EOS (0.4): 0.24. "b EOS" has 0.4 * 0.95 = 0.38.
   table = _table({PAD_ID: {A: 0.6, B: 0.4}, A: {EOS_ID: 0.4, A: 0.3, B: 0.3},
                   B: {EOS_ID: 0.95, A: 0.025, B: 0.025}})
-  greedy = _greedy_program(jnp.asarray(table), length=5, batch=1, bounds=())
+  greedy = _greedy_program(jnp.asarray(table), length=5, batch=1)
   assert _as_sequence(np.asarray(greedy[0])) == (A, EOS_ID)
   tokens, score = _beam(table, beam_size=2, alpha=0.0, length=5)
   assert _as_sequence(tokens[0]) == (B, EOS_ID)
@@ -274,9 +265,9 @@ def test_search_stops_once_no_live_hypothesis_can_overtake_the_best_finished_one
   table = _table({PAD_ID: {EOS_ID: 0.9, A: 0.1}, A: {A: 1.0}})
   scorer, positions = _table_scorer(table, 2), []
 
-  def step(state, tokens, i, bound):
+  def step(state, tokens, i):
     jax.debug.callback(lambda i: positions.append(int(i)), i)
-    return scorer.step(state, tokens, i, bound)
+    return scorer.step(state, tokens, i)
 
   counted = search.Scorer(scorer.state, step, scorer.reorder)
   tokens, score = jax.jit(lambda: search.beam_search(counted, 2, 0.6, 20, jnp.ones(1, bool)))()
@@ -301,16 +292,14 @@ def test_length_penalty_changes_the_choice_where_the_formula_says(alpha, expecte
 
 @pytest.mark.parametrize('seed', range(6))
 @pytest.mark.parametrize('alpha', [0.0, 0.6, 1.5])
-@pytest.mark.parametrize('bounds', [(), (2, 3, 5)])
-def test_wide_beam_equals_exhaustive_search(seed, alpha, bounds):
+def test_wide_beam_equals_exhaustive_search(seed, alpha):
   """A beam wide enough to hold every live hypothesis returns the exact optimum: early
-  termination never cuts off a better one. Searched in stretches (`bounds`, each its own
-  loop), every step within its stretch, the result is the same."""
+  termination never cuts off a better one."""
   rng = np.random.default_rng(seed)
   table = np.log(rng.dirichlet(np.full(3, 0.7), size=4)).astype(np.float32)
   table = np.concatenate([np.full((4, 1), -np.inf, np.float32), table], 1)  # no PAD output
   length = 5
-  tokens, score = _beam(table, beam_size=16, alpha=alpha, length=length, bounds=bounds)
+  tokens, score = _beam(table, beam_size=16, alpha=alpha, length=length)
   best, best_score = _exhaustive(table, alpha, length)
   assert _as_sequence(tokens[0]) == best
   np.testing.assert_allclose(score[0], best_score, rtol=1e-5)
@@ -322,7 +311,7 @@ def test_beam_of_one_is_greedy_without_length_penalty(seed):
   batch, length = 3, 7
   table = np.log(rng.dirichlet(np.full(5, 0.5), size=6)).astype(np.float32)
   table = np.concatenate([np.full((6, 1), -np.inf, np.float32), table], 1)
-  greedy = _greedy_program(jnp.asarray(table), length=length, batch=batch, bounds=(1, 4, 7))
+  greedy = _greedy_program(jnp.asarray(table), length=length, batch=batch)
   tokens, _ = _beam(table, beam_size=1, alpha=0.0, length=length, batch=batch)
   np.testing.assert_array_equal(tokens, greedy)
 

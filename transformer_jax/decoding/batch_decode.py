@@ -6,7 +6,7 @@
 decoder (the default) then keeps a key/value cache: the encoder-decoder attention keys and
 values are computed once per sentence and each decoder self-attention appends one position
 per step, so a step computes one new position, attending over the blocks of the cache written
-so far (the search runs one loop per block of attention.CACHE_BLOCK positions). Beam search
+so far (attention.CACHE_BLOCK positions each). Beam search
 never moves the cache: it reorders a small table that says where each hypothesis's history
 lies (see `model.Decoder`). `cached=False` re-runs the decoder over the whole output
 buffer at every step instead: the reference the cache is tested and timed against.
@@ -21,7 +21,7 @@ import numpy as np
 
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import search
-from transformer_jax.model import attention, partitioning
+from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.model.transformer import Transformer
 
@@ -41,52 +41,91 @@ def _take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
   return jnp.take(x, rows, axis=0) if x.ndim else x
 
 
-def cached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
-                  length: int, copies: int) -> search.Scorer:
-  """A scorer over the decoder's key/value cache, `copies` rows per sentence."""
+def _init_cache(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+                length: int, copies: int):
   _, variables = model.apply({'params': params}, encoded, source_mask, length, copies,
                              method='init_cache', mutable=['cache'])
-
-  def step(cache, tokens, i, bound):
-    del i  # the cache holds the position
-    # The search runs one loop per cache block; `bound` is the end of the step's block.
-    logits, variables = model.apply({'params': params, 'cache': cache}, encoded, source_mask,
-                                    tokens[:, None], incremental=True,
-                                    cache_block=(bound - 1) // attention.CACHE_BLOCK,
-                                    method='decode', mutable=['cache'])
-    return _next_logits(logits[:, 0]), variables['cache']
-
-  def reorder(cache, rows):
-    # The cached keys and values stay where they were written; a hypothesis takes over the
-    # table of slots that holds its history (see `model.Decoder`).
-    decoder = dict(cache['decoder'], slots=_take_rows(cache['decoder']['slots'], rows))
-    return dict(cache, decoder=decoder)
-
   # The barrier keeps XLA from moving the encoder-decoder keys and values out of the cache's
   # layout (which it does to cancel transposes at creation, and then transposes every step).
-  return search.Scorer(jax.lax.optimization_barrier(variables['cache']), step, reorder,
-                       bounds=tuple(end for _, end in attention.cache_blocks(length)))
+  return jax.lax.optimization_barrier(variables['cache'])
 
 
-def uncached_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
-                    length: int, copies: int) -> search.Scorer:
-  """A scorer that re-runs the decoder over all `length` positions at every step."""
+def _cached_step(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+                 cache, tokens: jax.Array, i: jax.Array):
+  logits, variables = model.apply({'params': params, 'cache': cache}, encoded, source_mask,
+                                  tokens[:, None], incremental=True, position=i,
+                                  method='decode', mutable=['cache'])
+  return _next_logits(logits[:, 0]), variables['cache']
+
+
+def _reorder_cache(cache, rows: jax.Array):
+  # The cached keys and values stay where they were written; a hypothesis takes over the
+  # table of slots that holds its history (see `model.Decoder`).
+  decoder = dict(cache['decoder'], slots=_take_rows(cache['decoder']['slots'], rows))
+  return dict(cache, decoder=decoder)
+
+
+def _init_inputs(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+                 length: int, copies: int) -> jax.Array:
+  del model, params, source_mask
+  return jnp.full((encoded.shape[0] * copies, length), PAD_ID, jnp.int32)
+
+
+def _uncached_step(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+                   decoder_inputs: jax.Array, tokens: jax.Array, i: jax.Array):
+  # Every step runs the decoder over all `length` positions.
+  copies = tokens.shape[0] // encoded.shape[0]
   encoded, source_mask = _repeat_rows((encoded, source_mask), copies)
-  decoder_inputs = jnp.full((encoded.shape[0], length), PAD_ID, jnp.int32)
+  decoder_inputs = decoder_inputs.at[:, i].set(tokens)
+  logits = model.apply({'params': params}, encoded, source_mask, decoder_inputs,
+                       method='decode')
+  return _next_logits(logits[:, i]), decoder_inputs
 
-  def step(decoder_inputs, tokens, i, bound):
-    del bound  # every step runs the decoder over all `length` positions
-    decoder_inputs = decoder_inputs.at[:, i].set(tokens)
-    logits = model.apply({'params': params}, encoded, source_mask, decoder_inputs,
-                         method='decode')
-    return _next_logits(logits[:, i]), decoder_inputs
 
-  return search.Scorer(decoder_inputs, step, _take_rows)
+# A scorer's state, from (model, params, encoded, source_mask, length, copies); its step, from
+# (model, params, encoded, source_mask, state, tokens, i); its reorder (`search.Scorer`): with
+# the decoder's key/value cache (True), or re-running the decoder over the whole output (False).
+_SCORERS = {True: (_init_cache, _cached_step, _reorder_cache),
+            False: (_init_inputs, _uncached_step, _take_rows)}
+
+
+def model_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+           length: int, copies: int, cached: bool = True) -> search.Scorer:
+  """A scorer of outputs up to `length` tokens, `copies` rows per sentence, with the decoder's
+  key/value cache or (`cached=False`) re-running the decoder over all `length` positions at
+  every step."""
+  init, step, reorder = _SCORERS[cached]
+  return search.Scorer(init(model, params, encoded, source_mask, length, copies),
+                       functools.partial(step, model, params, encoded, source_mask), reorder)
+
+
+def runs_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+                length: int, copies: int, cached: bool = True) -> search.Scorer:
+  """`model_scorer` of several runs of `model`: their parameters and encoded sources stacked on a
+  leading run axis, their rows run-major (run r's are rows r·n·copies ... of n sentences). The
+  model is vmapped over the runs, step by step; the search is not, so a step's position stays
+  one number for every run (and a step reads only the cache blocks it needs)."""
+  init, step, reorder = _SCORERS[cached]
+  runs = encoded.shape[0]
+  state = jax.vmap(lambda p, e: init(model, p, e, source_mask, length, copies))(params, encoded)
+
+  def step_runs(state, tokens, i):
+    logits, state = jax.vmap(lambda p, e, s, t: step(model, p, e, source_mask, s, t, i))(
+        params, encoded, state, tokens.reshape(runs, -1))
+    return logits.reshape(-1, logits.shape[-1]), state
+
+  def reorder_runs(state, rows):
+    rows = rows.reshape(runs, -1)  # a row stays within its sentence, so within its run
+    return jax.vmap(reorder)(state, rows - jnp.arange(runs)[:, None] * rows.shape[1])
+
+  return search.Scorer(state, step_runs, reorder_runs)
 
 
 def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alpha: float,
-           max_extra_length: int, cached: bool = True) -> jax.Array:
-  """inputs: (b, s) source ids -> (b, s + max_extra_length) output ids, PAD_ID after EOS.
+           max_extra_length: int, cached: bool = True, stacked: bool = False) -> jax.Array:
+  """inputs: (b, s) source ids -> (b, s + max_extra_length) output ids, PAD_ID after EOS;
+  with `stacked`, the parameters of several runs stacked on a leading axis -> (b, runs,
+  s + max_extra_length), every run's outputs searched together (`runs_scorer`).
 
   beam_size 1 is greedy decoding (α unused), larger sizes beam search, as in tensor2tensor.
   The output may hold s + max_extra_length tokens (§6.1: input length + 50, with the padded
@@ -94,14 +133,22 @@ def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alp
   """
   length = inputs.shape[1] + max_extra_length
   source_mask = inputs != PAD_ID
-  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-  make_scorer = cached_scorer if cached else uncached_scorer
-  active = jnp.any(source_mask, axis=1)
+  encode = lambda p: model.apply({'params': p}, inputs, source_mask, method='encode')
+  if stacked:
+    runs = jax.tree.leaves(params)[0].shape[0]
+    scorer = runs_scorer(model, params, jax.vmap(encode)(params), source_mask, length,
+                         beam_size, cached)
+  else:
+    runs = 1
+    scorer = model_scorer(model, params, encode(params), source_mask, length, beam_size, cached)
+  active = jnp.tile(jnp.any(source_mask, axis=1), runs)
   if beam_size == 1:
-    return search.greedy(make_scorer(model, params, encoded, source_mask, length, 1), length,
-                         active)
-  scorer = make_scorer(model, params, encoded, source_mask, length, beam_size)
-  return search.beam_search(scorer, beam_size, alpha, length, active)[0]
+    outputs = search.greedy(scorer, length, active)
+  else:
+    outputs = search.beam_search(scorer, beam_size, alpha, length, active)[0]
+  if stacked:
+    return jnp.moveaxis(outputs.reshape(runs, inputs.shape[0], length), 0, 1)
+  return outputs
 
 
 def strip(tokens: np.ndarray) -> list[int]:
@@ -119,21 +166,18 @@ def jit_decode(model: ShardedModel, beam_size: int, alpha: float, max_extra_leng
   """`decode` with `model`'s deterministic Transformer, jitted on its mesh with parameters and
   batches sharded as in training: (params, inputs) -> outputs. With `stacked`, the parameters of
   several runs of the model stacked on a leading axis (`together`) -> outputs (sentences, runs,
-  length): every run decodes the batch in one program, the decoder vmapped. One function per
+  length): every run decodes the batch in one program (`decode`). One function per
   model and settings (`ShardedModel.program`)."""
 
   def make():
-    one = functools.partial(decode, model.eval_model, beam_size=beam_size, alpha=alpha,
-                            max_extra_length=max_extra_length, cached=cached)
-    if not stacked:
-      return jax.jit(one, in_shardings=(model.param_sharding, model.batch_sharding),
-                     out_shardings=model.batch_sharding)
-    # Sentences first, runs second: the batch axis stays the one the mesh splits.
-    return jax.jit(
-        lambda params, inputs: jnp.moveaxis(jax.vmap(one, in_axes=(0, None))(params, inputs),
-                                            0, 1),
-        in_shardings=(stacked_params_sharding(model), model.batch_sharding),
-        out_shardings=model.batch_sharding)
+    params_sharding = stacked_params_sharding(model) if stacked else model.param_sharding
+    # Stacked: sentences first, runs second, so that the batch axis stays the one the mesh
+    # splits.
+    return jax.jit(functools.partial(decode, model.eval_model, beam_size=beam_size, alpha=alpha,
+                                     max_extra_length=max_extra_length, cached=cached,
+                                     stacked=stacked),
+                   in_shardings=(params_sharding, model.batch_sharding),
+                   out_shardings=model.batch_sharding)
 
   return model.program(('decode', beam_size, alpha, max_extra_length, cached, stacked), make)
 

@@ -1,15 +1,15 @@
 """Greedy decoding and beam search (§6.1), independent of the model.
 
 A `Scorer` supplies the next token's logits one position at a time; the search algorithms below
-run entirely inside `lax.while_loop`s, so a jitted search compiles once per input shape. `batch_decode.py` builds scorers from a Transformer (with or without a key/value
-cache); tests build them from hand-written tables.
+run entirely inside a `lax.while_loop`, so a jitted search compiles once per input shape.
+`batch_decode.py` builds scorers from a Transformer (with or without a key/value cache); tests
+build them from hand-written tables.
 
 Rows are laid out sentence-major: with `copies` hypotheses per sentence, row r belongs to
 sentence r // copies.
 """
 
 import dataclasses
-import functools
 import math
 from typing import Any, Callable
 
@@ -18,11 +18,10 @@ import jax.numpy as jnp
 
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 
-# step(state, tokens, i, bound) -> (logits, state): tokens (rows,) are the inputs at position i
+# step(state, tokens, i) -> (logits, state): tokens (rows,) are the inputs at position i
 # (PAD_ID, the start symbol, at i = 0); logits (rows, vocab) float32 are those of the token at
-# position i, whose log-softmax is its log-probabilities (-inf where it is never produced);
-# bound (static) is a position that i stays below (see `Scorer`).
-StepFn = Callable[[Any, jax.Array, jax.Array, int], tuple[jax.Array, Any]]
+# position i, whose log-softmax is its log-probabilities (-inf where it is never produced).
+StepFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
 # reorder(state, rows) -> state with row r taken from row rows[r].
 ReorderFn = Callable[[Any, jax.Array], Any]
 
@@ -30,27 +29,11 @@ ReorderFn = Callable[[Any, jax.Array], Any]
 @dataclasses.dataclass(frozen=True)
 class Scorer:
   """The next token's logits, one position at a time: `step` from `state`, and
-  `reorder` to follow the hypotheses that beam search keeps.
-
-  `bounds` (increasing; the last at least the search's length) split the positions into
-  stretches, each searched by its own loop whose steps get the stretch's end as a static
-  `bound`: so that a step can read a state sized to the positions so far (the decoder's
-  key/value cache) with static shapes. Empty: one stretch, bounded by the search's length.
-  """
+  `reorder` to follow the hypotheses that beam search keeps."""
 
   state: Any
   step: StepFn
   reorder: ReorderFn
-  bounds: tuple[int, ...] = ()
-
-
-def _loop(scorer: Scorer, length: int, running, step, carry):
-  """`lax.while_loop(running, step, carry)` over positions carry[0] < length, run as one loop
-  per stretch of `scorer.bounds`, each passing its bound to `step(carry, bound)`."""
-  for bound in scorer.bounds or (length,):
-    carry = jax.lax.while_loop(lambda c, bound=bound: running(c) & (c[0] < bound),
-                               functools.partial(step, bound=bound), carry)
-  return carry
 
 
 def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
@@ -116,10 +99,10 @@ def greedy(scorer: Scorer, length: int, active: jax.Array) -> jax.Array:
   """
   batch = active.shape[0]
 
-  def step(carry, bound):
+  def step(carry):
     i, outputs, done, state = carry
     previous = jnp.where(i == 0, PAD_ID, outputs[:, jnp.maximum(i - 1, 0)])
-    logits, state = scorer.step(state, previous, i, bound)
+    logits, state = scorer.step(state, previous, i)
     token = jnp.where(done, PAD_ID, first_argmax(logits)).astype(jnp.int32)
     outputs = outputs.at[:, i].set(token)
     return i + 1, outputs, done | (token == EOS_ID), state
@@ -130,7 +113,7 @@ def greedy(scorer: Scorer, length: int, active: jax.Array) -> jax.Array:
 
   initial = (jnp.zeros((), jnp.int32), jnp.zeros((batch, length), jnp.int32), ~active,
              scorer.state)
-  return _loop(scorer, length, running, step, initial)[1]
+  return jax.lax.while_loop(running, step, initial)[1]
 
 
 def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
@@ -160,10 +143,10 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
   minus_inf = jnp.array(-jnp.inf, jnp.float32)
   max_penalty = length_penalty(length, alpha)
 
-  def step(carry, bound):
+  def step(carry):
     i, live, live_log_probs, finished, finished_scores, _, state = carry
     previous = jnp.where(i == 0, PAD_ID, live[:, :, jnp.maximum(i - 1, 0)]).reshape(-1)
-    logits, state = scorer.step(state, previous, i, bound)
+    logits, state = scorer.step(state, previous, i)
     log_probs = jax.nn.log_softmax(logits)
     vocab = log_probs.shape[-1]
     candidates = live_log_probs[:, :, None] + log_probs.reshape(batch, k, vocab)
@@ -205,8 +188,8 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
   sequences = jnp.zeros((batch, k, length), jnp.int32)
   initial = (jnp.zeros((), jnp.int32), sequences, initial_log_probs, sequences,
              jnp.full((batch, k), minus_inf), ~active, scorer.state)
-  _, live, live_log_probs, finished, finished_scores, _, _ = _loop(
-      scorer, length, running, step, initial)
+  _, live, live_log_probs, finished, finished_scores, _, _ = jax.lax.while_loop(
+      running, step, initial)
   any_finished = finished_scores[:, 0] > minus_inf
   best = jnp.where(any_finished[:, None], finished[:, 0], live[:, 0])
   best = jnp.where(active[:, None], best, PAD_ID)

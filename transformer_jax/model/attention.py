@@ -32,13 +32,11 @@ def cache_blocks(length: int) -> list[tuple[int, int]]:
 @dataclasses.dataclass(frozen=True)
 class DecodeStep:
   """A call of incremental decoding (`MultiHeadAttention`'s `step`): the one new input of every row
-  is at `position`, which lies in the self-attention cache's block `block` (static), and the
-  rows come `copies` to a source sentence, consecutively (beam search's hypotheses; 1 for
-  greedy decoding)."""
+  is at `position`, and the rows come `copies` to a source sentence, consecutively (beam
+  search's hypotheses; 1 for greedy decoding)."""
 
   position: jax.Array | int
   copies: int
-  block: int
 
 
 # The layouts of the decoding cache, (n, k, h, d) -> the operands' layouts in the products of
@@ -163,8 +161,8 @@ class MultiHeadAttention(nn.Module):
   With `step` (a `DecodeStep`), incremental decoding: keys and values are kept in the 'cache'
   collection, created by the first such call; later calls take one new position per row (q =
   1). The weights (b, h, q, k) are sown as 'intermediates'/'attention_weights'; while
-  decoding (n, h, copies·q, k), the `copies` rows of each of n sentences as its queries and,
-  in self-attention, k the cache slots read.
+  decoding, those of the encoder-decoder attention only, (n, h, copies·q, k), the `copies` rows
+  of each of n sentences as its queries.
   """
 
   config: TransformerConfig
@@ -267,23 +265,40 @@ class MultiHeadAttention(nn.Module):
     go into its slot of the cache, and its query attends over the blocks so far.
 
     Slot j of position t holds the key written by the row that was its sentence's j-th at
-    step t; `mask` (n, 1, copies, positions·copies), built by the decoder, picks each row's
+    step t; `mask` (n, 1, copies, length·copies), built by the decoder, picks each row's
     slot at each earlier position."""
     # Beam search reorders hypotheses, so a row's history lies in any of its sentence's slots;
     # the mask picks it out and no step moves the cache (FasterTransformer's "cache
-    # indirection"). Only blocks 0 ... step.block are read, so a step costs what the output
-    # so far costs, not what the longest output could.
-    blocks = {}
+    # indirection").
+    stored, block_now = {}, step.position // CACHE_BLOCK
     for name, new in (('key', key), ('value', value)):
       # Position t of slot j is entry (t - first)·copies + j of the block whose first
-      # position is `first`: a step writes one contiguous run of entries.
-      stored = list(self.get_variable('cache', name))
+      # position is `first`: a step writes one contiguous run of entries. Every block is
+      # written in place, the step's own block with the new entries and each other block
+      # with its own entries back (at the nearest offset it has), so that no branch holds,
+      # and no step copies, a block of the cache.
+      axis, blocks = _CACHE_LAYOUT[name].index(1), []
       new = _to_cache(name, new.reshape(-1, step.copies, *new.shape[2:]))
-      offset = (step.position - step.block * CACHE_BLOCK) * step.copies
-      stored[step.block] = jax.lax.dynamic_update_slice_in_dim(
-          stored[step.block], new, offset, _CACHE_LAYOUT[name].index(1))
-      self.put_variable('cache', name, tuple(stored))
-      blocks[name] = stored[:step.block + 1]
+      for i, block in enumerate(self.get_variable('cache', name)):
+        offset = jnp.clip((step.position - i * CACHE_BLOCK) * step.copies, 0,
+                          block.shape[axis] - step.copies)
+        own = jax.lax.dynamic_slice_in_dim(block, offset, step.copies, axis)
+        blocks.append(jax.lax.dynamic_update_slice_in_dim(
+            block, jnp.where(block_now == i, new, own), offset, axis))
+      stored[name] = tuple(blocks)
+      self.put_variable('cache', name, stored[name])
     # The rows of a sentence are its queries: (n·copies, 1) -> (n, copies).
     query = query.reshape(query.shape[0] // step.copies, -1, *query.shape[2:])
-    return attention_over_blocks(query, blocks['key'], blocks['value'], mask)
+    ends = [end * step.copies for _, end in cache_blocks(mask.shape[-1] // step.copies)]
+
+    def attend(block):
+      # Blocks 0 ... block only, so a step costs what the output so far costs, not what the
+      # longest output could: one branch a block, the rest of the step compiled once.
+      def branch(query, keys, values, mask):
+        return attention_over_blocks(query, keys[:block + 1], values[:block + 1],
+                                     mask[..., :ends[block]])[0]
+      return branch
+
+    heads = jax.lax.switch(block_now, [attend(block) for block in range(len(ends))],
+                           query, stored['key'], stored['value'], mask)
+    return heads, None

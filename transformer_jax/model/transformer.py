@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax.model import loss
-from transformer_jax.model.attention import (DecodeStep, cache_blocks, causal_mask, padding_mask,
+from transformer_jax.model.attention import (DecodeStep, causal_mask, padding_mask,
                                        segment_mask, segment_positions)
 from transformer_jax.data.tokenizer import PAD_ID
 from transformer_jax.model.dropout import Dropout
@@ -88,8 +88,8 @@ class Decoder(nn.Module):
   def __call__(
       self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array,
       incremental: bool = False, source_segments: jax.Array | None = None,
-      target_segments: jax.Array | None = None, cache_block: int | None = None,
-      project: bool = True,
+      target_segments: jax.Array | None = None, project: bool = True,
+      position: jax.Array | None = None,
   ) -> jax.Array:
     """encoded: (b, s, d_model); source_mask: (b, s) bool; decoder_inputs: (b, t) ids
     -> logits (b, t, vocab) float32. source_segments, target_segments: of a packed batch.
@@ -100,13 +100,12 @@ class Decoder(nn.Module):
     to each of the n rows of `encoded` (the hypotheses of beam search; `copies` is the ratio of
     the two batch sizes). The first call creates the cache for t positions (see
     `Transformer.init_cache`); each later call takes the one next input token per row (t = 1)
-    and returns the logits of the next position. The decoder's cache counts the position and
-    holds `slots` (n·copies, t): for every row and earlier position, which of its sentence's
-    cache slots holds that position's keys and values (see MultiHeadAttention). A row writes
-    its new position into its own slot; beam search, reordering hypotheses, reorders only
-    `slots`. A step must name the block of the self-attention cache that holds its position
-    (`cache_block`, static: positions cache_block·CACHE_BLOCK ... up to the next block), and
-    reads that block and the ones before it only (see MultiHeadAttention).
+    at `position` (0, 1, ... in turn) and returns the logits of the next position. The
+    decoder's cache holds `slots` (n·copies, t): for every row and earlier position, which of
+    its sentence's cache slots holds that position's keys and values (see
+    MultiHeadAttention). A row writes its new position into its own slot; beam search,
+    reordering hypotheses, reorders only `slots`. A step reads the blocks of the
+    self-attention cache up to its position's only (see MultiHeadAttention).
     """
     cfg = self.config
     offset, step, self_mask = 0, None, causal_mask(decoder_inputs.shape[1])
@@ -114,21 +113,19 @@ class Decoder(nn.Module):
       rows = decoder_inputs.shape[0]
       copies = rows // encoded.shape[0]
       own = jnp.arange(rows, dtype=jnp.int32) % copies
-      creating = not self.has_variable('cache', 'index')
-      index = self.variable('cache', 'index', lambda: jnp.zeros((), jnp.int32))
+      creating = not self.has_variable('cache', 'slots')
       slots = self.variable('cache', 'slots',
                             lambda: jnp.broadcast_to(own[:, None], decoder_inputs.shape))
       if not creating:
-        if cache_block is None:
-          raise ValueError('a decoding step needs cache_block, the cache block of its position')
-        bound = cache_blocks(slots.value.shape[1])[cache_block][1]
-        offset = index.value
-        index.value += 1
+        if position is None:
+          raise ValueError('a decoding step needs the position of its inputs')
+        offset = position
         slots.value = jax.lax.dynamic_update_slice_in_dim(slots.value, own[:, None], offset, 1)
-        visible = ((slots.value[:, :bound, None] == jnp.arange(copies))
-                   & (jnp.arange(bound) <= offset)[:, None])  # (rows, position, slot)
-        self_mask = visible.reshape(-1, 1, copies, bound * copies)
-      step = DecodeStep(offset, copies, 0 if creating else cache_block)
+        length = slots.value.shape[1]
+        visible = ((slots.value[:, :, None] == jnp.arange(copies))
+                   & (jnp.arange(length) <= offset)[:, None])  # (rows, position, slot)
+        self_mask = visible.reshape(-1, 1, copies, length * copies)
+      step = DecodeStep(offset, copies)
     y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position', offset,
                  target_segments)
     memory_mask = padding_mask(source_mask)
@@ -161,10 +158,10 @@ class Transformer(nn.Module):
   def decode(
       self, encoded: jax.Array, source_mask: jax.Array, decoder_inputs: jax.Array,
       incremental: bool = False, source_segments: jax.Array | None = None,
-      target_segments: jax.Array | None = None, cache_block: int | None = None,
+      target_segments: jax.Array | None = None, position: jax.Array | None = None,
   ) -> jax.Array:
     return self.decoder(encoded, source_mask, decoder_inputs, incremental, source_segments,
-                        target_segments, cache_block)
+                        target_segments, position=position)
 
   def init_cache(self, encoded: jax.Array, source_mask: jax.Array, length: int,
                  copies: int = 1) -> None:
