@@ -1,6 +1,7 @@
 """Incremental decoding against the full forward pass, and the search algorithms against
 exhaustive search over hand-built scoring tables."""
 
+import dataclasses
 import functools
 import itertools
 
@@ -188,6 +189,70 @@ def test_cached_and_uncached_translations_agree(rng, monkeypatch, beam_size):
 A, B = 2, 3
 
 
+def _ending_scorer(scorer: search.Scorer, ends: np.ndarray, copies: int) -> search.Scorer:
+  """`scorer` with every row of sentence s forced to EOS at position ends[s], the ends kept
+  with the sentences (`Scorer.keep`): sentences that end when the test says."""
+
+  def step(state, tokens, i):
+    inner, row_ends = state
+    logits, inner = scorer.step(inner, tokens, i)
+    return jnp.where((i == row_ends)[:, None] & (jnp.arange(logits.shape[1]) == EOS_ID),
+                     1e9, logits), (inner, row_ends)
+
+  return search.Scorer((scorer.state, jnp.repeat(jnp.asarray(ends, jnp.int32), copies)), step,
+                       lambda state, rows: (scorer.reorder(state[0], rows), state[1][rows]),
+                       lambda state, kept: (scorer.keep(state[0], kept),
+                                            state[1].reshape(-1, copies)[kept].reshape(-1)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('cached', [True, False])
+@pytest.mark.parametrize('beam_size', [1, 3])
+def test_sentences_dropped_as_they_end_translate_as_when_kept(rng, cached, beam_size):
+  """A search that drops its finished sentences (the batch halved as they end) returns, for
+  every sentence, what the search keeping all of them to the end returns; the sentences end at
+  steps set by construction, the last ones in the cache's second block."""
+  cfg = tiny_config(share_embeddings=False, max_len=40)
+  model, params = Transformer(cfg), _lively_params(cfg, seed=5)
+  batch, length = 16, 5 + 2 * CACHE_BLOCK
+  ends = np.array([1, 2, 3, 2, 9, 4, 1, 5, 3, CACHE_BLOCK + 3, 6, 2, 7, 1, 2, 8])
+  inputs = jnp.asarray(random_tokens(rng, (batch, 5), cfg.vocab_size,
+                                     lengths=rng.integers(1, 6, batch)))
+  source_mask = inputs != PAD_ID
+
+  @functools.partial(jax.jit, static_argnames='widths')
+  def run(params, widths):
+    encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
+    scorer = _ending_scorer(batch_decode.model_scorer(model, params, encoded, source_mask,
+                                                      length, beam_size, cached),
+                            ends, beam_size)
+    active = jnp.ones(batch, bool)
+    if beam_size == 1:
+      return search.greedy(scorer, length, active, widths)
+    return search.beam_search(scorer, beam_size, 0.6, length, active, widths)[0]
+
+  kept, dropped = run(params, widths=()), run(params, widths=(16, 8, 4))
+  np.testing.assert_array_equal(dropped, kept)
+  assert [len(batch_decode.strip(o)) for o in np.asarray(kept)] == list(ends)
+
+
+def test_a_search_halves_its_batch_in_sizes_that_split_over_the_shards():
+  """`batch_decode.widths`: the batch first, each next one half the last, a multiple of the
+  batch shards, of at least FEWEST_ROWS rows, at most HALVINGS halvings."""
+  fewest = batch_decode.FEWEST_ROWS
+  assert batch_decode.widths(64, 2 * fewest // 64, halvings=1) == (64, 32)
+  assert batch_decode.widths(64, 4 * fewest // 64, halvings=5) == (64, 32, 16)
+  assert batch_decode.widths(64, 2 * fewest // 64, halvings=0) == (64,)
+  for sentences, copies, shards in itertools.product((1, 3, 8, 24, 64), (1, 4), (1, 2, 8)):
+    if sentences % shards:
+      continue
+    result = batch_decode.widths(sentences, copies, shards)
+    assert result[0] == sentences and len(result) <= batch_decode.HALVINGS + 1
+    for wider, width in zip(result, result[1:]):
+      assert wider == 2 * width and width % shards == 0
+      assert width * copies >= fewest
+
+
 def _table(rows: dict) -> np.ndarray:
   """{previous token: {next token: probability}} -> (4, 4) log-probabilities."""
   table = np.full((4, 4), -np.inf, np.float32)
@@ -197,12 +262,16 @@ def _table(rows: dict) -> np.ndarray:
   return table
 
 
-def _table_scorer(table: np.ndarray, rows: int) -> search.Scorer:
-  """Scores from a table indexed by the previous token."""
-  table = jnp.asarray(table)
-  return search.Scorer(state=jnp.zeros((rows,), jnp.int32),
-                       step=lambda state, tokens, i: (table[tokens], state),
-                       reorder=lambda state, rows: state[rows])
+def _table_scorer(table: np.ndarray, rows: int, copies: int = 1) -> search.Scorer:
+  """Scores from a table indexed by the previous token, or with tables (sentences, 4, 4) one a
+  sentence of `copies` rows."""
+  tables = jnp.asarray(table).reshape(-1, *table.shape[-2:])
+  # The state: each row's table.
+  sentence = jnp.arange(rows, dtype=jnp.int32) // copies % tables.shape[0]
+  return search.Scorer(state=sentence,
+                       step=lambda state, tokens, i: (tables[state, tokens], state),
+                       reorder=lambda state, rows: state[rows],
+                       keep=lambda state, kept: state.reshape(-1, copies)[kept].reshape(-1))
 
 
 @functools.partial(jax.jit, static_argnames=('beam_size', 'length', 'batch'))
@@ -314,6 +383,43 @@ def test_beam_of_one_is_greedy_without_length_penalty(seed):
   greedy = _greedy_program(jnp.asarray(table), length=length, batch=batch)
   tokens, _ = _beam(table, beam_size=1, alpha=0.0, length=length, batch=batch)
   np.testing.assert_array_equal(tokens, greedy)
+
+
+@pytest.mark.parametrize('seed', range(3))
+@pytest.mark.parametrize('beam_size', [1, 2])
+def test_dropping_sentences_as_they_end_changes_no_result(seed, beam_size):
+  """Sentences of their own tables (ending at different steps) searched with the batch halved
+  as they end get the tokens and scores they get searched to the end; the steps run on fewer
+  rows once half are done."""
+  rng = np.random.default_rng(seed)
+  batch, length = 8, 12
+  tables = np.log(rng.dirichlet(np.full(3, 0.4), size=(batch, 4))).astype(np.float32)
+  tables = np.concatenate([np.full((batch, 4, 1), -np.inf, np.float32), tables], 2)
+  rows_per_step = []
+
+  def search_with(widths):
+    scorer = _table_scorer(tables, batch * beam_size, copies=beam_size)
+
+    def step(state, tokens, i):
+      jax.debug.callback(lambda i, rows=tokens.shape[0]: rows_per_step.append(rows), i)
+      return scorer.step(state, tokens, i)
+
+    counted = dataclasses.replace(scorer, step=step)
+    active = jnp.asarray(np.arange(batch) != 3)  # one empty source
+    if beam_size == 1:
+      return jax.jit(lambda: (search.greedy(counted, length, active, widths), 0))()
+    return jax.jit(lambda: search.beam_search(counted, beam_size, 0.6, length, active,
+                                              widths))()
+
+  kept = search_with(())
+  jax.effects_barrier()
+  steps, rows_per_step[:] = len(rows_per_step), []
+  dropped = search_with((8, 4, 2))
+  jax.effects_barrier()
+  for got, want in zip(dropped, kept):
+    np.testing.assert_array_equal(got, want)
+  assert len(rows_per_step) == steps and rows_per_step[0] == batch * beam_size
+  assert rows_per_step[-1] < batch * beam_size and rows_per_step == sorted(rows_per_step)[::-1]
 
 
 def test_sentences_are_searched_independently():

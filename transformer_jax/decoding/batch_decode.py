@@ -89,14 +89,41 @@ _SCORERS = {True: (_init_cache, _cached_step, _reorder_cache),
             False: (_init_inputs, _uncached_step, _take_rows)}
 
 
+def _keep_sentences(state: Any, sentences: jax.Array, count: int) -> Any:
+  """`search.KeepFn` for a state whose every leaf has a row or several (`copies`,
+  sentence-major) for each of `count` sentences: those of `sentences` only."""
+
+  def keep(x):
+    per_sentence = x.reshape(count, -1, *x.shape[1:])
+    return jnp.take(per_sentence, sentences, axis=0).reshape(-1, *x.shape[1:])
+
+  return jax.tree.map(keep, state)
+
+
 def model_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
-           length: int, copies: int, cached: bool = True) -> search.Scorer:
+                 length: int, copies: int, cached: bool = True) -> search.Scorer:
   """A scorer of outputs up to `length` tokens, `copies` rows per sentence, with the decoder's
   key/value cache or (`cached=False`) re-running the decoder over all `length` positions at
-  every step."""
+  every step. Its state holds the sentences' encoded sources and masks, which the sentences
+  dropped as they end (`search.Scorer.keep`) take with them."""
   init, step, reorder = _SCORERS[cached]
-  return search.Scorer(init(model, params, encoded, source_mask, length, copies),
-                       functools.partial(step, model, params, encoded, source_mask), reorder)
+
+  def step_sentences(state, tokens, i):
+    logits, decoder = step(model, params, state['encoded'], state['source_mask'],
+                           state['decoder'], tokens, i)
+    return logits, dict(state, decoder=decoder)
+
+  def reorder_rows(state, rows):
+    return dict(state, decoder=reorder(state['decoder'], rows))
+
+  def keep(state, sentences):
+    # The barrier as `_init_cache`'s: the cache kept in its layout.
+    return jax.lax.optimization_barrier(
+        _keep_sentences(state, sentences, state['source_mask'].shape[0]))
+
+  state = {'encoded': encoded, 'source_mask': source_mask,
+           'decoder': init(model, params, encoded, source_mask, length, copies)}
+  return search.Scorer(state, step_sentences, reorder_rows, keep)
 
 
 def runs_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
@@ -121,31 +148,55 @@ def runs_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax
   return search.Scorer(state, step_runs, reorder_runs)
 
 
+# A search's batch is halved at most HALVINGS times as its sentences end (`widths`), to no fewer
+# than FEWEST_ROWS rows. Each width is one more loop to compile, each about as long to compile
+# as the step itself: worth it for beam search's batches of 4 x 64 rows, whose steps are most of
+# their time, and not for greedy decoding's of 64, whose steps are less than half of it
+# (experiments/decoding_vs_ct2/README.md).
+HALVINGS, FEWEST_ROWS = 1, 128
+
+
+def widths(sentences: int, copies: int, shards: int = 1, halvings: int = HALVINGS
+           ) -> tuple[int, ...]:
+  """The sentences a search of `sentences`, `copies` rows each, runs at once as they end
+  (`search.greedy`'s `widths`): halved up to `halvings` times while the half is a multiple of
+  the batch's `shards` and holds at least FEWEST_ROWS rows."""
+  result = [sentences]
+  while (len(result) <= halvings and result[-1] % (2 * shards) == 0
+         and result[-1] // 2 * copies >= FEWEST_ROWS):
+    result.append(result[-1] // 2)
+  return tuple(result)
+
+
 def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alpha: float,
-           max_extra_length: int, cached: bool = True, stacked: bool = False) -> jax.Array:
+           max_extra_length: int, cached: bool = True, stacked: bool = False, shards: int = 1,
+           halvings: int = HALVINGS) -> jax.Array:
   """inputs: (b, s) source ids -> (b, s + max_extra_length) output ids, PAD_ID after EOS;
   with `stacked`, the parameters of several runs stacked on a leading axis -> (b, runs,
   s + max_extra_length), every run's outputs searched together (`runs_scorer`).
 
   beam_size 1 is greedy decoding (α unused), larger sizes beam search, as in tensor2tensor.
   The output may hold s + max_extra_length tokens (§6.1: input length + 50, with the padded
-  input length as in tensor2tensor). All-padding rows give empty outputs.
+  input length as in tensor2tensor). All-padding rows give empty outputs. Unless `stacked`, the
+  sentences that are done are dropped as the search goes, the batch halved up to `halvings`
+  times (`widths`; 0: never), each width a number of sentences that splits over the batch's
+  `shards`.
   """
   length = inputs.shape[1] + max_extra_length
   source_mask = inputs != PAD_ID
   encode = lambda p: model.apply({'params': p}, inputs, source_mask, method='encode')
   if stacked:
-    runs = jax.tree.leaves(params)[0].shape[0]
+    runs, searched = jax.tree.leaves(params)[0].shape[0], ()
     scorer = runs_scorer(model, params, jax.vmap(encode)(params), source_mask, length,
                          beam_size, cached)
   else:
-    runs = 1
+    runs, searched = 1, widths(inputs.shape[0], beam_size, shards, halvings)
     scorer = model_scorer(model, params, encode(params), source_mask, length, beam_size, cached)
   active = jnp.tile(jnp.any(source_mask, axis=1), runs)
   if beam_size == 1:
-    outputs = search.greedy(scorer, length, active)
+    outputs = search.greedy(scorer, length, active, searched)
   else:
-    outputs = search.beam_search(scorer, beam_size, alpha, length, active)[0]
+    outputs = search.beam_search(scorer, beam_size, alpha, length, active, searched)[0]
   if stacked:
     return jnp.moveaxis(outputs.reshape(runs, inputs.shape[0], length), 0, 1)
   return outputs
@@ -175,7 +226,7 @@ def jit_decode(model: ShardedModel, beam_size: int, alpha: float, max_extra_leng
     # splits.
     return jax.jit(functools.partial(decode, model.eval_model, beam_size=beam_size, alpha=alpha,
                                      max_extra_length=max_extra_length, cached=cached,
-                                     stacked=stacked),
+                                     stacked=stacked, shards=model.batch_shards),
                    in_shardings=(params_sharding, model.batch_sharding),
                    out_shardings=model.batch_sharding)
 

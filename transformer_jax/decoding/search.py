@@ -1,17 +1,20 @@
 """Greedy decoding and beam search (§6.1), independent of the model.
 
 A `Scorer` supplies the next token's logits one position at a time; the search algorithms below
-run entirely inside a `lax.while_loop`, so a jitted search compiles once per input shape.
+run entirely inside `lax.while_loop`s, so a jitted search compiles once per input shape.
 `batch_decode.py` builds scorers from a Transformer (with or without a key/value cache); tests
 build them from hand-written tables.
 
 Rows are laid out sentence-major: with `copies` hypotheses per sentence, row r belongs to
-sentence r // copies.
+sentence r // copies. Given `widths`, a search drops the sentences that are done as it goes: it
+runs the batch at each width in turn (a loop each), moving on once no more than the next width
+are still searching, when it keeps those only (`Scorer.keep`), as CTranslate2 drops each
+sentence as it ends: the later steps compute fewer rows, and a sentence's result is the same.
 """
 
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,16 +27,53 @@ from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 StepFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
 # reorder(state, rows) -> state with row r taken from row rows[r].
 ReorderFn = Callable[[Any, jax.Array], Any]
+# keep(state, sentences) -> the state of those sentences only (indices into the current ones),
+# in that order, each with its rows.
+KeepFn = Callable[[Any, jax.Array], Any]
 
 
 @dataclasses.dataclass(frozen=True)
 class Scorer:
-  """The next token's logits, one position at a time: `step` from `state`, and
-  `reorder` to follow the hypotheses that beam search keeps."""
+  """The next token's logits, one position at a time: `step` from `state`, `reorder` to
+  follow the hypotheses that beam search keeps, and `keep` (needed by a search given more than
+  one width) to drop the sentences that are done."""
 
   state: Any
   step: StepFn
   reorder: ReorderFn
+  keep: KeepFn | None = None
+
+
+def _loop(scorer: Scorer, length: int, widths: Sequence[int], step, carry):
+  """Runs `step` from `carry` = (i, sentences, done, state) while i < `length` and a sentence
+  is not done; returns `sentences` (a tree of arrays, one row a sentence) as each ended, a row
+  for every sentence of the batch, in order.
+
+  One `lax.while_loop` per width of `widths` (the first the batch's; empty: the batch's only):
+  the batch goes on at the next width, its sentences not done first, once no more than that
+  many are still searching."""
+  results = carry[1]
+  batch = carry[2].shape[0]
+  rows_of = jnp.arange(batch)  # the batch's sentence of each row searched
+  widths = tuple(widths) or (batch,)
+  if widths[0] != batch or (len(widths) > 1 and scorer.keep is None):
+    raise ValueError(f'widths {widths}: the first must be the batch\'s sentences, {batch}, '
+                     'and more than one needs a Scorer with keep')
+  for following in (*widths[1:], 0):
+
+    def running(c, following=following):
+      i, _, done, _ = c
+      return (i < length) & (jnp.sum(~done) > following)
+
+    carry = jax.lax.while_loop(running, step, carry)
+    i, sentences, done, state = carry
+    results = jax.tree.map(lambda result, x: result.at[rows_of].set(x), results, sentences)
+    if following:
+      kept = jnp.argsort(done, stable=True)[:following]  # those still searching first
+      carry = (i, jax.tree.map(lambda x: x[kept], sentences), done[kept],
+               scorer.keep(state, kept))
+      rows_of = rows_of[kept]
+  return results
 
 
 def length_penalty(length: jax.Array, alpha: float) -> jax.Array:
@@ -85,7 +125,8 @@ def top_of_beams(candidates: jax.Array, n: int) -> tuple[jax.Array, jax.Array, j
   return best, where // per_beam, token
 
 
-def greedy(scorer: Scorer, length: int, active: jax.Array) -> jax.Array:
+def greedy(scorer: Scorer, length: int, active: jax.Array, widths: Sequence[int] = ()
+           ) -> jax.Array:
   """The most probable token at every position until EOS (the largest logit: no
   log-softmax).
 
@@ -93,6 +134,8 @@ def greedy(scorer: Scorer, length: int, active: jax.Array) -> jax.Array:
     scorer: one row per sentence.
     length: the most output tokens (EOS included).
     active: (batch,) bool; inactive rows (empty inputs) produce nothing.
+    widths: the sentences searched at once as they end (see the module's docstring); empty,
+      all to the end.
 
   Returns:
     (batch, length) ids; PAD_ID after EOS.
@@ -107,17 +150,13 @@ def greedy(scorer: Scorer, length: int, active: jax.Array) -> jax.Array:
     outputs = outputs.at[:, i].set(token)
     return i + 1, outputs, done | (token == EOS_ID), state
 
-  def running(carry):
-    i, _, done, _ = carry
-    return (i < length) & ~jnp.all(done)
-
   initial = (jnp.zeros((), jnp.int32), jnp.zeros((batch, length), jnp.int32), ~active,
              scorer.state)
-  return jax.lax.while_loop(running, step, initial)[1]
+  return _loop(scorer, length, widths, step, initial)
 
 
 def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
-                active: jax.Array) -> tuple[jax.Array, jax.Array]:
+                active: jax.Array, widths: Sequence[int] = ()) -> tuple[jax.Array, jax.Array]:
   """Beam search with the length penalty of §6.1, as tensor2tensor's `beam_search.py`.
 
   Live hypotheses are ranked by log-probability, finished ones (ended by EOS) by
@@ -135,16 +174,19 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     alpha: α >= 0 of the length penalty.
     length: the most output tokens (EOS included).
     active: (batch,) bool; inactive rows (empty inputs) are done from the start.
+    widths: the sentences searched at once as they end (see the module's docstring); empty,
+      all to the end.
 
   Returns:
     (batch, length) ids of each sentence's best hypothesis (PAD_ID after EOS), and its score.
   """
-  batch, k = active.shape[0], beam_size
+  k = beam_size
   minus_inf = jnp.array(-jnp.inf, jnp.float32)
   max_penalty = length_penalty(length, alpha)
 
   def step(carry):
-    i, live, live_log_probs, finished, finished_scores, _, state = carry
+    i, (live, live_log_probs, finished, finished_scores), done, state = carry
+    batch = live.shape[0]  # the sentences searched now
     previous = jnp.where(i == 0, PAD_ID, live[:, :, jnp.maximum(i - 1, 0)]).reshape(-1)
     logits, state = scorer.step(state, previous, i)
     log_probs = jax.nn.log_softmax(logits)
@@ -176,20 +218,17 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     # finished hypothesis to clear the bound, which never happens sooner. Either way the best
     # hypothesis, the one returned, cannot change.
     upper_bound = live_log_probs[:, 0] / max_penalty
-    done = ~active | (finished_scores[:, 0] >= upper_bound)
-    return i + 1, live, live_log_probs, finished, finished_scores, done, state
-
-  def running(carry):
-    i, *_, done, _ = carry
-    return (i < length) & ~jnp.all(done)
+    done = done | (finished_scores[:, 0] >= upper_bound)
+    return i + 1, (live, live_log_probs, finished, finished_scores), done, state
 
   # Only the first beam is live at the start, so the first step expands one hypothesis.
+  batch = active.shape[0]
   initial_log_probs = jnp.tile(jnp.where(jnp.arange(k) == 0, 0.0, minus_inf), (batch, 1))
   sequences = jnp.zeros((batch, k, length), jnp.int32)
-  initial = (jnp.zeros((), jnp.int32), sequences, initial_log_probs, sequences,
-             jnp.full((batch, k), minus_inf), ~active, scorer.state)
-  _, live, live_log_probs, finished, finished_scores, _, _ = jax.lax.while_loop(
-      running, step, initial)
+  initial = (jnp.zeros((), jnp.int32),
+             (sequences, initial_log_probs, sequences, jnp.full((batch, k), minus_inf)),
+             ~active, scorer.state)
+  live, live_log_probs, finished, finished_scores = _loop(scorer, length, widths, step, initial)
   any_finished = finished_scores[:, 0] > minus_inf
   best = jnp.where(any_finished[:, None], finished[:, 0], live[:, 0])
   best = jnp.where(active[:, None], best, PAD_ID)
