@@ -464,19 +464,27 @@ def test_top_k_by_blocks_is_lax_top_k_ties_included(length, n):
 
 @pytest.mark.parametrize('seed', range(3))
 def test_the_top_of_each_beam_first_is_the_top_of_all_ties_included(seed):
-  """`top_of_beams` against `lax.top_k` over every beam's candidates at once: the same values,
-  beams and tokens, also where many candidates tie (integer scores, -inf)."""
+  """`top_of_beams` against `lax.top_k` over every beam's candidates at once, each live
+  log-probability plus `jax.nn.log_softmax` of its logits: the same values, and the same beams
+  and tokens wherever the value is finite, also where many candidates tie (integer logits).
+  Beams at -inf (as at the first step) make candidates at -inf, which the search never
+  returns: the order of those may differ."""
   rng = np.random.default_rng(seed)
   batch, k, vocab = 5, 4, 97
-  candidates = rng.integers(-4, 2, size=(batch, k, vocab)).astype(np.float32)
-  candidates[0, 1:] = -np.inf  # one live beam, as at the first step
-  candidates[1] = -np.inf
+  logits = rng.integers(-4, 2, size=(batch * k, vocab)).astype(np.float32)
+  logits[:, 0] = -np.inf  # never produced, as PAD_ID
+  live = rng.integers(-3, 0, size=(batch, k)).astype(np.float32)
+  live[0, 1:] = -np.inf  # one live beam
+  live[1] = -np.inf
+  candidates = live[:, :, None] + jax.nn.log_softmax(jnp.asarray(logits)).reshape(batch, k, vocab)
   for n in (2 * k, vocab + 3):  # more than a beam holds: every beam's whole vocabulary
-    values, beam, token = search.top_of_beams(jnp.asarray(candidates), n)
-    want_values, flat = jax.lax.top_k(jnp.asarray(candidates).reshape(batch, k * vocab), n)
+    values, beam, token = search.top_of_beams(jnp.asarray(live), jnp.asarray(logits), n)
+    want_values, flat = jax.lax.top_k(candidates.reshape(batch, k * vocab), n)
     np.testing.assert_array_equal(values, want_values)
-    np.testing.assert_array_equal(beam, flat // vocab)
-    np.testing.assert_array_equal(token, flat % vocab)
+    finite = np.isfinite(want_values)
+    assert finite[2:].all() and finite[0].sum() == min(n, vocab - 1)  # one beam's all
+    np.testing.assert_array_equal(np.asarray(beam)[finite], (flat // vocab)[finite])
+    np.testing.assert_array_equal(np.asarray(token)[finite], (flat % vocab)[finite])
 
 
 def test_a_buckets_sources_go_to_its_batches_by_length():

@@ -112,14 +112,24 @@ def top_k(x: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
   return best, jnp.take_along_axis(chosen, where // size, axis=-1) * size + where % size
 
 
-def top_of_beams(candidates: jax.Array, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """`lax.top_k` of `candidates` (batch, k, vocab) flattened to (batch, k * vocab), exactly,
-  ties included (the lower index first): (values, beam, token), each (batch, n). The top n of
-  the flattened candidates lie among each beam's top n, so those are taken first: k sorts of
-  n out of vocab, then one of n out of k * n, instead of one of n out of k * vocab."""
-  batch, k, vocab = candidates.shape
-  per_beam = min(n, vocab)
-  values, tokens = top_k(candidates, per_beam)  # (batch, k, per_beam), each beam's best
+def top_of_beams(live_log_probs: jax.Array, logits: jax.Array, n: int
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The top n of beam search's candidates, each live hypothesis's log-probability plus a
+  token's: `lax.top_k` of live_log_probs[b, j] + log_softmax(logits)[b·k + j, t] over (j, t),
+  exactly (ties: the lower index first): (values, beam j, token t), each (batch, n).
+  live_log_probs: (batch, k); logits: (batch·k, vocab).
+
+  A beam's log-softmax is its logits less one number, an order kept, so a beam's top n are its
+  logits' top n, and only theirs are normalised (as `jax.nn.log_softmax` computes it) and added
+  to the beam's log-probability: k top-n of vocab, then one of n out of k·n, and no
+  log-probability written for every token. Candidates at -inf (of a beam at -inf, never
+  returned) may come in another order than `lax.top_k`'s."""
+  batch, k = live_log_probs.shape
+  per_beam = min(n, logits.shape[-1])
+  peak = jnp.max(logits, axis=-1, keepdims=True)
+  log_total = jnp.log(jnp.sum(jnp.exp(logits - peak), axis=-1, keepdims=True))
+  values, tokens = top_k(logits, per_beam)  # (batch·k, per_beam), each beam's best
+  values = live_log_probs.reshape(-1, 1) + ((values - peak) - log_total)
   best, where = jax.lax.top_k(values.reshape(batch, k * per_beam), n)
   token = jnp.take_along_axis(tokens.reshape(batch, k * per_beam), where, axis=1)
   return best, where // per_beam, token
@@ -189,10 +199,7 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     batch = live.shape[0]  # the sentences searched now
     previous = jnp.where(i == 0, PAD_ID, live[:, :, jnp.maximum(i - 1, 0)]).reshape(-1)
     logits, state = scorer.step(state, previous, i)
-    log_probs = jax.nn.log_softmax(logits)
-    vocab = log_probs.shape[-1]
-    candidates = live_log_probs[:, :, None] + log_probs.reshape(batch, k, vocab)
-    top_log_probs, beam, token = top_of_beams(candidates, 2 * k)  # (batch, 2k)
+    top_log_probs, beam, token = top_of_beams(live_log_probs, logits, 2 * k)  # (batch, 2k)
     sequences = jnp.take_along_axis(live, beam[:, :, None], axis=1).at[:, :, i].set(token)
     ends = token == EOS_ID
 
