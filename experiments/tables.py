@@ -39,12 +39,14 @@ _VS_CT2 = 'experiments/decoding_vs_ct2'
 # Its files, a lever at a time, in the order they came, then the code now on a larger model.
 _VS_CT2_FILES = [f'{_VS_CT2}/amd_epyc_{name}.json' for name in (
     'before_levers', 'levers', 'padding_rows', 'drop_finished', 'top_k_blocks',
-    'batches_at_once', 'batches_by_length', 'multi30k_vocab6000', 'multi30k_3000steps')]
-_VS_CT2_NOW = f'{_VS_CT2}/amd_epyc_batches_by_length.json'  # the code now, the tiny model
+    'batches_at_once', 'batches_by_length', 'multi30k_vocab6000', 'multi30k_3000steps',
+    'multi30k_one_loop', 'one_loop')]
+_VS_CT2_NOW = f'{_VS_CT2}/amd_epyc_multi30k_one_loop.json'  # the code now, Multi30k's model
 # The files of experiments/decoding_vs_ct2/evaluation_time.py: with finished sentences dropped
-# (ed30a05), and the code now.
+# (ed30a05), with them kept (b64a086), and the code now.
 _EVALUATION_TIME = [f'{_VS_CT2}/amd_epyc_evaluation_time_dropped.json',
-                    f'{_VS_CT2}/amd_epyc_evaluation_time.json']
+                    f'{_VS_CT2}/amd_epyc_evaluation_time.json',
+                    f'{_VS_CT2}/amd_epyc_evaluation_time_one_loop.json']
 _OVERLAP_BEFORE = 'experiments/side_by_side/overlap_cpu_before_547470b.json'
 _H200_PRNG = 'experiments/gpu/h200/prng'
 _H200_LOOP = 'experiments/gpu/h200/window_2026-11-28.jsonl'
@@ -353,15 +355,16 @@ def against_ct2(page: str) -> list[str]:
   result = load(_VS_CT2_NOW)
   ratio = {(run['beam_size'], run['threads']): run['ours_over_ct2'] for run in result['results']}
   same = [run['translations']['same_translations'] for run in result['results']]
+  steps = result['checkpoint_steps'][-1]
   return [
-      'Decoding against CTranslate2 (float32): the same exported `configs/tiny.py` model, '
-      'inputs, batches and cores, 2-core AMD EPYC',
+      f'Decoding against CTranslate2 (float32): the same exported `configs/multi30k.py` model '
+      f'({steps} steps), test2016, batches and cores, 2-core AMD EPYC',
       f'ours / CTranslate2 sentences/s: greedy {ratio[1, 1]:.2f} (one thread), '
       f'{ratio[1, 2]:.2f} (two); beam 4 {ratio[4, 1]:.2f}, {ratio[4, 2]:.2f}; '
       f'{span(same, 0)} of {result["sentences"]} translations identical',
-      '`python -m transformer_jax.train --config=configs/tiny.py --workdir=/tmp/tiny600 '
-      '--config.train.num_train_steps=600 --config.train.eval_every_steps=600 && python '
-      f'{_VS_CT2}/benchmark.py --workdir=/tmp/tiny600`',
+      '`python -m transformer_jax.train --config=configs/multi30k.py --workdir=/tmp/m30k '
+      f'--config.train.num_train_steps={steps} --config.train.eval_every_steps={steps} && '
+      f'python {_VS_CT2}/benchmark.py --workdir=/tmp/m30k`',
       link(page, _VS_CT2_NOW)]
 
 
