@@ -273,18 +273,17 @@ class MultiHeadAttention(nn.Module):
     stored, block_now = {}, step.position // CACHE_BLOCK
     for name, new in (('key', key), ('value', value)):
       # Position t of slot j is entry (t - first)·copies + j of the block whose first
-      # position is `first`: a step writes one contiguous run of entries. Every block is
-      # written in place, the step's own block with the new entries and each other block
-      # with its own entries back (at the nearest offset it has), so that no branch holds,
-      # and no step copies, a block of the cache.
+      # position is `first`: a step writes one contiguous run of entries, in place, into the
+      # block of its position (a branch a block, the others passing their blocks through).
       axis, blocks = _CACHE_LAYOUT[name].index(1), []
       new = _to_cache(name, new.reshape(-1, step.copies, *new.shape[2:]))
+
+      def write(block, offset):
+        return jax.lax.dynamic_update_slice_in_dim(block, new, offset, axis)
+
       for i, block in enumerate(self.get_variable('cache', name)):
-        offset = jnp.clip((step.position - i * CACHE_BLOCK) * step.copies, 0,
-                          block.shape[axis] - step.copies)
-        own = jax.lax.dynamic_slice_in_dim(block, offset, step.copies, axis)
-        blocks.append(jax.lax.dynamic_update_slice_in_dim(
-            block, jnp.where(block_now == i, new, own), offset, axis))
+        offset = (step.position - i * CACHE_BLOCK) * step.copies
+        blocks.append(jax.lax.cond(block_now == i, write, lambda block, _: block, block, offset))
       stored[name] = tuple(blocks)
       self.put_variable('cache', name, stored[name])
     # The rows of a sentence are its queries: (n·copies, 1) -> (n, copies).
