@@ -13,6 +13,7 @@ import pytest
 from conftest import init_params, random_tokens, tiny_config
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import batch_decode, search, translator
+from transformer_jax.model import attention
 from transformer_jax.model.attention import CACHE_BLOCK
 from transformer_jax.model.transformer import Transformer
 
@@ -152,10 +153,14 @@ def _lively_params(cfg, seed=0):
 
 
 @pytest.mark.slow
-def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng, monkeypatch):
-  """Over every block that the cached decoder's loops read the cache by: without EOS, every
-  output runs on to the cap. (EOS ending a hypothesis: the hand-built scorers' tests below.)"""
+@pytest.mark.parametrize('backend', ['cpu', 'gpu'])
+def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng, monkeypatch, backend):
+  """Over every block that the cached decoder reads the cache by: without EOS, every output
+  runs on to the cap. (EOS ending a hypothesis: the hand-built scorers' tests below.) Off a CPU
+  (the backend's name stood in for here) the cache is one block, read whole with no branch."""
   _without_eos(monkeypatch)
+  monkeypatch.setattr(jax, 'default_backend', lambda: backend)
+  assert len(attention.cache_blocks(6 + 2 * CACHE_BLOCK)) == (3 if backend == 'cpu' else 1)
   cfg = tiny_config(share_embeddings=False, max_len=40)
   model, params = Transformer(cfg), _lively_params(cfg)
   inputs = jnp.asarray(random_tokens(rng, (4, 6), cfg.vocab_size, lengths=[6, 4, 2, 0]))

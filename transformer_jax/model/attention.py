@@ -18,15 +18,17 @@ from transformer_jax.model.model_config import TransformerConfig
 glorot_uniform = nn.initializers.xavier_uniform()
 
 
-# The decoder's self-attention cache is kept in blocks of this many positions, so that a
-# decoding step reads the blocks written so far and no others (see
-# `MultiHeadAttention._attend_step`).
+# On a CPU, the decoder's self-attention cache is kept in blocks of this many positions, so
+# that a decoding step reads the blocks written so far and no others, choosing them by a branch
+# (see `MultiHeadAttention._attend_step`). Elsewhere it is one block, read whole at every step
+# with no branch: the blocks are a CPU measure, measured on CPUs only.
 CACHE_BLOCK = 16
 
 
 def cache_blocks(length: int) -> list[tuple[int, int]]:
   """The (first, end) positions of each block of a `length`-position decoding cache."""
-  return [(first, min(first + CACHE_BLOCK, length)) for first in range(0, length, CACHE_BLOCK)]
+  size = CACHE_BLOCK if jax.default_backend() == 'cpu' else length
+  return [(first, min(first + size, length)) for first in range(0, length, size)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,8 +251,8 @@ class MultiHeadAttention(nn.Module):
 
   def _create_cache(self, key, value, copies):
     """The self-attention cache, zeros, for as many positions as `key` and `value` (b, t, h, d)
-    hold: per name a tuple of blocks of CACHE_BLOCK positions, `copies` slots each, keys
-    (n, h, d_k, CACHE_BLOCK·copies) and values (n, h, CACHE_BLOCK·copies, d_v): the layouts
+    hold: per name a tuple of blocks (`cache_blocks`) of k positions, `copies` slots each, keys
+    (n, h, d_k, k·copies) and values (n, h, k·copies, d_v): the layouts
     the products of eq. (1) read, so that a step never transposes the cache."""
     rows = key.shape[0]
     for name, x in (('key', key), ('value', value)):
@@ -270,7 +272,8 @@ class MultiHeadAttention(nn.Module):
     # Beam search reorders hypotheses, so a row's history lies in any of its sentence's slots;
     # the mask picks it out and no step moves the cache (FasterTransformer's "cache
     # indirection").
-    stored, block_now = {}, step.position // CACHE_BLOCK
+    spans = cache_blocks(mask.shape[-1] // step.copies)  # each block's (first, end) position
+    stored, block_now = {}, step.position // spans[0][1]  # all blocks but the last one size
     for name, new in (('key', key), ('value', value)):
       # Position t of slot j is entry (t - first)·copies + j of the block whose first
       # position is `first`: a step writes one contiguous run of entries, in place, into the
@@ -281,23 +284,25 @@ class MultiHeadAttention(nn.Module):
       def write(block, offset):
         return jax.lax.dynamic_update_slice_in_dim(block, new, offset, axis)
 
-      for i, block in enumerate(self.get_variable('cache', name)):
-        offset = (step.position - i * CACHE_BLOCK) * step.copies
-        blocks.append(jax.lax.cond(block_now == i, write, lambda block, _: block, block, offset))
+      for i, (block, (first, _)) in enumerate(zip(self.get_variable('cache', name), spans)):
+        offset = (step.position - first) * step.copies
+        blocks.append(write(block, offset) if len(spans) == 1 else jax.lax.cond(
+            block_now == i, write, lambda block, _: block, block, offset))
       stored[name] = tuple(blocks)
       self.put_variable('cache', name, stored[name])
     # The rows of a sentence are its queries: (n·copies, 1) -> (n, copies).
     query = query.reshape(query.shape[0] // step.copies, -1, *query.shape[2:])
-    ends = [end * step.copies for _, end in cache_blocks(mask.shape[-1] // step.copies)]
 
     def attend(block):
       # Blocks 0 ... block only, so a step costs what the output so far costs, not what the
       # longest output could: one branch a block, the rest of the step compiled once.
       def branch(query, keys, values, mask):
         return attention_over_blocks(query, keys[:block + 1], values[:block + 1],
-                                     mask[..., :ends[block]])[0]
+                                     mask[..., :spans[block][1] * step.copies])[0]
       return branch
 
-    heads = jax.lax.switch(block_now, [attend(block) for block in range(len(ends))],
-                           query, stored['key'], stored['value'], mask)
+    branches = [attend(block) for block in range(len(spans))]
+    operands = (query, stored['key'], stored['value'], mask)
+    heads = branches[0](*operands) if len(spans) == 1 else jax.lax.switch(block_now, branches,
+                                                                           *operands)
     return heads, None
