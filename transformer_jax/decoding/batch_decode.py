@@ -6,10 +6,11 @@
 decoder (the default) then keeps a key/value cache: the encoder-decoder attention keys and
 values are computed once per sentence and each decoder self-attention appends one position
 per step, so a step computes one new position, attending over the blocks of the cache written
-so far (attention.CACHE_BLOCK positions each). Beam search
-never moves the cache: it reorders a small table that says where each hypothesis's history
-lies (see `model.Decoder`). `cached=False` re-runs the decoder over the whole output
-buffer at every step instead: the reference the cache is tested and timed against.
+so far (on a CPU, attention.CACHE_BLOCK positions each). Beam search never moves the cache: it
+reorders a small table that says where each hypothesis's history lies (see `model.Decoder`),
+and drops the sentences it has finished as it goes (`widths`). `cached=False` re-runs the
+decoder over the whole output buffer at every step instead: the reference the cache is tested
+and timed against.
 """
 
 import functools
@@ -169,8 +170,8 @@ def widths(sentences: int, copies: int, shards: int = 1, halvings: int = HALVING
 
 
 def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alpha: float,
-           max_extra_length: int, cached: bool = True, stacked: bool = False, shards: int = 1,
-           halvings: int = HALVINGS) -> jax.Array:
+           max_extra_length: int, cached: bool = True, stacked: bool = False, shards: int = 1
+           ) -> jax.Array:
   """inputs: (b, s) source ids -> (b, s + max_extra_length) output ids, PAD_ID after EOS;
   with `stacked`, the parameters of several runs stacked on a leading axis -> (b, runs,
   s + max_extra_length), every run's outputs searched together (`runs_scorer`).
@@ -178,9 +179,8 @@ def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alp
   beam_size 1 is greedy decoding (α unused), larger sizes beam search, as in tensor2tensor.
   The output may hold s + max_extra_length tokens (§6.1: input length + 50, with the padded
   input length as in tensor2tensor). All-padding rows give empty outputs. Unless `stacked`, the
-  sentences that are done are dropped as the search goes, the batch halved up to `halvings`
-  times (`widths`; 0: never), each width a number of sentences that splits over the batch's
-  `shards`.
+  sentences that are done are dropped as the search goes where `widths` halves the batch, each
+  width a number of sentences that splits over the batch's `shards`.
   """
   length = inputs.shape[1] + max_extra_length
   source_mask = inputs != PAD_ID
@@ -190,7 +190,7 @@ def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alp
     scorer = runs_scorer(model, params, jax.vmap(encode)(params), source_mask, length,
                          beam_size, cached)
   else:
-    runs, searched = 1, widths(inputs.shape[0], beam_size, shards, halvings)
+    runs, searched = 1, widths(inputs.shape[0], beam_size, shards)
     scorer = model_scorer(model, params, encode(params), source_mask, length, beam_size, cached)
   active = jnp.tile(jnp.any(source_mask, axis=1), runs)
   if beam_size == 1:
