@@ -224,6 +224,7 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     # only when every sentence meets it); its 2017 version waited for the lowest-scoring
     # finished hypothesis to clear the bound, which never happens sooner. Either way the best
     # hypothesis, the one returned, cannot change.
+    # Once done, done for good: the bound only falls, the best finished score only rises.
     upper_bound = live_log_probs[:, 0] / max_penalty
     done = done | (finished_scores[:, 0] >= upper_bound)
     return i + 1, (live, live_log_probs, finished, finished_scores), done, state

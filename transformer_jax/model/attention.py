@@ -301,8 +301,7 @@ class MultiHeadAttention(nn.Module):
                                      mask[..., :spans[block][1] * step.copies])[0]
       return branch
 
-    branches = [attend(block) for block in range(len(spans))]
-    operands = (query, stored['key'], stored['value'], mask)
-    heads = branches[0](*operands) if len(spans) == 1 else jax.lax.switch(block_now, branches,
-                                                                           *operands)
+    # One block (off a CPU): `switch` calls its one branch, no conditional.
+    heads = jax.lax.switch(block_now, [attend(block) for block in range(len(spans))],
+                           query, stored['key'], stored['value'], mask)
     return heads, None
