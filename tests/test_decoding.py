@@ -214,7 +214,7 @@ def _ending_scorer(scorer: search.Scorer, ends: np.ndarray, copies: int) -> sear
 @pytest.mark.parametrize('cached', [True, False])
 @pytest.mark.parametrize('beam_size', [1, 3])
 def test_sentences_dropped_as_they_end_translate_as_when_kept(rng, cached, beam_size):
-  """A search that drops its finished sentences (the batch halved as they end) returns, for
+  """A search that drops its finished sentences (the batch narrowed as they end) returns, for
   every sentence, what the search keeping all of them to the end returns; the sentences end at
   steps set by construction, the last ones in the cache's second block."""
   cfg = tiny_config(share_embeddings=False, max_len=40)
@@ -241,21 +241,20 @@ def test_sentences_dropped_as_they_end_translate_as_when_kept(rng, cached, beam_
   assert [len(batch_decode.strip(o)) for o in np.asarray(kept)] == list(ends)
 
 
-def test_a_search_halves_its_batch_in_sizes_that_split_over_the_shards():
-  """`batch_decode.widths`: the batch first, each next one half the last, a multiple of the
-  batch shards, of at least FEWEST_ROWS rows, at most HALVINGS halvings."""
-  fewest = batch_decode.FEWEST_ROWS
-  assert batch_decode.widths(64, 2 * fewest // 64, halvings=1) == (64, 32)
-  assert batch_decode.widths(64, 4 * fewest // 64, halvings=5) == (64, 32, 16)
-  assert batch_decode.widths(64, 2 * fewest // 64, halvings=0) == (64,)
-  for sentences, copies, shards in itertools.product((1, 3, 8, 24, 64), (1, 4), (1, 2, 8)):
+def test_a_search_narrows_its_batch_once_to_a_size_that_splits_over_the_shards():
+  """`batch_decode.widths`: the batch, then 1/NARROWING of it where that is a whole number of
+  sentences, a multiple of the batch shards, of at least FEWEST_ROWS rows; nothing more."""
+  narrowing, fewest = batch_decode.NARROWING, batch_decode.FEWEST_ROWS
+  assert batch_decode.widths(64, 4) == (64, 64 // narrowing)
+  assert batch_decode.widths(narrowing * fewest, 1) == (narrowing * fewest, fewest)
+  assert batch_decode.widths(narrowing * fewest // 2, 1) == (narrowing * fewest // 2,)
+  for sentences, copies, shards in itertools.product((1, 3, 8, 24, 64, 96), (1, 4), (1, 2, 8)):
     if sentences % shards:
       continue
     result = batch_decode.widths(sentences, copies, shards)
-    assert result[0] == sentences and len(result) <= batch_decode.HALVINGS + 1
-    for wider, width in zip(result, result[1:]):
-      assert wider == 2 * width and width % shards == 0
-      assert width * copies >= fewest
+    narrow = sentences // narrowing
+    fits = narrow * narrowing == sentences and narrow % shards == 0 and narrow * copies >= fewest
+    assert result == ((sentences, narrow) if fits else (sentences,))
 
 
 def _table(rows: dict) -> np.ndarray:

@@ -7,8 +7,8 @@ decoder (the default) then keeps a key/value cache: the encoder-decoder attentio
 values are computed once per sentence and each decoder self-attention appends one position
 per step, so a step computes one new position, attending over the blocks of the cache written
 so far (on a CPU, attention.CACHE_BLOCK positions each). Beam search never moves the cache: it
-reorders a small table that says where each hypothesis's history lies (see `model.Decoder`),
-and drops the sentences it has finished as it goes (`widths`). `cached=False` re-runs the
+reorders a small table that says where each hypothesis's history lies (see `model.Decoder`).
+Both searches drop the sentences they have finished as they go (`widths`). `cached=False` re-runs the
 decoder over the whole output buffer at every step instead: the reference the cache is tested
 and timed against.
 """
@@ -149,24 +149,23 @@ def runs_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax
   return search.Scorer(state, step_runs, reorder_runs)
 
 
-# A search's batch is halved at most HALVINGS times as its sentences end (`widths`), to no fewer
-# than FEWEST_ROWS rows. Each width is one more loop to compile, each about as long to compile
-# as the step itself: worth it for beam search's batches of 4 x 64 rows, whose steps are most of
-# their time, and not for greedy decoding's of 64, whose steps are less than half of it
+# A search's batch goes on at 1/NARROWING of its width once no more than that many of its
+# sentences are still searching (`widths`), where those rows split over the batch's shards and
+# number at least FEWEST_ROWS: a batch's last sentences are its longest outputs' few, and a
+# step's cost is close to proportional to its rows down to about 16 of them. Once only: each
+# width is one more loop to compile, about as long to compile as the rest of the program
 # (experiments/decoding_vs_ct2/README.md).
-HALVINGS, FEWEST_ROWS = 1, 128
+NARROWING, FEWEST_ROWS = 4, 16
 
 
-def widths(sentences: int, copies: int, shards: int = 1, halvings: int = HALVINGS
-           ) -> tuple[int, ...]:
+def widths(sentences: int, copies: int, shards: int = 1) -> tuple[int, ...]:
   """The sentences a search of `sentences`, `copies` rows each, runs at once as they end
-  (`search.greedy`'s `widths`): halved up to `halvings` times while the half is a multiple of
-  the batch's `shards` and holds at least FEWEST_ROWS rows."""
-  result = [sentences]
-  while (len(result) <= halvings and result[-1] % (2 * shards) == 0
-         and result[-1] // 2 * copies >= FEWEST_ROWS):
-    result.append(result[-1] // 2)
-  return tuple(result)
+  (`search.greedy`'s `widths`): all, then 1/NARROWING of them where that many split over the
+  batch's `shards` and hold at least FEWEST_ROWS rows."""
+  narrow = sentences // NARROWING
+  if sentences % (NARROWING * shards) == 0 and narrow * copies >= FEWEST_ROWS:
+    return sentences, narrow
+  return (sentences,)
 
 
 def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alpha: float,
@@ -179,7 +178,7 @@ def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alp
   beam_size 1 is greedy decoding (α unused), larger sizes beam search, as in tensor2tensor.
   The output may hold s + max_extra_length tokens (§6.1: input length + 50, with the padded
   input length as in tensor2tensor). All-padding rows give empty outputs. Unless `stacked`, the
-  sentences that are done are dropped as the search goes where `widths` halves the batch, each
+  sentences that are done are dropped as the search goes where `widths` narrows the batch, each
   width a number of sentences that splits over the batch's `shards`.
   """
   length = inputs.shape[1] + max_extra_length
