@@ -243,17 +243,17 @@ def test_sentences_dropped_as_they_end_translate_as_when_kept(rng, cached, beam_
 
 def test_a_search_narrows_its_batch_once_to_a_size_that_splits_over_the_shards():
   """`batch_decode.widths`: the batch, then 1/NARROWING of it where that is a whole number of
-  sentences, a multiple of the batch shards, of at least FEWEST_ROWS rows; nothing more."""
-  narrowing, fewest = batch_decode.NARROWING, batch_decode.FEWEST_ROWS
-  assert batch_decode.widths(64, 4) == (64, 64 // narrowing)
-  assert batch_decode.widths(narrowing * fewest, 1) == (narrowing * fewest, fewest)
-  assert batch_decode.widths(narrowing * fewest // 2, 1) == (narrowing * fewest // 2,)
-  for sentences, copies, shards in itertools.product((1, 3, 8, 24, 64, 96), (1, 4), (1, 2, 8)):
+  sentences, a multiple of the batch shards, at least FEWEST_SENTENCES; nothing more."""
+  narrowing, fewest = batch_decode.NARROWING, batch_decode.FEWEST_SENTENCES
+  assert batch_decode.widths(narrowing * fewest) == (narrowing * fewest, fewest)
+  assert batch_decode.widths(narrowing * fewest // 2) == (narrowing * fewest // 2,)
+  assert batch_decode.widths(narrowing * fewest + 1) == (narrowing * fewest + 1,)
+  for sentences, shards in itertools.product((1, 3, 8, 24, 64, 96, 128), (1, 2, 8, 32)):
     if sentences % shards:
       continue
-    result = batch_decode.widths(sentences, copies, shards)
+    result = batch_decode.widths(sentences, shards)
     narrow = sentences // narrowing
-    fits = narrow * narrowing == sentences and narrow % shards == 0 and narrow * copies >= fewest
+    fits = narrow * narrowing == sentences and narrow % shards == 0 and narrow >= fewest
     assert result == ((sentences, narrow) if fits else (sentences,))
 
 

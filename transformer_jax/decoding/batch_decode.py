@@ -8,9 +8,9 @@ values are computed once per sentence and each decoder self-attention appends on
 per step, so a step computes one new position, attending over the blocks of the cache written
 so far (on a CPU, attention.CACHE_BLOCK positions each). Beam search never moves the cache: it
 reorders a small table that says where each hypothesis's history lies (see `model.Decoder`).
-Both searches drop the sentences they have finished as they go (`widths`). `cached=False` re-runs the
-decoder over the whole output buffer at every step instead: the reference the cache is tested
-and timed against.
+Both searches drop the sentences they have finished as they go (`widths`). `cached=False`
+re-runs the decoder over the whole output buffer at every step instead: the reference the
+cache is tested and timed against.
 """
 
 import functools
@@ -150,20 +150,20 @@ def runs_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax
 
 
 # A search's batch goes on at 1/NARROWING of its width once no more than that many of its
-# sentences are still searching (`widths`), where those rows split over the batch's shards and
-# number at least FEWEST_ROWS: a batch's last sentences are its longest outputs' few, and a
-# step's cost is close to proportional to its rows down to about 16 of them. Once only: each
-# width is one more loop to compile, about as long to compile as the rest of the program
-# (experiments/decoding_vs_ct2/README.md).
-NARROWING, FEWEST_ROWS = 4, 16
+# sentences are still searching (`widths`), where those are at least FEWEST_SENTENCES and split
+# over the batch's shards: a batch's last sentences are the few with its longest outputs, and a
+# step's cost is close to proportional to its rows down to about 16 of them. Once only, and not
+# for a bucket's small last batch: each width is one more loop to compile, about as long to
+# compile as the rest of the program (experiments/decoding_vs_ct2/README.md).
+NARROWING, FEWEST_SENTENCES = 4, 16
 
 
-def widths(sentences: int, copies: int, shards: int = 1) -> tuple[int, ...]:
-  """The sentences a search of `sentences`, `copies` rows each, runs at once as they end
-  (`search.greedy`'s `widths`): all, then 1/NARROWING of them where that many split over the
-  batch's `shards` and hold at least FEWEST_ROWS rows."""
+def widths(sentences: int, shards: int = 1) -> tuple[int, ...]:
+  """The sentences a search of `sentences` runs at once as they end (`search.greedy`'s
+  `widths`): all, then 1/NARROWING of them where that many are at least FEWEST_SENTENCES and
+  split over the batch's `shards`."""
   narrow = sentences // NARROWING
-  if sentences % (NARROWING * shards) == 0 and narrow * copies >= FEWEST_ROWS:
+  if sentences % (NARROWING * shards) == 0 and narrow >= FEWEST_SENTENCES:
     return sentences, narrow
   return (sentences,)
 
@@ -189,7 +189,7 @@ def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alp
     scorer = runs_scorer(model, params, jax.vmap(encode)(params), source_mask, length,
                          beam_size, cached)
   else:
-    runs, searched = 1, widths(inputs.shape[0], beam_size, shards)
+    runs, searched = 1, widths(inputs.shape[0], shards)
     scorer = model_scorer(model, params, encode(params), source_mask, length, beam_size, cached)
   active = jnp.tile(jnp.any(source_mask, axis=1), runs)
   if beam_size == 1:
