@@ -40,13 +40,16 @@ _VS_CT2 = 'experiments/decoding_vs_ct2'
 _VS_CT2_FILES = [f'{_VS_CT2}/amd_epyc_{name}.json' for name in (
     'before_levers', 'levers', 'padding_rows', 'drop_finished', 'top_k_blocks',
     'batches_at_once', 'batches_by_length', 'multi30k_vocab6000', 'multi30k_3000steps',
-    'multi30k_one_loop', 'one_loop')]
-_VS_CT2_NOW = f'{_VS_CT2}/amd_epyc_multi30k_one_loop.json'  # the code now, Multi30k's model
+    'multi30k_one_loop', 'one_loop', 'multi30k_narrowed', 'narrowed')]
+_VS_CT2_NOW = f'{_VS_CT2}/amd_epyc_multi30k_narrowed.json'  # the code now, Multi30k's model
 # The files of experiments/decoding_vs_ct2/evaluation_time.py: with finished sentences dropped
-# (ed30a05), with them kept (b64a086), and the code now.
+# (ed30a05), with them kept (b64a086), one loop a search (0b9cbb1), a quarter of every batch
+# (2186d08), and of batches of 64 only (the code now).
 _EVALUATION_TIME = [f'{_VS_CT2}/amd_epyc_evaluation_time_dropped.json',
                     f'{_VS_CT2}/amd_epyc_evaluation_time.json',
-                    f'{_VS_CT2}/amd_epyc_evaluation_time_one_loop.json']
+                    f'{_VS_CT2}/amd_epyc_evaluation_time_one_loop.json',
+                    f'{_VS_CT2}/amd_epyc_evaluation_time_narrowed_small_batches.json',
+                    f'{_VS_CT2}/amd_epyc_evaluation_time_narrowed.json']
 _OVERLAP_BEFORE = 'experiments/side_by_side/overlap_cpu_before_547470b.json'
 _H200_PRNG = 'experiments/gpu/h200/prng'
 _H200_LOOP = 'experiments/gpu/h200/window_2026-11-28.jsonl'
@@ -470,6 +473,25 @@ def decoding_vs_ct2(page: str) -> str:
                    'file'], rows)
 
 
+def decoding_work(page: str) -> str:
+  """The row-steps a sentence each side's search computes, from the files that count ours."""
+  rows = []
+  for path in _VS_CT2_FILES:
+    result = load(path)
+    for run in result['results']:
+      if 'row_steps' not in run['ours'] or run['threads'] != 1:
+        continue
+      ours, ct2 = run['ours'], run['ct2']
+      rows.append([f'{result["code"]} ({result["provenance"]["commit"][:7]})',
+                   f'`{result["workdir"]}`', str(run['beam_size']),
+                   *(f'{count / result["sentences"]:.1f}' for count in (
+                       ours['row_steps'], ours['fewest_row_steps'], ct2['fewest_row_steps'])),
+                   f'{ours["row_steps"] / ct2["fewest_row_steps"]:.2f}', link(page, path)])
+  return markdown(['our code', 'model', 'beam', 'ours: row-steps a sentence',
+                   'fewest for our outputs', 'fewest for CTranslate2\'s', 'ours / fewest for '
+                   'CTranslate2\'s', 'file'], rows)
+
+
 def evaluation_time(page: str) -> str:
   """`evaluate` and a training run's dev evaluation, before the levers and after, per file."""
   rows, steps = [], {load(path)['steps'] for path in _EVALUATION_TIME}
@@ -506,6 +528,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     'cpu-loop': cpu_loop,
     'side-by-side-overlap': side_by_side_overlap,
     'decoding-vs-ct2': decoding_vs_ct2,
+    'decoding-work': decoding_work,
     'evaluation-time': evaluation_time,
 }
 

@@ -20,8 +20,14 @@ times, for a timed pass over the split: output ids in, output ids out, nothing e
 Reported: each side's best pass (sentences/s and output tokens/s, EOS not counted), every pass,
 and how the translations compare: identical ones, and for beam search the output lengths
 (CTranslate2's length penalty has another form: lp = |Y|^β, ours §6.1's ((5 + |Y|) / 6)^α).
+And the work: the row-steps our searches compute over the split (a decoder step of r rows
+counts r; counted by a translator of its own, untimed), against the fewest any search of each
+side's outputs computes, a row a hypothesis at every step up to its output's end (EOS
+included; CTranslate2 drops each sentence as it ends, and stops beam search once the best
+hypothesis has ended, where §6.1's early termination waits for a bound).
 """
 
+import dataclasses
 import json
 import os
 import pickle
@@ -31,10 +37,12 @@ import tempfile
 import time
 
 from absl import flags
+import jax
 import numpy as np
 
 from transformer_jax import cli, export
 from transformer_jax.data import datasets
+from transformer_jax.decoding import batch_decode
 from transformer_jax.decoding.translator import Translator, decode_batches
 from transformer_jax.storage import atomic, provenance
 
@@ -53,12 +61,38 @@ _CODE = flags.DEFINE_string('code', 'this tree', 'What our code is, for the file
                             'with PYTHONPATH=CHECKOUT: \'before the levers\').')
 
 
+def _row_steps(inputs: dict, sources: list) -> int:
+  """The rows that the decoder steps of our searches compute over `sources`, counted by a
+  callback in the programs of a translator of its own (so untimed)."""
+  counted, scorer = [], batch_decode.model_scorer
+
+  def counting(*args, **kwargs):
+    made = scorer(*args, **kwargs)
+
+    def step(state, tokens, i):
+      jax.debug.callback(lambda rows=tokens.shape[0]: counted.append(rows))
+      return made.step(state, tokens, i)
+
+    return dataclasses.replace(made, step=step)
+
+  batch_decode.model_scorer = counting
+  try:
+    Translator(inputs['workdir'], beam_size=inputs['beam_size'],
+               batch_size=inputs['batch_size']).translate_ids(sources)
+    jax.effects_barrier()
+  finally:
+    batch_decode.model_scorer = scorer
+  return sum(counted)
+
+
 def _ours(inputs: dict, threads: int):
-  """The passes of our side: `translate_ids` of the encoded sources, timed alone."""
+  """The passes of our side: `translate_ids` of the encoded sources, timed alone; and the
+  row-steps they compute."""
   del threads  # the cores `taskset` gives the process
+  sources = [np.asarray(s, np.int32) for s in inputs['sources']]
+  work = {'row_steps': _row_steps(inputs, sources)}
   translator = Translator(inputs['workdir'], beam_size=inputs['beam_size'],
                           batch_size=inputs['batch_size'])
-  sources = [np.asarray(s, np.int32) for s in inputs['sources']]
   translator.translate_ids(sources)  # compiles every bucket's program
 
   def timed():
@@ -66,7 +100,7 @@ def _ours(inputs: dict, threads: int):
     outputs = translator.translate_ids(sources)
     return time.perf_counter() - start, outputs
 
-  return timed
+  return timed, work
 
 
 def _ct2(inputs: dict, threads: int):
@@ -95,31 +129,32 @@ def _ct2(inputs: dict, threads: int):
     return seconds, [[to_ours[token] for token in hypothesis] if hypothesis is not None else []
                      for hypothesis in results]
 
-  return timed
+  return timed, {}
 
 
 def _side() -> None:
-  """A side's process: prints 'ready', then a JSON line per line read from stdin."""
+  """A side's process: prints 'ready' and a JSON object of what it counted, then a JSON line
+  per line read from stdin."""
   with open(_INPUTS.value, 'rb') as f:
     inputs = pickle.load(f)
   threads = len(os.sched_getaffinity(0))
-  timed = (_ours if _SIDE.value == 'ours' else _ct2)(inputs, threads)
-  print('ready', flush=True)
+  timed, counted = (_ours if _SIDE.value == 'ours' else _ct2)(inputs, threads)
+  print('ready', json.dumps(counted), flush=True)
   for _ in sys.stdin:
     seconds, outputs = timed()
     print(json.dumps({'seconds': seconds, 'outputs': [list(map(int, o)) for o in outputs]}),
           flush=True)
 
 
-def _start(side: str, inputs_path: str, threads: int) -> subprocess.Popen:
+def _start(side: str, inputs_path: str, threads: int) -> tuple[subprocess.Popen, dict]:
   cores = ','.join(map(str, sorted(os.sched_getaffinity(0))[:threads]))
   process = subprocess.Popen(
       ['taskset', '-c', cores, sys.executable, __file__, f'--side={side}',
        f'--inputs={inputs_path}', f'--workdir={_WORKDIR.value}'],
       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
   for line in process.stdout:
-    if line.strip() == 'ready':
-      return process
+    if line.startswith('ready '):
+      return process, json.loads(line[len('ready '):])
   raise RuntimeError(f'the {side} side ended before it was ready')
 
 
@@ -127,6 +162,13 @@ def _pass(process: subprocess.Popen) -> dict:
   process.stdin.write('run\n')
   process.stdin.flush()
   return json.loads(process.stdout.readline())
+
+
+def _fewest_row_steps(outputs: list, batches: list, beam_size: int) -> int:
+  """The row-steps a search that drops each sentence as it ends computes for `outputs`: a row a
+  hypothesis at every step up to the output's end (its EOS, or the batch's cap)."""
+  return sum(beam_size * min(len(outputs[i]) + 1, cap) for cap, members in batches
+             for i in members)
 
 
 def _compare(ours: list, theirs: list, beam_size: int) -> dict:
@@ -142,7 +184,8 @@ def _measure(inputs: dict, directory: str, threads: int) -> dict:
   path = os.path.join(directory, f'inputs_{inputs["beam_size"]}.pickle')
   with open(path, 'wb') as f:
     pickle.dump(inputs, f)
-  sides = {side: _start(side, path, threads) for side in ('ours', 'ct2')}
+  started = {side: _start(side, path, threads) for side in ('ours', 'ct2')}
+  sides = {side: process for side, (process, _) in started.items()}
   passes, outputs = {side: [] for side in sides}, {}
   try:
     for _ in range(_ROUNDS.value):
@@ -161,7 +204,10 @@ def _measure(inputs: dict, directory: str, threads: int) -> dict:
     tokens = sum(map(len, outputs[side]))
     figures[side] = {'seconds': passes[side], 'best_seconds': best,
                      'sentences_per_second': sentences / best,
-                     'output_tokens_per_second': tokens / best}
+                     'output_tokens_per_second': tokens / best,
+                     'fewest_row_steps': _fewest_row_steps(outputs[side], inputs['batches'],
+                                                           inputs['beam_size']),
+                     **started[side][1]}
   figures['ours_over_ct2'] = (figures['ours']['sentences_per_second']
                               / figures['ct2']['sentences_per_second'])
   figures['translations'] = _compare(outputs['ours'], outputs['ct2'], inputs['beam_size'])
