@@ -358,13 +358,17 @@ def against_ct2(page: str) -> list[str]:
   result = load(_VS_CT2_NOW)
   ratio = {(run['beam_size'], run['threads']): run['ours_over_ct2'] for run in result['results']}
   same = [run['translations']['same_translations'] for run in result['results']]
+  work = {run['beam_size']: run['ours']['row_steps'] / run['ct2']['fewest_row_steps']
+          for run in result['results']}
   steps = result['checkpoint_steps'][-1]
   return [
       f'Decoding against CTranslate2 (float32): the same exported `configs/multi30k.py` model '
       f'({steps} steps), test2016, batches and cores, 2-core AMD EPYC',
       f'ours / CTranslate2 sentences/s: greedy {ratio[1, 1]:.2f} (one thread), '
       f'{ratio[1, 2]:.2f} (two); beam 4 {ratio[4, 1]:.2f}, {ratio[4, 2]:.2f}; '
-      f'{span(same, 0)} of {result["sentences"]} translations identical',
+      f'{span(same, 0)} of {result["sentences"]} translations identical; ours computes '
+      f'{work[1]:.2f}× (greedy) and {work[4]:.2f}× (beam 4) the fewest row-steps '
+      'CTranslate2\'s outputs need',
       '`python -m transformer_jax.train --config=configs/multi30k.py --workdir=/tmp/m30k '
       f'--config.train.num_train_steps={steps} --config.train.eval_every_steps={steps} && '
       f'python {_VS_CT2}/benchmark.py --workdir=/tmp/m30k`',
