@@ -450,6 +450,15 @@ def test_first_argmax_is_argmax_ties_included(seed):
                                 np.argmax(scores, axis=-1))
 
 
+def test_first_argmax_refuses_rows_longer_than_float32_counts():
+  """Its indices are float32: a row of more than 2^24 scores is an error, not a wrong index
+  (traced only, nothing allocated)."""
+  with pytest.raises(ValueError, match='2\\^24'):
+    jax.eval_shape(search.first_argmax, jax.ShapeDtypeStruct((1, 2 ** 24 + 1), jnp.float32))
+  assert jax.eval_shape(search.first_argmax,
+                        jax.ShapeDtypeStruct((3, 2 ** 24), jnp.float32)).shape == (3,)
+
+
 @pytest.mark.parametrize('length', [9, 97, 1000, 4096])
 @pytest.mark.parametrize('n', [1, 8])
 def test_top_k_by_blocks_is_lax_top_k_ties_included(length, n):
