@@ -40,8 +40,8 @@ _VS_CT2 = 'experiments/decoding_vs_ct2'
 _VS_CT2_FILES = [f'{_VS_CT2}/amd_epyc_{name}.json' for name in (
     'before_levers', 'levers', 'padding_rows', 'drop_finished', 'top_k_blocks',
     'batches_at_once', 'batches_by_length', 'multi30k_vocab6000', 'multi30k_3000steps',
-    'multi30k_one_loop', 'one_loop', 'multi30k_narrowed', 'narrowed')]
-_VS_CT2_NOW = f'{_VS_CT2}/amd_epyc_multi30k_narrowed.json'  # the code now, Multi30k's model
+    'multi30k_one_loop', 'one_loop', 'multi30k_narrowed', 'narrowed', 'multi30k_alone', 'alone')]
+_VS_CT2_NOW = f'{_VS_CT2}/amd_epyc_multi30k_alone.json'  # the code now, Multi30k's model
 # The files of experiments/decoding_vs_ct2/evaluation_time.py: with finished sentences dropped
 # (ed30a05), with them kept (b64a086), one loop a search (0b9cbb1), a quarter of every batch
 # (2186d08), and of batches of 64 only (the code now).
@@ -360,6 +360,8 @@ def against_ct2(page: str) -> list[str]:
   same = [run['translations']['same_translations'] for run in result['results']]
   work = {run['beam_size']: run['ours']['row_steps'] / run['ct2']['fewest_row_steps']
           for run in result['results']}
+  dropped = {run['beam_size']: dropped_as_done(run) for run in result['results']
+             if run['threads'] == 1}
   steps = result['checkpoint_steps'][-1]
   return [
       f'Decoding against CTranslate2 (float32): the same exported `configs/multi30k.py` model '
@@ -368,7 +370,8 @@ def against_ct2(page: str) -> list[str]:
       f'{ratio[1, 2]:.2f} (two); beam 4 {ratio[4, 1]:.2f}, {ratio[4, 2]:.2f}; '
       f'{span(same, 0)} of {result["sentences"]} translations identical; ours computes '
       f'{work[1]:.2f}× (greedy) and {work[4]:.2f}× (beam 4) the fewest row-steps '
-      'CTranslate2\'s outputs need',
+      'CTranslate2\'s outputs need; each sentence dropped the step it is done, at most '
+      f'{dropped[1]:.2f} and {dropped[4]:.2f} on one thread',
       '`python -m transformer_jax.train --config=configs/multi30k.py --workdir=/tmp/m30k '
       f'--config.train.num_train_steps={steps} --config.train.eval_every_steps={steps} && '
       f'python {_VS_CT2}/benchmark.py --workdir=/tmp/m30k`',
@@ -477,6 +480,13 @@ def decoding_vs_ct2(page: str) -> str:
                    'file'], rows)
 
 
+def dropped_as_done(run: dict) -> float:
+  """Ours / CTranslate2 in sentences/s had our search of `run` computed only the row-steps of
+  each sentence searched alone (dropped the step its own stop rule ends it), at the speed a
+  row-step it measured: the most that dropping sentences can gain without changing the rule."""
+  return run['ours_over_ct2'] * run['ours']['row_steps'] / run['ours']['row_steps_alone']
+
+
 def decoding_work(page: str) -> str:
   """The row-steps a sentence each side's search computes, from the files that count ours."""
   rows = []
@@ -486,14 +496,20 @@ def decoding_work(page: str) -> str:
       if 'row_steps' not in run['ours'] or run['threads'] != 1:
         continue
       ours, ct2 = run['ours'], run['ct2']
+      alone = 'row_steps_alone' in ours
       rows.append([f'{result["code"]} ({result["provenance"]["commit"][:7]})',
                    f'`{result["workdir"]}`', str(run['beam_size']),
                    *(f'{count / result["sentences"]:.1f}' for count in (
                        ours['row_steps'], ours['fewest_row_steps'], ct2['fewest_row_steps'])),
-                   f'{ours["row_steps"] / ct2["fewest_row_steps"]:.2f}', link(page, path)])
+                   f'{ours["row_steps_alone"] / result["sentences"]:.1f}' if alone else '–',
+                   f'{ours["row_steps"] / ct2["fewest_row_steps"]:.2f}',
+                   f'{run["ours_over_ct2"]:.2f}',
+                   f'{dropped_as_done(run):.2f}' if alone else '–', link(page, path)])
   return markdown(['our code', 'model', 'beam', 'ours: row-steps a sentence',
-                   'fewest for our outputs', 'fewest for CTranslate2\'s', 'ours / fewest for '
-                   'CTranslate2\'s', 'file'], rows)
+                   'fewest for our outputs', 'fewest for CTranslate2\'s',
+                   'ours, each sentence searched alone', 'ours / fewest for CTranslate2\'s',
+                   'ours / CTranslate2, sentences/s', 'the same, each sentence dropped as it is '
+                   'done', 'file'], rows)
 
 
 def evaluation_time(page: str) -> str:
