@@ -202,10 +202,16 @@ _PHASES = ('its training compiled ahead', 'step 0: data loaded', 'step 0: startu
 def signalled(command: list[str], after: tuple[str, ...], then: int,
               delay: float = 0.0) -> tuple[str, int]:
   """Runs `command` on 8 devices and sends it signal `then` `delay` seconds after it first prints
-  a line holding one of `after`; returns what it printed, and its exit status."""
-  process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, 'XLA_FLAGS': xla_flags(8)})
+  a line holding one of `after`; returns what it printed, and its exit status. The command takes
+  Ctrl-C as from a terminal even where the tests run as a background job, which ignores it (an
+  ignored signal stays ignored in a child; a handled one is reset to its default)."""
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own
+  try:
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, 'XLA_FLAGS': xla_flags(8)})
+  finally:
+    signal.signal(signal.SIGINT, previous)
   printed = []
   for line in process.stdout:
     printed.append(line)
