@@ -108,12 +108,14 @@ def top_k(x: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
   if count <= n:
     return jax.lax.top_k(x, n)
   padding = [(0, 0)] * len(lead) + [(0, count * size - length)]  # after every value: never first
-  blocks = jnp.pad(x, padding, constant_values=-jnp.inf).reshape(*lead, count, size)
-  _, chosen = jax.lax.top_k(jnp.max(blocks, axis=-1), n)
+  row = jnp.pad(x, padding, constant_values=-jnp.inf)
+  _, chosen = jax.lax.top_k(jnp.max(row.reshape(*lead, count, size), axis=-1), n)
   chosen = jnp.sort(chosen, axis=-1)  # in the row's order, so that ties still go to the lower index
-  values = jnp.take_along_axis(blocks, chosen[..., None], axis=-2).reshape(*lead, n * size)
-  best, where = jax.lax.top_k(values, n)
-  return best, jnp.take_along_axis(chosen, where // size, axis=-1) * size + where % size
+  # The chosen blocks' values, taken from the row by their indices: XLA's CPU backend does this
+  # faster than taking whole blocks of the row cut into blocks (experiments/decoding_vs_ct2).
+  indices = (chosen[..., None] * size + jnp.arange(size)).reshape(*lead, n * size)
+  best, where = jax.lax.top_k(jnp.take_along_axis(row, indices, axis=-1), n)
+  return best, jnp.take_along_axis(indices, where, axis=-1)
 
 
 def top_of_beams(live_log_probs: jax.Array, logits: jax.Array, n: int
