@@ -40,8 +40,9 @@ _VS_CT2 = 'experiments/decoding_vs_ct2'
 _VS_CT2_FILES = [f'{_VS_CT2}/amd_epyc_{name}.json' for name in (
     'before_levers', 'levers', 'padding_rows', 'drop_finished', 'top_k_blocks',
     'batches_at_once', 'batches_by_length', 'multi30k_vocab6000', 'multi30k_3000steps',
-    'multi30k_one_loop', 'one_loop', 'multi30k_narrowed', 'narrowed', 'multi30k_alone', 'alone')]
-_VS_CT2_NOW = f'{_VS_CT2}/amd_epyc_multi30k_alone.json'  # the code now, Multi30k's model
+    'multi30k_one_loop', 'one_loop', 'multi30k_narrowed', 'narrowed', 'multi30k_alone', 'alone',
+    'multi30k_top_k_gather', 'top_k_gather')]
+_VS_CT2_NOW = f'{_VS_CT2}/amd_epyc_multi30k_top_k_gather.json'  # the code now, Multi30k's model
 # The files of experiments/decoding_vs_ct2/evaluation_time.py: with finished sentences dropped
 # (ed30a05), with them kept (b64a086), one loop a search (0b9cbb1), a quarter of every batch
 # (2186d08), and of batches of 64 only (the code now).
