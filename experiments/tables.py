@@ -45,12 +45,13 @@ _VS_CT2_FILES = [f'{_VS_CT2}/amd_epyc_{name}.json' for name in (
 _VS_CT2_NOW = f'{_VS_CT2}/amd_epyc_multi30k_top_k_gather.json'  # the code now, Multi30k's model
 # The files of experiments/decoding_vs_ct2/evaluation_time.py: with finished sentences dropped
 # (ed30a05), with them kept (b64a086), one loop a search (0b9cbb1), a quarter of every batch
-# (2186d08), and of batches of 64 only (the code now).
+# (2186d08), of batches of 64 only (680f614), and beam search's top 2k by index (the code now).
 _EVALUATION_TIME = [f'{_VS_CT2}/amd_epyc_evaluation_time_dropped.json',
                     f'{_VS_CT2}/amd_epyc_evaluation_time.json',
                     f'{_VS_CT2}/amd_epyc_evaluation_time_one_loop.json',
                     f'{_VS_CT2}/amd_epyc_evaluation_time_narrowed_small_batches.json',
-                    f'{_VS_CT2}/amd_epyc_evaluation_time_narrowed.json']
+                    f'{_VS_CT2}/amd_epyc_evaluation_time_narrowed.json',
+                    f'{_VS_CT2}/amd_epyc_evaluation_time_top_k_gather.json']
 _OVERLAP_BEFORE = 'experiments/side_by_side/overlap_cpu_before_547470b.json'
 _H200_PRNG = 'experiments/gpu/h200/prng'
 _H200_LOOP = 'experiments/gpu/h200/window_2026-11-28.jsonl'
