@@ -535,6 +535,32 @@ def evaluation_time(page: str) -> str:
                    'BLEU: test, dev', 'file'], rows)
 
 
+def input_rate(page: str) -> str:
+  """A host's training batches a second on one core across epoch boundaries, and its seconds
+  dispatching a call of K steps, per file of experiments/input_rate/."""
+  rows = []
+  for path, result in each_cpu('experiments/input_rate'):  # one JSON per CPU type
+    batches, dispatch = result['input'], result['dispatch']
+    later = [seconds['cpu'] for name, seconds in batches['planning_seconds'].items()
+             if name not in ('packing', '0')]  # each epoch's after the first, by its number
+    share = '/'.join(map(str, batches['rows_per_batch']))
+    if batches['process_count'] > 1:
+      share += f' (host {batches["process_index"] + 1} of {batches["process_count"]})'
+    rows.append([
+        f'{cpu_type(result)}, {batches["cores"]} core' + 's' * (batches['cores'] > 1),
+        f'{batches["pairs"]:,}',
+        f'{batches["batches_per_epoch"]}, {share}', f'{batches["first_plan_seconds"]:.1f} s',
+        span(later, 2, ' s'), f'{batches["batches_per_second"]:.0f}',
+        f'{ms(max(batches["boundary_wait_seconds"]))}; {ms(batches["longest_wait_seconds"])}',
+        ', '.join(f'{k}: {ms(seconds)}'
+                  for k, seconds in dispatch['host_seconds_per_call'].items()),
+        link(page, path)])
+  return markdown(['CPU', 'pairs', 'batches an epoch, rows a batch (this host\'s)',
+                   'first plan', 'a later epoch\'s plan (the planner\'s CPU time)', 'batches/s',
+                   'longest `next()`: at an epoch boundary; any',
+                   'a call of K steps returns after (K: time)', 'file'], rows)
+
+
 TABLES: dict[str, Callable[[str], str]] = {
     'results': results,
     'gpu-step': gpu_step,
@@ -552,6 +578,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     'decoding-vs-ct2': decoding_vs_ct2,
     'decoding-work': decoding_work,
     'evaluation-time': evaluation_time,
+    'input-rate': input_rate,
 }
 
 

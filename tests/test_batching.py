@@ -31,8 +31,9 @@ def _all_ids(split):
 
 
 def _pair_ids(batch):
-  ids = batch['inputs'][:, 0]
-  return [int(i) - 1000 for i in ids if i != 0]
+  """The pairs of a batch, packed or not, by their tags, row after row."""
+  ids = batch['inputs'].ravel()
+  return (ids[ids >= 1000] - 1000).tolist()
 
 
 def test_bucket_lengths_are_bounded_and_end_at_max_length():
@@ -91,12 +92,13 @@ def test_rows_hold_their_pairs_and_decoder_inputs_are_targets_shifted_right():
         assert not batch[name][row, len(ids):].any()
 
 
-def test_restored_iterator_continues_with_exactly_the_next_batch():
-  batcher = Batcher(_split(), max_length=64, tokens_per_batch=400)
-  epoch_length = len(batcher.plan(seed=7))
+@pytest.mark.parametrize('pack_length', [0, 32])
+def test_restored_iterator_continues_with_exactly_the_next_batch(pack_length):
+  batcher = Batcher(_split(), max_length=64, tokens_per_batch=400, pack_length=pack_length)
+  epoch_length = len(batcher.plan(seed=7))  # every epoch's (packed: epoch 0's rows refilled)
   reference = TrainIterator(batcher, seed=7)
-  stream = [next(reference) for _ in range(epoch_length + 5)]  # crosses an epoch boundary
-  for stop in (0, 3, epoch_length - 1, epoch_length + 2):
+  stream = [next(reference) for _ in range(3 * epoch_length + 5)]  # into epoch 3
+  for stop in (0, 3, epoch_length - 1, epoch_length + 2, 3 * epoch_length + 2):
     first = TrainIterator(batcher, seed=7)
     for _ in range(stop):
       next(first)
@@ -133,8 +135,9 @@ def test_a_position_saved_under_other_batching_keeps_its_fraction_of_the_epoch()
   assert resumed.get_state()['epoch'] == 1
 
 
-def test_epochs_are_shuffled_differently_and_deterministically():
-  batcher = Batcher(_split(), max_length=64, tokens_per_batch=400)
+@pytest.mark.parametrize('pack_length', [0, 32])
+def test_epochs_are_shuffled_differently_and_deterministically(pack_length):
+  batcher = Batcher(_split(), max_length=64, tokens_per_batch=400, pack_length=pack_length)
   first = [_pair_ids(batcher.assemble(*b)) for b in batcher.plan(seed=1, epoch=0)]
   again = [_pair_ids(batcher.assemble(*b)) for b in batcher.plan(seed=1, epoch=0)]
   second = [_pair_ids(batcher.assemble(*b)) for b in batcher.plan(seed=1, epoch=1)]
@@ -142,19 +145,26 @@ def test_epochs_are_shuffled_differently_and_deterministically():
   assert sorted(sum(first, [])) == sorted(sum(second, []))
 
 
-@pytest.mark.parametrize('process_count', [2, 4])
-def test_process_shards_are_disjoint_and_cover_every_batch(process_count):
-  batcher = Batcher(_split(), max_length=64, tokens_per_batch=512, rows_multiple=4)
+@pytest.mark.parametrize('process_count, pack_length', [(2, 0), (4, 0), (2, 32), (4, 32)])
+def test_process_shards_are_disjoint_and_cover_every_batch(process_count, pack_length):
+  split = _split()
+  batcher = Batcher(split, max_length=64, tokens_per_batch=512, rows_multiple=4,
+                    pack_length=pack_length)
   iterators = [TrainIterator(batcher, seed=5, process_index=p, process_count=process_count)
                for p in range(process_count)]
   whole = TrainIterator(batcher, seed=5)
-  for _ in range(len(batcher.plan(seed=5))):
-    parts = [next(it) for it in iterators]
-    full = next(whole)
-    assert len({p['inputs'].shape for p in parts}) == 1  # every process sees one shape
-    np.testing.assert_array_equal(np.concatenate([p['inputs'] for p in parts]), full['inputs'])
-    ids = [_pair_ids(p) for p in parts]
-    assert sum(len(i) for i in ids) == len(set(sum(ids, [])))
+  epoch_length = len(batcher.plan(seed=5))
+  for _ in range(2):  # epoch 0, and epoch 1 (packed: epoch 0's rows refilled)
+    seen = []
+    for _ in range(epoch_length):
+      parts = [next(it) for it in iterators]
+      full = next(whole)
+      assert len({p['inputs'].shape for p in parts}) == 1  # every process sees one shape
+      assert full['inputs'].shape[0] == process_count * parts[0]['inputs'].shape[0]
+      for key in full:
+        np.testing.assert_array_equal(np.concatenate([p[key] for p in parts]), full[key])
+      seen += sum((_pair_ids(p) for p in parts), [])
+    assert sorted(seen) == _all_ids(split)  # the epoch's shares: every pair, once
 
 
 def test_eval_batches_see_every_pair_once_in_length_order():
@@ -207,9 +217,9 @@ def _hooked(hook, **kwargs):
 
   class Hooked(Batcher):
 
-    def plan(self, seed, epoch=0, cancel=None):
+    def plan(self, seed, epoch=0, cancel=None, packed=None):
       hook(epoch, cancel)
-      return super().plan(seed, epoch, cancel)
+      return super().plan(seed, epoch, cancel, packed)
 
   split = _split()
   return (Hooked(split, max_length=64, tokens_per_batch=400, **kwargs),
@@ -227,6 +237,14 @@ def test_planning_ahead_yields_exactly_the_planned_batches(pack_length, monkeypa
     start(thread)
 
   monkeypatch.setattr(threading.Thread, 'start', recording)
+  packing_threads = []  # the thread of each first-fit decreasing
+  pack = batching.first_fit_decreasing
+
+  def counted(*args):
+    packing_threads.append(threading.current_thread().name)
+    return pack(*args)
+
+  monkeypatch.setattr(batching, 'first_fit_decreasing', counted)
   batcher = Batcher(_split(), max_length=64, tokens_per_batch=400, pack_length=pack_length)
   with TrainIterator(batcher, seed=7) as iterator:
     for epoch in range(4):
@@ -237,6 +255,9 @@ def test_planning_ahead_yields_exactly_the_planned_batches(pack_length, monkeypa
         assert iterator.get_state()['index'] == index + 1
         assert iterator.get_state()['batches'] == len(plan)
   assert len(started) >= 4  # the epochs were planned in threads: the checks below are not empty
+  # The iterator packed epoch 0's rows once, in its planner; each `plan` above, for itself.
+  assert packing_threads.count(PLANNER_THREAD) == (1 if pack_length else 0)
+  assert len(packing_threads) == (5 if pack_length else 0)
   assert all(thread.daemon for thread in started)  # never holds up the interpreter's exit
   assert not any(thread.is_alive() for thread in started)
 

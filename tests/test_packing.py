@@ -2,7 +2,8 @@
 are those it has alone, so no attention crosses a pair and positions restart per sentence; a
 packed epoch holds every pair once within the row length, placed first-fit decreasing (and
 stops when cancelled); a packed batch holds exactly the rows built pair by pair, and has the
-loss and gradients of its pairs unpacked."""
+loss and gradients of its pairs unpacked. Epoch 0 packs first-fit decreasing; each later epoch
+refills epoch 0's rows, every slot with a pair of the lengths of the one it held."""
 
 import threading
 import time
@@ -87,11 +88,18 @@ def _split(rng, count=600):
       [np.append(rng.integers(3, 50, t - 1), 1).astype(np.int32) for _, t in lengths], 30)
 
 
-def test_a_packed_epoch_holds_every_pair_once_within_the_row_length():
+def _packed_rows(plan, length):
+  """The pairs of each row of a plan's batches of `length`, in row order, empty rows left out."""
+  return [tuple(row[row >= 0].tolist()) for row_length, indices in plan
+          if row_length == length for row in indices if (row >= 0).any()]
+
+
+@pytest.mark.parametrize('epoch', [0, 1, 2])
+def test_a_packed_epoch_holds_every_pair_once_within_the_row_length(epoch):
   rng = np.random.default_rng(0)
   split = _split(rng)
   batcher = Batcher(split, max_length=32, tokens_per_batch=256, rows_multiple=2, pack_length=24)
-  plan = batcher.plan(seed=3, epoch=1)
+  plan = batcher.plan(seed=3, epoch=epoch)
   seen = []
   for length, indices in plan:
     batch = batcher.assemble(length, indices)
@@ -108,8 +116,60 @@ def test_a_packed_epoch_holds_every_pair_once_within_the_row_length():
   # Packing leaves less than half the padding of one pair per row.
   unpacked = Batcher(split, max_length=32, tokens_per_batch=256, rows_multiple=2)
   assert (padding_fraction(batcher, plan)
-          < padding_fraction(unpacked, unpacked.plan(seed=3, epoch=1)) / 2)
-  assert batcher.plan(seed=3, epoch=1)[0][1].tolist() == plan[0][1].tolist()  # deterministic
+          < padding_fraction(unpacked, unpacked.plan(seed=3, epoch=epoch)) / 2)
+  # Deterministic, also from a Batcher of its own.
+  again = Batcher(split, max_length=32, tokens_per_batch=256, rows_multiple=2, pack_length=24)
+  assert [indices.tolist() for _, indices in again.plan(seed=3, epoch=epoch)] == [
+      indices.tolist() for _, indices in plan]
+
+
+def test_epoch_0_packs_first_fit_decreasing_in_the_order_its_seed_shuffles():
+  rng = np.random.default_rng(4)
+  split = _split(rng)
+  batcher = Batcher(split, max_length=32, tokens_per_batch=256, pack_length=24)
+  sources, targets = split.sources.lengths, split.targets.lengths
+  order = np.random.default_rng([5, 0]).permutation(len(split))
+  fits = order[np.maximum(sources[order], targets[order]) <= 24]
+  assert 0 < len(fits) < len(split)  # some pairs too long to pack
+  expected = _first_fit_by_definition(fits, sources, targets, 24)
+  assert sorted(_packed_rows(batcher.plan(seed=5, epoch=0), 24)) == sorted(map(tuple, expected))
+
+
+def test_later_epochs_refill_epoch_0s_rows_with_other_row_mates():
+  rng = np.random.default_rng(5)
+  split = _split(rng)
+  batcher = Batcher(split, max_length=32, tokens_per_batch=256, pack_length=24)
+  lengths = np.stack([split.sources.lengths, split.targets.lengths], 1)
+
+  def shapes(rows):  # each row's pairs' (source, target) lengths, as a multiset
+    return sorted(sorted(map(tuple, lengths[list(row)].tolist())) for row in rows)
+
+  epochs = [_packed_rows(batcher.plan(seed=2, epoch=epoch), 24) for epoch in range(4)]
+  shared = [row for row in epochs[0] if len(row) > 1]
+  assert len(shared) > 50  # rows of several pairs, whose members can change
+  for epoch, rows in enumerate(epochs[1:], start=1):
+    assert shapes(rows) == shapes(epochs[0]), epoch  # every row as full as in epoch 0
+    for earlier in epochs[:epoch]:  # row-mates change: few rows of several pairs stay as they were
+      kept = {frozenset(row) for row in earlier} & {frozenset(row) for row in rows}
+      assert len([row for row in kept if len(row) > 1]) < len(shared) / 4, (earlier, epoch)
+
+
+def test_a_later_epoch_needs_only_epoch_0s_rows_and_stops_when_cancelled(monkeypatch):
+  rng = np.random.default_rng(6)
+  batcher = Batcher(_split(rng), max_length=32, tokens_per_batch=256, pack_length=24)
+  rows = batcher.packed_rows(seed=1)
+  expected = [indices.tolist() for _, indices in batcher.plan(seed=1, epoch=3)]
+
+  def packing(*args):
+    raise AssertionError('a later epoch packed anew')
+
+  monkeypatch.setattr(batching, 'first_fit_decreasing', packing)
+  assert [indices.tolist() for _, indices in batcher.plan(seed=1, epoch=3, packed=rows)] == \
+      expected
+  cancel = threading.Event()
+  cancel.set()
+  with pytest.raises(PlanCancelled):
+    batcher.plan(seed=1, epoch=3, cancel=cancel, packed=rows)
 
 
 def _assert_rows_built_pair_by_pair(batcher, length, indices):
@@ -155,23 +215,28 @@ def test_a_packed_batch_skips_minus_ones_anywhere_in_a_row():
   _assert_rows_built_pair_by_pair(batcher, 32, np.full((3, 2), -1))  # no pair at all
 
 
-@pytest.mark.parametrize('length', [6, 24, 64])
-def test_packing_is_first_fit_decreasing(length):
-  # The definition, scanning every row: longest pairs first (a stable sort keeps ties in the
-  # given order), each into the first row with room on both sides, else into a new row.
-  rng = np.random.default_rng(length)
-  sources, targets = rng.integers(1, length + 1, (2, 3000))
-  order = rng.permutation(3000)
-  expected, used = [], []
+def _first_fit_by_definition(order, sources, targets, length):
+  """The definition, scanning every row: longest pairs first (a stable sort keeps ties in the
+  given order), each into the first row with room on both sides, else into a new row."""
+  rows, used = [], []
   for i in sorted(order.tolist(), key=lambda i: -(sources[i] + targets[i])):
     r = next((r for r, (s, t) in enumerate(used)
               if s + sources[i] <= length and t + targets[i] <= length), len(used))
     if r == len(used):
-      expected.append([])
+      rows.append([])
       used.append((0, 0))
-    expected[r].append(i)
+    rows[r].append(i)
     used[r] = (used[r][0] + sources[i], used[r][1] + targets[i])
-  assert first_fit_decreasing(order, sources, targets, length) == expected
+  return rows
+
+
+@pytest.mark.parametrize('length', [6, 24, 64])
+def test_packing_is_first_fit_decreasing(length):
+  rng = np.random.default_rng(length)
+  sources, targets = rng.integers(1, length + 1, (2, 3000))
+  order = rng.permutation(3000)
+  assert first_fit_decreasing(order, sources, targets, length) == _first_fit_by_definition(
+      order, sources, targets, length)
 
 
 def test_packing_stops_soon_after_it_is_cancelled(monkeypatch):

@@ -14,26 +14,35 @@ ignores: no pair is dropped.
 
 Packing (an option, `pack_length` > 0; tensor2tensor and the Flax examples pack): training
 pairs whose sides both fit in `pack_length` tokens share rows of that length, several pairs per
-row, placed first-fit decreasing (longest pairs first, ties in random order; each pair in the
-first row with room on both sides), so that little of a row is padding; the rows are then
-shuffled into batches. `source_segments` and
-`target_segments` (1, 2, ... per pair, 0 on padding) tell the model where each pair is, and
-each pair's decoder inputs start with PAD_ID. Longer pairs keep one row each, in the buckets
-above `pack_length`. Evaluation batches are never packed.
+row, so that little of a row is padding. `source_segments` and `target_segments` (1, 2, ... per
+pair, 0 on padding) tell the model where each pair is, and each pair's decoder inputs start with
+PAD_ID. Longer pairs keep one row each, in the buckets above `pack_length`. Evaluation batches
+are never packed.
+
+Epoch 0 packs first-fit decreasing (longest pairs first, ties in the epoch's random order; each
+pair in the first row with room on both sides), a Python loop over the pairs, so it is done
+once: later epochs reuse epoch 0's rows, as tensor2tensor reuses the rows it packs once when it
+writes the dataset. Unlike tensor2tensor's, the rows change members: each slot of a row keeps
+the (source length, target length) of the pair epoch 0 put there, and each epoch deals the
+pairs of every such length to that length's slots in its own random order. A later epoch's rows
+are then exactly as full as epoch 0's, and a pair's row-mates differ from epoch to epoch. Every
+epoch's rows are shuffled into batches.
 
 Each epoch's plan is a pure function of (seed, epoch), so an iterator's position is two
 integers that restore it exactly under the same batching. The training iterator plans the next
-epoch in a background thread while the current one is read, so that an epoch boundary does not
-wait for first-fit decreasing over the whole split; a batch, packed or not, is assembled from
-the token ids with array operations, no Python loop over its rows or pairs. With several
-processes every process computes the same plan and reads only its own block of rows of each
-batch: disjoint shards that together cover the batch.
+epoch in a background thread while the current one is read: it packs epoch 0's rows once there
+and keeps them, and a later epoch's plan is array operations over them, so an epoch boundary
+does not wait. A batch, packed or not, is assembled from the token ids with array operations,
+no Python loop over its rows or pairs. With several processes every process computes the same
+plan and reads only its own block of rows of each batch: disjoint shards that together cover
+the batch.
 """
 
 import collections
 import collections.abc
 import dataclasses
 import heapq
+import itertools
 import threading
 from typing import Iterator, Sequence
 
@@ -123,6 +132,40 @@ class TokenizedSplit:
     return len(self.sources)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class PackedRows:
+  """Packed rows stored end to end: row r holds the pairs pairs[starts[r]:starts[r] + sizes[r]],
+  in the order they were placed."""
+
+  pairs: np.ndarray  # pair indices, int64, row after row
+  sizes: np.ndarray  # pairs in each row
+
+  @classmethod
+  def of(cls, rows: list[list[int]]) -> 'PackedRows':
+    sizes = np.array([len(row) for row in rows], np.int64)
+    return cls(np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(sizes.sum())),
+               sizes)
+
+  @property
+  def starts(self) -> np.ndarray:
+    return np.cumsum(self.sizes) - self.sizes
+
+  def refilled(self, pairs: np.ndarray, kinds: np.ndarray) -> 'PackedRows':
+    """These rows with `pairs` (the same pairs in another order) in their slots: each slot gets
+    a pair of the kind (`kinds[pair]`) of the one it held, a kind's pairs going to its slots in
+    row order as they come in `pairs`."""
+    slots = np.argsort(kinds[self.pairs], kind='stable')
+    refilled = np.empty_like(self.pairs)
+    refilled[slots] = pairs[np.argsort(kinds[pairs], kind='stable')]
+    return PackedRows(refilled, self.sizes)
+
+  def reordered(self, rows: np.ndarray) -> 'PackedRows':
+    """Rows `rows` of these, in that order."""
+    sizes = self.sizes[rows]
+    moved = np.repeat(self.starts[rows] - (np.cumsum(sizes) - sizes), sizes)
+    return PackedRows(self.pairs[np.arange(len(self.pairs)) + moved], sizes)
+
+
 @dataclasses.dataclass(frozen=True)
 class Batcher:
   """Plans batches of one split: which pairs go together, in which order."""
@@ -154,18 +197,24 @@ class Batcher:
   def _side_lengths(self) -> tuple[np.ndarray, np.ndarray]:
     return self.split.sources.lengths, self.split.targets.lengths
 
-  def _batches(self, length: int, rows: list) -> list[tuple[int, np.ndarray]]:
-    """Packed rows of pair indices grouped into batches of `length`, (rows, pairs per row),
-    -1-padded; the last batch filled up with empty rows."""
-    per_batch, batches = self.rows(length), []
-    for start in range(0, len(rows), per_batch):
-      chunk = rows[start:start + per_batch]
-      width = max(len(row) for row in chunk)
-      indices = np.full((per_batch, width), -1, np.int64)
-      for r, row in enumerate(chunk):
-        indices[r, :len(row)] = row
-      batches.append((length, indices))
-    return batches
+  def _batches(self, length: int, rows: PackedRows) -> list[tuple[int, np.ndarray]]:
+    """Packed rows grouped in order into batches of `length`, each (rows, the most pairs of its
+    rows), -1-padded; the last batch filled up with empty rows. With array operations, no
+    Python loop over the rows: a WMT epoch packs into hundreds of thousands."""
+    per_batch = self.rows(length)
+    count = -(-len(rows.sizes) // per_batch)
+    sizes = np.zeros(count * per_batch, np.int64)
+    sizes[:len(rows.sizes)] = rows.sizes
+    widths = sizes.reshape(count, per_batch).max(axis=1)
+    # The batches lie end to end in `cells`, each (per_batch, its width) in row-major order.
+    batch_starts = np.cumsum(per_batch * widths) - per_batch * widths
+    batch = np.arange(len(rows.sizes)) // per_batch
+    row_starts = batch_starts[batch] + np.arange(len(rows.sizes)) % per_batch * widths[batch]
+    in_row = np.arange(len(rows.pairs)) - np.repeat(rows.starts, rows.sizes)
+    cells = np.full(int(per_batch * widths.sum()), -1, np.int64)
+    cells[np.repeat(row_starts, rows.sizes) + in_row] = rows.pairs
+    return [(length, cells[start:start + per_batch * width].reshape(per_batch, width))
+            for start, width in zip(batch_starts.tolist(), widths.tolist())]
 
   def _single_pair_batches(self, length: int,
                            members: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -178,13 +227,25 @@ class Batcher:
       indices = indices[..., None]
     return [(length, chunk) for chunk in indices]
 
-  def plan(self, seed: int | None, epoch: int = 0,
-           cancel: threading.Event | None = None) -> list[tuple[int, np.ndarray]]:
+  def packed_rows(self, seed: int, cancel: threading.Event | None = None) -> PackedRows:
+    """Epoch 0's packed rows: first-fit decreasing over the pairs that fit pack_length, ties in
+    the order of rng([seed, 0]), as `plan` shuffles epoch 0. Raises PlanCancelled soon after
+    `cancel` is set."""
+    sources, targets = self._side_lengths()
+    order = np.random.default_rng([seed, 0]).permutation(len(sources))
+    fits = order[np.maximum(sources[order], targets[order]) <= self.pack_length]
+    return PackedRows.of(first_fit_decreasing(fits, sources, targets, self.pack_length, cancel))
+
+  def plan(self, seed: int | None, epoch: int = 0, cancel: threading.Event | None = None,
+           packed: PackedRows | None = None) -> list[tuple[int, np.ndarray]]:
     """Batches as (row length, pair indices with -1 for empty rows: (rows,), or (rows, pairs
     per row) when packed). With a seed, pairs are shuffled within buckets and batches are
     shuffled, differently each epoch; without one (evaluation, never packed) the order is by
-    length and then by position in the split. Raises PlanCancelled soon after `cancel` is set,
-    also halfway through packing, the long part of a large split's plan."""
+    length and then by position in the split. Packed, epoch 0's rows are `packed` (this seed's
+    `packed_rows`, made here if not given) and a later epoch's are those refilled, each slot
+    with a pair of its pair's (source, target) lengths, in the epoch's random order. Raises
+    PlanCancelled soon after `cancel` is set, also halfway through packing, the long part of a
+    large split's plan."""
     sources, targets = self._side_lengths()
     buckets = np.searchsorted(np.array(self.lengths), np.maximum(sources, targets))
     order = np.arange(len(buckets))
@@ -196,9 +257,13 @@ class Batcher:
     packing = bool(self.pack_length) and seed is not None
     if packing:
       fits = np.maximum(sources[order], targets[order]) <= self.pack_length
-      rows = first_fit_decreasing(order[fits], sources, targets, self.pack_length, cancel)
+      rows = packed if packed is not None else self.packed_rows(seed, cancel)
+      if epoch:  # a pair's kind: its (source, target) lengths, as one number
+        rows = rows.refilled(order[fits], sources * (self.pack_length + 1) + targets)
       _stop_if_cancelled(cancel)
-      batches += self._batches(self.pack_length, [rows[i] for i in rng.permutation(len(rows))])
+      batches += self._batches(self.pack_length,
+                               rows.reordered(rng.permutation(len(rows.sizes))))
+      _stop_if_cancelled(cancel)
       order = order[~fits]
     for b, length in enumerate(self.lengths):
       members = order[buckets[order] == b]
@@ -333,21 +398,37 @@ def first_fit_decreasing(order: np.ndarray, sources: np.ndarray, targets: np.nda
   return rows
 
 
+class _EpochZeroRows:
+  """One iterator's epoch 0 packed rows (`Batcher.packed_rows`), made by the first plan that
+  needs them and kept for every later one. Its plans run one at a time (a planning starts once
+  the last one ended or was stopped), so they share this without a lock."""
+
+  def __init__(self, batcher: Batcher, seed: int):
+    self._batcher, self._seed = batcher, seed
+    self._rows: PackedRows | None = None
+
+  def get(self, cancel: threading.Event) -> PackedRows | None:
+    """The rows (None without packing), packed now if no plan has yet."""
+    if self._rows is None and self._batcher.pack_length:
+      self._rows = self._batcher.packed_rows(self._seed, cancel)
+    return self._rows
+
+
 class _Planning:
   """The plan of one epoch, made in a daemon thread (which never holds up the interpreter's
   exit)."""
 
-  def __init__(self, batcher: Batcher, seed: int, epoch: int):
+  def __init__(self, batcher: Batcher, seed: int, epoch: int, packed: _EpochZeroRows):
     self.epoch = epoch
     self._cancel = threading.Event()
     self._plan, self._error = None, None
-    self._thread = threading.Thread(target=self._run, args=(batcher, seed),
+    self._thread = threading.Thread(target=self._run, args=(batcher, seed, packed),
                                     name=PLANNER_THREAD, daemon=True)
     self._thread.start()
 
-  def _run(self, batcher: Batcher, seed: int) -> None:
+  def _run(self, batcher: Batcher, seed: int, packed: _EpochZeroRows) -> None:
     try:
-      self._plan = batcher.plan(seed, self.epoch, self._cancel)
+      self._plan = batcher.plan(seed, self.epoch, self._cancel, packed=packed.get(self._cancel))
     except BaseException as error:  # raised again by result(), in the consumer's thread
       self._error = error
 
@@ -369,7 +450,8 @@ class TrainIterator(Iterator[dict]):
 
   Each epoch is planned in a background thread (`PLANNER_THREAD`), the next one as soon as an
   epoch's plan is taken, so the step that crosses an epoch boundary waits only if training
-  outran the planning; the batches are exactly those of `Batcher.plan`. A failure of the
+  outran the planning; the batches are exactly those of `Batcher.plan`. Packed, the first plan
+  also packs epoch 0's rows, once: every later plan refills them. A failure of the
   planning is raised by `__next__`. `close()` (or leaving a `with` block) stops the planning.
 
   `get_state()` / `set_state()` save and restore the position; a restored iterator yields
@@ -389,6 +471,7 @@ class TrainIterator(Iterator[dict]):
     self._process_index = process_index
     self._process_count = process_count
     self._planning: _Planning | None = None
+    self._packed = _EpochZeroRows(batcher, seed)
     self._closed = False
     self._lock = threading.Lock()
     self._start_epoch(0)
@@ -450,7 +533,7 @@ class TrainIterator(Iterator[dict]):
         return
       if self._planning is not None:
         self._planning.cancel()
-      self._planning = _Planning(self._batcher, self._seed, epoch)
+      self._planning = _Planning(self._batcher, self._seed, epoch, self._packed)
 
   def _start_epoch(self, epoch: int) -> None:
     """Makes `epoch` the current one; its plan is made in the background, or already under
