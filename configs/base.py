@@ -9,16 +9,25 @@ follows tensor2tensor (the authors' code), and the comment says so.
 import ml_collections
 
 
+def auto() -> ml_collections.FieldReference:
+  """'auto' in a field that also takes an integer (`--config.train.steps_per_call=8`)."""
+  return ml_collections.FieldReference('auto', field_type=object)
+
+
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
 
   # Seed for parameter initialisation, dropout and data shuffling.
   config.seed = 0
-  # Compute dtype: 'float32' (the paper, on P100 GPUs) or 'bfloat16'. Parameters, optimizer
-  # state, softmax, layer norm and the loss are always float32. On GPUs with TF32 (A100 and
-  # later) JAX multiplies float32 matrices in TF32 by default; JAX_DEFAULT_MATMUL_PRECISION=highest
-  # in the environment gives the P100's full float32 products.
-  config.dtype = 'float32'
+  # Compute dtype: 'float32' (the paper, on P100 GPUs) or 'bfloat16'; 'auto' is bfloat16 on
+  # GPUs and TPUs, float32 on a CPU (transformer_jax/config/platforms.py: a platform setting, not
+  # a change to the recipe; 16-bit training reached the paper's BLEU, Ott et al., 2018).
+  # Parameters, optimizer state, softmax, layer norm and the loss are always float32. On GPUs
+  # with TF32 (A100 and later) JAX multiplies float32 matrices in TF32 by default;
+  # JAX_DEFAULT_MATMUL_PRECISION=highest in the environment gives the P100's full float32
+  # products. A field that says 'auto' is resolved where a run starts and recorded in its
+  # config.json; `python -m transformer_jax.summary --config=... --platform=gpu` shows how.
+  config.dtype = 'auto'
 
   config.model = ml_collections.ConfigDict()
   # N, the number of identical layers in the encoder and in the decoder (§3.1).
@@ -155,21 +164,25 @@ def get_config() -> ml_collections.ConfigDict:
   # (tokens, vocab) array whole. Evaluation's loss is then chunked the same way. 8 divides
   # every bucket length (data.batching) while data.max_length is a multiple of 8, so no
   # position is padded, and keeps rows x 8 a multiple of 8, so no chunk's logit gradient is
-  # padded for the GPU's matrix products. Measured steps: docs/performance.md.
-  config.train.loss_chunk = 8
+  # padded for the GPU's matrix products. 'auto': 8 on a CPU, 16 on GPUs and TPUs (measured
+  # steps: docs/performance.md).
+  config.train.loss_chunk = auto()
   # The random-number generator of dropout's masks (the paper is silent): JAX's default
   # 'threefry2x32' (its masks are the same however a batch is split over devices), or XLA's
   # 'rbg' / 'unsafe_rbg' generators, which large JAX codebases use for speed on accelerators
   # (their masks depend on the mesh). Each keeps an element with the same probability; the
   # parameters are drawn with threefry whatever this says. Fixed for a run's checkpoints.
-  config.train.dropout_prng_impl = 'threefry2x32'
+  # 'auto': 'rbg' on GPUs and TPUs, 'threefry2x32' on a CPU.
+  config.train.dropout_prng_impl = 'auto'
   # K consecutive steps run as one compiled call (a lax.scan over K stacked batches), so the
   # host dispatches once per K steps: for small models on accelerators, whose steps are shorter
   # than what the host spends launching them. The steps are those of K = 1. Logging, checkpoints,
   # evaluation and preemption happen between calls, so checkpoint_every_steps and
   # eval_every_steps must be multiples of K. Used when every training batch has one shape
   # (packed at data.max_length: the default on GPUs and TPUs); otherwise each step is a call.
-  config.train.steps_per_call = 1
+  # 'auto': 1 on a CPU; on GPUs and TPUs 20, or the largest number below it that divides both
+  # intervals.
+  config.train.steps_per_call = auto()
   # JAX's persistent compilation cache (transformer_jax/training/compilation.py): None keeps it in
   # $XDG_CACHE_HOME/transformer_jax/jax (~/.cache/... by default), a path moves it, '' turns it
   # off. A resumed run, another seed or an evaluation then loads its programs, not compiles.
@@ -184,8 +197,16 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.eval_every_steps = 1000
   config.train.num_eval_steps = -1
   config.train.eval_bleu = True
+  # BLEU is decoded at the evaluations whose step is a multiple of this, and at the last: 'auto'
+  # is every evaluation on a CPU, every 20th on GPUs and TPUs, where base's 1000 steps take
+  # seconds and beam search at each would be a large share of the run
+  # (docs/training.md#evaluation-during-training).
+  config.train.bleu_every_steps = auto()
   config.train.checkpoint_every_steps = 1500
-  config.train.keep_checkpoints = 20
+  # Checkpoints kept for §6.1's average ('auto': decode.average_last), each holding only the
+  # parameters; the newest two also hold the optimizer state, to resume from
+  # (transformer_jax/training/checkpointing.py).
+  config.train.keep_checkpoints = auto()
 
   config.parallel = ml_collections.ConfigDict()
   # Device mesh (data, fsdp, model); -1 takes the remaining devices. The default is pure

@@ -561,6 +561,47 @@ def input_rate(page: str) -> str:
                    'a call of K steps returns after (K: time)', 'file'], rows)
 
 
+# The configs whose workdirs `workdir_sizes` sizes: (label, config file or sweep file, its rows:
+# None for a config file).
+_SIZED = [('`configs/base.py`', 'configs/base.py', None),
+          ('`configs/big.py`', 'configs/big.py', None),
+          ('`configs/multi30k.py`', 'configs/multi30k.py', None),
+          ('Table 3 sweep (20 workdirs)', 'experiments/table3_wmt14/sweep.py', 'ROWS')]
+# keep_checkpoints before it said 'auto' (41cd033): base's, which big and Table 3's rows took.
+_KEPT_BEFORE = 20
+
+
+def workdir_sizes(page: str) -> str:
+  """What a run of each config resolves on each platform and the disk its workdir holds at the
+  end of training (`training.footprint`, computed from the configs here, not measured), beside
+  the same run's workdir as checkpoints were kept before issue 107."""
+  del page
+  from transformer_jax.config import fields, platforms  # pylint: disable=import-outside-toplevel
+  from transformer_jax.training import footprint  # pylint: disable=import-outside-toplevel
+  rows = []
+  for label, path, rows_of in _SIZED:
+    module = loading.load_module(os.path.join(REPO, path))
+    configs = ([module.get_config(row) for row in getattr(module, rows_of)] if rows_of
+               else [module.get_config()])
+    for platform in platforms.PLATFORMS:
+      settings = [footprint.settings(config, platform, devices=8) for config in configs]
+      before = []
+      for config in configs:
+        resolved = platforms.resolved(config, platform)
+        if config.train.keep_checkpoints == 'auto':
+          resolved = fields.overridden(resolved, [f'train.keep_checkpoints={_KEPT_BEFORE}'])
+        before.append(footprint.workdir_bytes(resolved, thinned=False)['workdir_bytes'])
+      first = settings[0]
+      gigabytes = lambda values: f'{sum(values) / 1e9:.1f} GB'
+      rows.append([label, platform, first['dtype'], str(first['steps_per_call']),
+                   str(first['bleu_every_steps'] or 'never'),
+                   f"{first['checkpoints_kept']}, {first['checkpoints_whole']} whole",
+                   gigabytes([s['workdir_bytes'] for s in settings]), gigabytes(before)])
+  return markdown(['config', 'platform (8 devices)', 'dtype', 'steps a call', 'BLEU every',
+                   'checkpoints kept at the end', 'workdir at the end', 'before (all whole)'],
+                  rows)
+
+
 TABLES: dict[str, Callable[[str], str]] = {
     'results': results,
     'gpu-step': gpu_step,
@@ -579,6 +620,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     'decoding-work': decoding_work,
     'evaluation-time': evaluation_time,
     'input-rate': input_rate,
+    'workdir-sizes': workdir_sizes,
 }
 
 

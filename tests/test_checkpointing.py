@@ -42,6 +42,77 @@ def test_the_newest_checkpoint_is_restored(tmp_path):
   np.testing.assert_array_equal(state['params']['w'], _state(4)['params']['w'])
 
 
+def _state_of(step: int) -> dict:
+  """`_state` with Adam's two moments beside the parameters, as a train state holds them."""
+  state = _state(step)
+  moments = {'mu': state['params']['w'] * 2, 'nu': state['params']['w'] ** 2}
+  return {**state, 'opt_state': moments}
+
+
+def _abstract_params() -> dict:
+  one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  return {'w': jax.ShapeDtypeStruct((3, 2), np.float32, sharding=one_device)}
+
+
+def test_only_the_checkpoints_a_resume_needs_keep_the_optimizer_state(tmp_path):
+  """Every 2 steps, the last 3 kept for the average: of 2..10, 6, 8 and 10 are kept; 10 (the
+  newest) and 8 (the newest scheduled before it, the fallback) whole, 6 with its parameters
+  only."""
+  checkpoints = checkpointing.Checkpoints(str(tmp_path), keep=3, every=2)
+  for step in range(2, 11, 2):
+    checkpoints.save(step, _state_of(step), {'position': step})
+  checkpoints.wait()
+  assert checkpoints.all_steps() == [6, 8, 10] and checkpoints.full_steps() == [8, 10]
+  items = {step: set(os.listdir(tmp_path / 'checkpoints' / str(step))) for step in (6, 8, 10)}
+  assert 'params' in items[6] and not {'optimizer', 'optimizer.deleted'} & items[6]
+  assert {'params', 'optimizer'} <= items[8] and {'params', 'optimizer'} <= items[10]
+  step, state, data_state = checkpoints.restore_latest(None)
+  assert step == 10 and data_state == {'position': 10}
+  for name in ('mu', 'nu'):
+    np.testing.assert_array_equal(state['opt_state'][name], _state_of(10)['opt_state'][name])
+  # A damaged newest falls back to 8, whole.
+  for path in (tmp_path / 'checkpoints' / '10' / 'optimizer').rglob('*'):
+    if path.is_file():
+      path.write_bytes(b'')
+  step, state, _ = checkpoints.restore_latest(None)
+  assert step == 8
+  np.testing.assert_array_equal(state['opt_state']['nu'], _state_of(8)['opt_state']['nu'])
+
+
+def test_the_average_of_thinned_checkpoints_is_that_of_whole_ones_bit_for_bit(tmp_path):
+  """The same states saved as this module thins them and as whole train states in one orbax
+  item (the layout before the split, written here by orbax itself): §6.1's average of the last
+  3, and each step's parameters, are the same bits; both layouts resume."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  steps = range(2, 11, 2)
+  thinned = checkpointing.Checkpoints(str(tmp_path / 'thinned'), keep=3, every=2)
+  with ocp.CheckpointManager(tmp_path / 'whole' / 'checkpoints',
+                             item_names=('state', 'data')) as whole:
+    for step in steps:
+      thinned.save(step, _state_of(step), {'position': step})
+      whole.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_state_of(step)),
+                                               data=ocp.args.JsonSave({'position': step})))
+  thinned.wait()
+  old = checkpointing.Checkpoints(str(tmp_path / 'whole'))
+  average, averaged = thinned.average_last(3, _abstract_params())
+  reference, reference_steps = old.average_last(3, _abstract_params())
+  assert averaged == reference_steps == [6, 8, 10]
+  assert np.asarray(average['w']).tobytes() == np.asarray(reference['w']).tobytes()
+  assert np.asarray(thinned.restore_params(6, _abstract_params())['w']).tobytes() == (
+      _state(6)['params']['w'].tobytes())
+  assert old.restore_latest(None)[0] == 10 and old.full_steps() == list(steps)
+
+
+def test_checkpoints_of_parameters_only_are_read_but_not_resumed(tmp_path):
+  checkpoints = checkpointing.Checkpoints(str(tmp_path), keep=1)
+  checkpoints.save(4, _state_of(4), None)
+  checkpoints.wait()
+  np.testing.assert_array_equal(checkpoints.restore_params(4, _abstract_params())['w'],
+                                _state(4)['params']['w'])
+  with pytest.raises(RuntimeError, match='hold only parameters'):
+    checkpoints.restore_latest(None)
+
+
 def test_a_step_not_newer_than_the_saved_ones_is_an_error(tmp_path):
   checkpoints = _saved(tmp_path, [4])
   with pytest.raises(RuntimeError, match=r'step 3 was not saved in .*checkpoints: it already '
@@ -57,12 +128,12 @@ def test_a_checkpoint_off_the_schedule_is_kept_only_until_a_newer_one_is_saved(t
     checkpoints.save(step, _state(step), {'position': step})
     checkpoints.wait()
     kept.append(checkpoints.all_steps())
-  assert kept == [[200], [200, 400], [200, 400, 450], [400, 600], [600, 800]]
+  # 450, the newest, is kept whole (with 400, the step a damaged 450 falls back to) while it
+  # is the newest: the last 2 that an average of 2 would read.
+  assert kept == [[200], [200, 400], [400, 450], [400, 600], [600, 800]]
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['600', '800']
   # So §6.1's average of the last two is of the scheduled 600 and 800, as if never preempted.
-  one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  abstract = {'w': jax.ShapeDtypeStruct((3, 2), np.float32, sharding=one_device)}
-  average, steps = checkpoints.average_last(2, abstract)
+  average, steps = checkpoints.average_last(2, _abstract_params())
   assert steps == [600, 800]
   np.testing.assert_allclose(average['w'], (_state(600)['params']['w'].astype(np.float64)
                                             + _state(800)['params']['w']) / 2, rtol=1e-6)
@@ -155,7 +226,7 @@ def test_runs_saving_at_once_in_threads_all_finish(tmp_path):
   by side), ten steps each: every save completes and restores. Orbax names a save's signals
   after a process-wide counter; saves started at once took each other's numbers and two of the
   four threads waited forever before `checkpointing` started them one at a time."""
-  state = {'a': jnp.arange(1000.0), 'b': jnp.ones((30, 30))}
+  state = {'params': {'a': jnp.arange(1000.0)}, 'b': jnp.ones((30, 30))}
   start = threading.Barrier(4)
   errors = []
 
@@ -164,7 +235,8 @@ def test_runs_saving_at_once_in_threads_all_finish(tmp_path):
       with contextlib.closing(checkpointing.Checkpoints(tmp_path / str(i), keep=2)) as saved:
         for step in range(1, 11):
           start.wait(timeout=30)
-          saved.save(step, {'a': state['a'] + i, 'b': state['b']}, {'position': step})
+          saved.save(step, {'params': {'a': state['params']['a'] + i}, 'b': state['b']},
+                     {'position': step})
     except Exception as e:  # pylint: disable=broad-except
       errors.append(e)
 
@@ -180,7 +252,7 @@ def test_runs_saving_at_once_in_threads_all_finish(tmp_path):
     with contextlib.closing(checkpointing.Checkpoints(tmp_path / str(i))) as saved:
       assert saved.all_steps() == [9, 10]
       restored, position = saved.restore(10)
-      np.testing.assert_array_equal(restored['a'], np.arange(1000.0) + i)
+      np.testing.assert_array_equal(restored['params']['a'], np.arange(1000.0) + i)
       assert position == {'position': 10}
 
 

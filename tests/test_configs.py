@@ -5,7 +5,7 @@ import json
 import ml_collections
 import pytest
 
-from transformer_jax.config import checks, choices, fields, loading
+from transformer_jax.config import checks, choices, fields, loading, platforms
 from transformer_jax.data import batching, pipeline
 from transformer_jax.model import costs, model_config
 from transformer_jax.training import saved_config
@@ -98,11 +98,14 @@ def test_big_config_is_the_big_row_but_for_averaging():
   assert big.get_config().to_dict() == row.to_dict()
 
 
+@pytest.mark.parametrize('platform', platforms.PLATFORMS)
 @pytest.mark.parametrize('buckets', choices.BUCKETS)
 @pytest.mark.parametrize('module', [base, big])
-def test_the_fused_loss_chunk_pads_no_bucket(module, buckets):
+def test_the_fused_loss_chunk_pads_no_bucket(module, buckets, platform):
   # loss.fused_loss_sums pads the target length up to a multiple of the chunk.
   config = module.get_config()
+  config.data.buckets = buckets
+  config = platforms.resolved(config, platform)
   lengths = batching.bucket_lengths(config.data.max_length, buckets)
   assert config.train.loss_chunk > 0
   assert all(length % config.train.loss_chunk == 0 for length in lengths), lengths
@@ -143,7 +146,7 @@ def test_multi30k_sweeps_pin_the_cased_text_and_steps_they_ran_with(sweep, steps
 
 
 def test_the_table3_sweep_batches_as_its_committed_rows_on_any_platform(monkeypatch):
-  monkeypatch.setattr(pipeline, 'on_accelerator', lambda: True)
+  monkeypatch.setattr(pipeline, 'on_accelerator', lambda platform=None: True)
   module = loading.import_sibling(__file__, '../experiments/table3_multi30k/sweep')
   for row in module.ROWS:
     config = module.get_config(row)

@@ -87,7 +87,10 @@ def _summary(*args) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_summary_json_for_a_table3_row():
-  result = _summary('--config=configs/table3.py:C2', '--json')
+  """Its parameters by hand, and what its run uses on 8 GPUs (`tests/test_platforms.py` checks
+  the settings): its workdir at the end holds 2 checkpoints (the last, which Table 3 evaluates
+  alone, and the one a damaged last falls back to) with Adam's two moments beside each."""
+  result = _summary('--config=configs/table3.py:C2', '--json', '--platform=gpu', '--devices=8')
   assert result.returncode == 0, result.stderr
   summary = json.loads(result.stdout)
   n, d, d_ff, vocab = 4, 512, 2048, 37000
@@ -97,6 +100,10 @@ def test_summary_json_for_a_table3_row():
   assert summary['params_embedding'] == vocab * d
   assert summary['params_non_embedding'] == want - vocab * d
   assert summary['flops_per_token'] > 2 * summary['params_non_embedding']
+  assert (summary['dtype'], summary['steps_per_call']) == ('bfloat16', 20)
+  assert summary['train_batch_shapes'] == [[25000 // 256 // 8 * 8, 256]]
+  assert 0 <= summary['checkpoint_bytes'] - 2 * (4 * want + 2 * 4 * want) < 64
+  assert summary['workdir_bytes'] == summary['checkpoint_bytes'] + summary['token_bytes']
 
 
 @pytest.mark.slow

@@ -311,7 +311,7 @@ def test_the_exported_model_is_the_averaged_checkpoints(hf_dir, run):
   """The file holds the element-wise mean of the two checkpoints, computed here in float64
   from what orbax saved."""
   saved = [ocp.StandardCheckpointer().restore(os.path.join(run, 'checkpoints', str(step),
-                                                           'state'))['params']
+                                                           'params'))
            for step in (100, 200)]
   mean = jax.tree.map(lambda a, b: (np.float64(a) + b) / 2, *saved)
   cfg = model_config.from_config(saved_config.load_config(run))

@@ -78,7 +78,7 @@ def _shapes(batches) -> set:
 def test_the_platform_picks_the_batch_shapes(config, workdir, data, accelerator, monkeypatch):
   """By default a CPU batches by the fine buckets; an accelerator trains on packed rows of one
   shape and evaluates in at most three bucket shapes."""
-  monkeypatch.setattr(pipeline, 'on_accelerator', lambda: accelerator)
+  monkeypatch.setattr(pipeline, 'on_accelerator', lambda platform=None: accelerator)
   assert (config.data.buckets, config.data.pack_length) == ('auto', None)
   reused = config.copy_and_resolve_references()
   reused.data.spm_model = os.path.join(workdir, tokenizer.MODEL_FILENAME)

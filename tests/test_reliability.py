@@ -92,7 +92,7 @@ def test_a_damaged_checkpoint_is_skipped_and_moved_aside(tmp_path):
   workdir = tmp_path / 'run'
   train_loop.train_and_evaluate(train_config(**_overrides(tmp_path, 8)), str(workdir))
   assert _steps(workdir) == ['4', '8']
-  _truncate(workdir / 'checkpoints' / '8' / 'state')
+  _truncate(workdir / 'checkpoints' / '8' / 'params')
 
   # A reader skips it (and changes nothing).
   assert Translator(str(workdir), average_last=1).steps == [4]
@@ -109,7 +109,7 @@ def test_a_damaged_checkpoint_is_skipped_and_moved_aside(tmp_path):
 
   # With every checkpoint damaged: one clear error, nothing moved.
   for step in ('4', '8', '12'):
-    _truncate(workdir / 'checkpoints' / step / 'state')
+    _truncate(workdir / 'checkpoints' / step / 'params')
   with pytest.raises(RuntimeError, match=r'no checkpoint in .*checkpoints can be read; the '
                                          r'newest, 12: '):
     train_loop.train_and_evaluate(train_config(**_overrides(tmp_path, 16)), str(workdir))
@@ -169,7 +169,7 @@ def test_a_full_disk_during_training_is_a_clear_error_and_keeps_the_last_checkpo
   assert str(workdir) in error, stderr[-3000:]
   # The checkpoint of step 4 is intact and readable.
   assert '4' in _steps(workdir)
-  state = ocp.StandardCheckpointer().restore(workdir / 'checkpoints' / '4' / 'state')
+  state = ocp.StandardCheckpointer().restore(workdir / 'checkpoints' / '4' / 'optimizer')
   assert int(state['step']) == 4
 
 

@@ -44,7 +44,7 @@ def _logged(workdir) -> list[dict]:
 
 def _params(workdir, step: int = 20):
   return ocp.StandardCheckpointer().restore(
-      os.path.join(workdir, 'checkpoints', str(step), 'state'))['params']
+      os.path.join(workdir, 'checkpoints', str(step), 'params'))
 
 
 def _swept(tmp_path_factory, name: str, devices_per_group: int, together: int) -> dict:

@@ -166,7 +166,7 @@ def packed(overrides) -> dict:
 
 def _params(workdir, step: int):
   return ocp.StandardCheckpointer().restore(
-      os.path.join(workdir, 'checkpoints', str(step), 'state'))['params']
+      os.path.join(workdir, 'checkpoints', str(step), 'params'))
 
 
 def _compiled_shapes(workdir) -> list[str]:
@@ -250,7 +250,7 @@ def test_a_non_finite_update_with_a_finite_loss_is_never_saved(overrides, tmp_pa
   with pytest.raises(FloatingPointError, match='gradient norm nan at step 8'):
     train_loop.train_and_evaluate(config, str(tmp_path))
   assert os.listdir(tmp_path / 'checkpoints') == ['4']
-  params = ocp.StandardCheckpointer().restore(tmp_path / 'checkpoints' / '4' / 'state')['params']
+  params = ocp.StandardCheckpointer().restore(tmp_path / 'checkpoints' / '4' / 'params')
   assert all(np.all(np.isfinite(leaf)) for leaf in jax.tree.leaves(params))
 
 

@@ -13,6 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import assert_trained_alike, metrics_lines, short_run, train_config
+from transformer_jax.config import platforms
 from transformer_jax.decoding import scoring
 from transformer_jax.decoding.translator import GroupTranslator, Translator
 from transformer_jax.loop import group, train_loop
@@ -44,7 +45,7 @@ def _flat(config) -> dict:
 
 def _params(workdir: str, step: int):
   return ocp.StandardCheckpointer().restore(
-      os.path.join(workdir, 'checkpoints', str(step), 'state'))['params']
+      os.path.join(workdir, 'checkpoints', str(step), 'params'))
 
 
 @pytest.fixture(scope='module')
@@ -63,8 +64,9 @@ def test_each_workdir_holds_its_run_and_the_second_trained_alone_matches_it(
   for run, workdir in zip(RUNS, together):
     saved = saved_config.load_config(workdir)
     assert saved.seed == run['seed'] and saved.data.shuffle_seed == RUNS[0]['seed']
-    # Every other field is the run's own (its dropout rate and label smoothing among them).
-    own = train_config(**overrides, **run)
+    # Every other field is the run's own (its dropout rate and label smoothing among them),
+    # every 'auto' resolved for this platform.
+    own = platforms.resolved(train_config(**overrides, **run))
     own.data.shuffle_seed = RUNS[0]['seed']
     assert _flat(saved) == _flat(own)
     assert os.path.exists(os.path.join(workdir, 'spm.model'))
@@ -110,10 +112,10 @@ def test_runs_interrupted_together_resume_exactly(together, overrides, tmp_path)
 
 def test_a_group_that_keeps_one_checkpoint_resumes_after_a_crash_between_its_saves(
     together, overrides, tmp_path, monkeypatch):
-  # With train.keep_checkpoints=1 a run deletes its step 8 once its step 12 is complete; the
-  # group crashes before the second run saves step 12. Each run keeps the step before its
-  # newest while the group trains, so both resume from step 8 (the first's 12 moved aside) and
-  # end as the uninterrupted group, their step 8 then deleted.
+  # With train.keep_checkpoints=1 the group crashes before the second run saves step 12. Each
+  # run keeps the step before its newest while the group trains, so both resume from step 8
+  # (the first's 12 moved aside) and end as the uninterrupted group, their step 8 kept whole
+  # (where a damaged 12 would fall back to).
   dirs = [str(tmp_path / f'run{i}') for i in range(2)]
   configs = [train_config(**{**overrides, 'train.keep_checkpoints': 1}, **run) for run in RUNS]
   save = checkpointing.Checkpoints.save
@@ -129,8 +131,9 @@ def test_a_group_that_keeps_one_checkpoint_resumes_after_a_crash_between_its_sav
       group.train_together(configs, dirs)
   assert [checkpointing.saved_steps(workdir) for workdir in dirs] == [[8, STEPS], [4, 8]]
   group.train_together(configs, dirs)
-  assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished']
-  assert os.listdir(os.path.join(dirs[1], 'checkpoints')) == ['12']
+  assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished',
+                                                                       '8']
+  assert sorted(os.listdir(os.path.join(dirs[1], 'checkpoints'))) == ['12', '8']
   for workdir, uninterrupted in zip(dirs, together):
     np.testing.assert_allclose(_records(workdir, 'train')[STEPS]['loss'],
                                _records(uninterrupted, 'train')[STEPS]['loss'], rtol=1e-5)
@@ -145,7 +148,7 @@ def test_a_step_one_run_cannot_read_is_trained_again_by_every_run(together, over
   dirs = [str(tmp_path / f'run{i}') for i in range(2)]
   for source, workdir in zip(together, dirs):
     shutil.copytree(source, workdir)
-  state = os.path.join(dirs[1], 'checkpoints', str(STEPS), 'state')
+  state = os.path.join(dirs[1], 'checkpoints', str(STEPS), 'params')
   for root, _, files in os.walk(state):
     for name in files:
       if name not in ('_METADATA', '_CHECKPOINT_METADATA', 'manifest.ocdbt'):

@@ -71,8 +71,8 @@ def workdir(corpus, tmp_path_factory) -> str:
 
 
 def _saved_params(workdir: str, step: int) -> dict:
-  path = os.path.join(workdir, 'checkpoints', str(step), 'state')
-  return ocp.StandardCheckpointer().restore(path)['params']
+  return ocp.StandardCheckpointer().restore(
+      os.path.join(workdir, 'checkpoints', str(step), 'params'))
 
 
 def test_averaging_equals_the_numpy_mean(workdir):

@@ -3,9 +3,10 @@ last 5 checkpoints of the base model, 20 of the big one).
 
   python -m transformer_jax.average --workdir=DIR --average_last=5 --output=DIR_AVERAGED
 
-The new workdir holds the config, the vocabulary and one checkpoint: the latest state with
-its parameters replaced by the average, at the latest step. `translate` and `evaluate` use it
-like any workdir (with --average_last=1); the original workdir is only read. (`translate` and
+The new workdir holds the config, the vocabulary and one checkpoint of the averaged parameters
+(no optimizer state: an average is not trained further), at the latest averaged step.
+`translate`, `evaluate` and `export` use it like any workdir (with --average_last=1); the
+original workdir is only read. (`translate` and
 `evaluate` can also average in memory with --average_last=K, saving nothing.)
 """
 
@@ -33,16 +34,13 @@ def save_average(workdir: str, last: int | None, output: str) -> list[int]:
     raise FileExistsError(f'{output} already holds checkpoints; choose a new --output')
   with contextlib.closing(checkpointing.Checkpoints(workdir)) as source:
     params, averaged = source.average_last(last, ShardedModel(config).abstract_params)
-    # The optimizer state of the newest averaged checkpoint is kept as it was saved.
-    state, data_state = source.restore(averaged[-1])
-  state['params'] = params
   os.makedirs(output, exist_ok=True)
   saved_config.write_config(config, output)
   atomic.copy(os.path.join(workdir, tokenizer.MODEL_FILENAME),
               os.path.join(output, tokenizer.MODEL_FILENAME))
   # `close` waits for the save.
   with contextlib.closing(checkpointing.Checkpoints(output, keep=1)) as target:
-    target.save(averaged[-1], state, data_state)
+    target.save(averaged[-1], {'params': params}, None)
   return averaged
 
 

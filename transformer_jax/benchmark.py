@@ -27,6 +27,7 @@ from ml_collections import config_flags
 import numpy as np
 
 from transformer_jax import cli
+from transformer_jax.config import platforms
 from transformer_jax.model import costs
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import provenance
@@ -83,6 +84,7 @@ def prepared_step(config, batch_size: int | None, length: int, warmup: int,
   that batch each) and returns its metrics. `config` is a validated one (`cli.run` validates
   the command's)."""
   model = ShardedModel(config)
+  config = model.config  # 'auto' resolved for this platform
   trainer = Trainer(model)
   rows = batch_size or config.data.tokens_per_batch // length
   rows -= rows % trainer.rows_multiple
@@ -118,6 +120,7 @@ def prepared_step(config, batch_size: int | None, length: int, warmup: int,
 
 def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int,
         packed: bool = False) -> dict:
+  config = platforms.resolved(config)  # 'auto' as this platform's default, as a run has it
   step, model, rows = prepared_step(config, batch_size, length, warmup, packed)
   k = config.train.steps_per_call
   step_time = _pipelined_seconds(step, num_steps) / k

@@ -1,10 +1,16 @@
-r"""Parameter counts and forward FLOPs of a config, or of every row of a sweep file.
+r"""Parameter counts and forward FLOPs of a config, or of every row of a sweep file, and what a
+run of the config uses on a platform.
 
   python -m transformer_jax.summary --config=configs/table3.py:C2 [--json]
+  python -m transformer_jax.summary --config=configs/base.py --platform=gpu [--devices=8] [--json]
   python -m transformer_jax.summary --config=configs/table3.py --all_rows \
       [--config.data.vocab_size=32000] [--json]
 
-Nothing is allocated: shapes come from `jax.eval_shape`. With `--all_rows` the config file
+Nothing is allocated: shapes come from `jax.eval_shape`. For a config, the settings its run
+resolves on `--platform` (cpu, gpu or tpu; default: this machine's), where every 'auto' becomes
+the platform's default (`config.platforms`): the compute dtype, the dropout generator, the loss
+chunk, the batch shapes, steps a compiled call, the evaluation and checkpoint schedule, and the
+disk its workdir holds at the end of training (`training.footprint`). With `--all_rows` the config file
 must be a sweep file (its `ROWS`, see `transformer_jax.sweep`): every row is counted with the
 command line's `--config.*` overrides applied, beside the paper's figures where the file gives
 them (`PAPER`: {row: (perplexity, BLEU)}, `PAPER_PARAMS`: {row: millions of parameters}).
@@ -14,12 +20,14 @@ import json
 import sys
 
 from absl import flags
+import jax
 from ml_collections import config_flags
 
 from transformer_jax import cli
-from transformer_jax.config import fields, loading
+from transformer_jax.config import fields, loading, platforms
 from transformer_jax.model import costs, model_config
 from transformer_jax.sweep import plan, results
+from transformer_jax.training import footprint
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file, optionally with an argument: FILE.py:ARG.')
@@ -27,6 +35,11 @@ _JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.
 _ALL_ROWS = flags.DEFINE_bool('all_rows', False, 'Summarise every row of the --config sweep file.')
 _LENGTH = flags.DEFINE_integer(
     'length', 32, 'Source and target length at which FLOPs per target token are counted.')
+_PLATFORM = flags.DEFINE_enum('platform', None, ['cpu', 'gpu', 'tpu'],  # platforms.PLATFORMS
+                              "The platform whose defaults resolve the config's 'auto' fields "
+                              "(default: this machine's).")
+_DEVICES = flags.DEFINE_integer('devices', None, "Devices the batch is split over (default: "
+                                "this machine's on its own platform, else 8).")
 
 _PAPER_COUNT_NOTE = (
     'Counts use the configured vocabulary exactly, one shared embedding, biases and layer norms. '
@@ -90,6 +103,10 @@ def main():
     print(f'paper, PPL and BLEU: the paper\'s Table 3 (newstest2013). {_PAPER_COUNT_NOTE}')
     return
   summary = summarize(_CONFIG.value, _LENGTH.value)
+  here = platforms.current()
+  platform = _PLATFORM.value or here
+  devices = _DEVICES.value or (jax.device_count() if platform == here else 8)
+  summary.update(footprint.settings(_CONFIG.value, platform, devices))
   if _JSON.value:
     print(json.dumps(summary))
     return
@@ -98,6 +115,26 @@ def main():
         f'non-embedding {summary["params_non_embedding"]:,}')
   print(f'forward FLOPs   {summary["flops_per_token"]:.4g} per target token '
         f'(source and target length {_LENGTH.value})')
+  print(_settings_text(summary))
+
+
+def _settings_text(s: dict) -> str:
+  """`footprint.settings` as lines of text."""
+  shapes = lambda key: ', '.join(f'{rows} x {length}' for rows, length in s[key])
+  gigabytes = lambda key: f'{s[key] / 1e9:.2f} GB'
+  return '\n'.join([
+      f"on {s['platform']}, {s['devices']} device(s):",
+      f"  compute         {s['dtype']}; dropout masks {s['dropout_prng_impl']}; "
+      f"loss chunk {s['loss_chunk'] or 'off'}",
+      f"  training        batches {shapes('train_batch_shapes')}"
+      f"{' (packed)' if s['packed'] else ''}; {s['steps_per_call']} step(s) a call",
+      f"  evaluation      loss every {s['eval_every_steps']} steps"
+      + (f"; BLEU (beam {s['beam_size']}) every {s['bleu_every_steps']} and at the last"
+         if s['bleu_every_steps'] else '') + f"; batches {shapes('eval_batch_shapes')}",
+      f"  checkpoints     every {s['checkpoint_every_steps']} steps; at the end "
+      f"{s['checkpoints_kept']} kept, {s['checkpoints_whole']} of them whole",
+      f"  workdir         {gigabytes('workdir_bytes')} at the end of training "
+      f"(checkpoints {gigabytes('checkpoint_bytes')}, token ids {gigabytes('token_bytes')})"])
 
 
 if __name__ == '__main__':

@@ -52,9 +52,16 @@ def _config(tfds_dir: str, **fields):
 
 
 def _digest(workdir: str) -> dict[str, str]:
-  """SHA-256 of each leaf of `workdir`'s checkpoint at step 12, by its path in the tree."""
+  """SHA-256 of each leaf of `workdir`'s checkpoint at step 12, by its path in the tree (its
+  whole train state: one `state` item, or `params` and `optimizer` since issue 107)."""
+  checkpoint = os.path.join(workdir, 'checkpoints', str(_STEPS))
   with ocp.PyTreeCheckpointer() as checkpointer:
-    state = checkpointer.restore(os.path.join(workdir, 'checkpoints', str(_STEPS), 'state'))
+    if os.path.isdir(os.path.join(checkpoint, 'state')):
+      state = checkpointer.restore(os.path.join(checkpoint, 'state'))
+    else:
+      optimizer = checkpointer.restore(os.path.join(checkpoint, 'optimizer'))
+      state = {**{name: value for name, value in optimizer.items() if value is not None},
+               'params': checkpointer.restore(os.path.join(checkpoint, 'params'))}
   leaves = {}
   for path, leaf in sorted(_flatten(state, ''), key=lambda item: item[0]):
     array = np.asarray(leaf)

@@ -24,6 +24,7 @@ import jax
 from ml_collections import config_flags
 
 from transformer_jax import benchmark, cli
+from transformer_jax.config import platforms
 from transformer_jax.storage import provenance
 
 # Kernel name -> kind, first match wins. cuBLAS / cuDNN / CUTLASS / Triton product kernels,
@@ -83,7 +84,7 @@ def summarise(kernels: list[tuple[str, float]], steps: int, top: int) -> dict:
 
 
 def main():
-  config = _CONFIG.value
+  config = platforms.resolved(_CONFIG.value)  # 'auto' as this platform's default
   step, _, rows = benchmark.prepared_step(config, None, _LENGTH.value, warmup=3)
   with contextlib.ExitStack() as stack:
     trace_dir = _TRACE_DIR.value or stack.enter_context(tempfile.TemporaryDirectory())

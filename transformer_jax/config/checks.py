@@ -21,8 +21,10 @@ _POSITIVE_INTS = (
     'data.max_corpus_chars',
     'train.num_train_steps', 'train.warmup_steps', 'train.grad_accum_steps',
     'train.log_every_steps', 'train.eval_every_steps', 'train.checkpoint_every_steps',
-    'train.keep_checkpoints', 'train.steps_per_call', 'decode.beam_size', 'decode.average_last',
+    'train.keep_checkpoints', 'train.steps_per_call', 'train.bleu_every_steps',
+    'decode.beam_size', 'decode.average_last',
 )
+
 _MESH_AXES = ('parallel.data', 'parallel.fsdp', 'parallel.model')  # positive, or -1
 _UNIT_INTERVAL = (  # values in [0, 1)
     'model.dropout_rate', 'model.attention_dropout_rate', 'model.relu_dropout_rate',
@@ -36,7 +38,7 @@ _CHOICES = {
     'data.dataset': choices.DATASETS,
     'data.spm_model_type': choices.SPM_MODEL_TYPES,
     'data.preprocessing': choices.PREPROCESSING,
-    'data.buckets': ('auto', *choices.BUCKETS),
+    'data.buckets': (choices.AUTO, *choices.BUCKETS),
     'train.dropout_prng_impl': choices.DROPOUT_PRNG_IMPLS,
 }
 
@@ -51,23 +53,11 @@ def _get(config: ml_collections.ConfigDict, field: str):
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
-  """Raises ValueError naming the first invalid field of `config`."""
-  for field in _POSITIVE_INTS:
-    value = _get(config, field)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-      raise ValueError(f'config.{field} must be a positive integer, got {value!r}')
-  for field in _UNIT_INTERVAL:
-    value = _get(config, field)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-      raise ValueError(f'config.{field} must be in [0, 1), got {value!r}')
-  for field, values in _CHOICES.items():
-    value = _get(config, field)
-    if value not in values:
-      raise ValueError(f'config.{field} must be one of {values}, got {value!r}')
-  for field in _NON_NEGATIVE:
-    value = _get(config, field)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-      raise ValueError(f'config.{field} must be a non-negative number, got {value!r}')
+  """Raises ValueError naming the first invalid field of `config`. A field of
+  `choices.AUTO_FIELDS` may say 'auto'; what depends on it is checked once it is resolved
+  (`platforms.resolved`)."""
+  autos = {field for field in choices.AUTO_FIELDS if _get(config, field) == choices.AUTO}
+  _check_kinds(config, autos)
   for field in _MESH_AXES:
     value = _get(config, field)
     if isinstance(value, bool) or not isinstance(value, int) or not (value > 0 or value == -1):
@@ -89,7 +79,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
                      f'at least {2 * config.decode.beam_size + 1} tokens (2k candidates and PAD), '
                      f'config.data.vocab_size is {config.data.vocab_size}')
   loss_chunk = config.train.loss_chunk
-  if isinstance(loss_chunk, bool) or not isinstance(loss_chunk, int) or loss_chunk < 0:
+  if 'train.loss_chunk' not in autos and (
+      isinstance(loss_chunk, bool) or not isinstance(loss_chunk, int) or loss_chunk < 0):
     raise ValueError('config.train.loss_chunk must be 0 (logits whole) or a number of target '
                      f'positions, got {loss_chunk!r}')
   prefetch = config.data.prefetch
@@ -101,12 +92,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
                                    or not isinstance(shuffle_seed, int) or shuffle_seed < 0):
     raise ValueError('config.data.shuffle_seed must be None (config.seed) or a non-negative '
                      f'integer, got {shuffle_seed!r}')
-  steps_per_call = config.train.steps_per_call
-  for field in ('checkpoint_every_steps', 'eval_every_steps'):
-    if config.train[field] % steps_per_call:
-      raise ValueError(f'config.train.{field}={config.train[field]} must be a multiple of '
-                       f'config.train.steps_per_call={steps_per_call}: checkpoints and '
-                       'evaluations happen between calls')
+  if 'train.steps_per_call' not in autos:
+    check_intervals(config)
   pack_length = config.data.pack_length
   if pack_length is not None and (
       isinstance(pack_length, bool) or not isinstance(pack_length, int)
@@ -130,6 +117,42 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.data.dataset == 'files':
     _check_files(config.data)
   _check_axis_rules(config.parallel.axis_rules)
+
+
+def check_intervals(config: ml_collections.ConfigDict) -> None:
+  """The checkpoint and evaluation intervals must be multiples of `train.steps_per_call`:
+  checkpoints and evaluations happen between calls (checked once they say no 'auto')."""
+  steps_per_call = config.train.steps_per_call
+  for field in ('checkpoint_every_steps', 'eval_every_steps'):
+    if config.train[field] % steps_per_call:
+      raise ValueError(f'config.train.{field}={config.train[field]} must be a multiple of '
+                       f'config.train.steps_per_call={steps_per_call}: checkpoints and '
+                       'evaluations happen between calls')
+
+
+def _check_kinds(config: ml_collections.ConfigDict, autos: set[str]) -> None:
+  """The fields of a kind (positive integers, rates, choices, non-negative numbers), but those
+  in `autos` that say 'auto'."""
+  for field in _POSITIVE_INTS:
+    value = _get(config, field)
+    if field in autos:
+      continue
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+      auto = " or 'auto'" if field in choices.AUTO_FIELDS else ''
+      raise ValueError(f'config.{field} must be a positive integer{auto}, got {value!r}')
+  for field in _UNIT_INTERVAL:
+    value = _get(config, field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+      raise ValueError(f'config.{field} must be in [0, 1), got {value!r}')
+  for field, values in _CHOICES.items():
+    value = _get(config, field)
+    if value not in values and field not in autos:
+      auto = " or 'auto'" if field in choices.AUTO_FIELDS else ''
+      raise ValueError(f'config.{field} must be one of {values}{auto}, got {value!r}')
+  for field in _NON_NEGATIVE:
+    value = _get(config, field)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+      raise ValueError(f'config.{field} must be a non-negative number, got {value!r}')
 
 
 def _check_files(data_config: ml_collections.ConfigDict) -> None:

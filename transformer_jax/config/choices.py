@@ -10,6 +10,10 @@ MODEL = {
     'decoder_start': ('zero', 'learned'),
     'attention_impl': ('explicit', 'xla', 'cudnn'),
 }
+# A field that says 'auto' takes the platform's default where a run starts (`platforms`).
+AUTO = 'auto'
+AUTO_FIELDS = ('dtype', 'train.dropout_prng_impl', 'train.loss_chunk', 'train.steps_per_call',
+               'train.bleu_every_steps', 'train.keep_checkpoints')
 DTYPES = ('float32', 'bfloat16')
 DATASETS = ('wmt14_translate/de-en', 'wmt14_translate/fr-en', 'multi30k', 'builtin', 'files')
 SPM_MODEL_TYPES = ('bpe', 'unigram')

@@ -18,11 +18,11 @@ import time
 from typing import Iterator, Sequence
 
 from absl import logging
-import jax
 import ml_collections
 import numpy as np
 import sentencepiece as spm
 
+from transformer_jax.config import platforms
 from transformer_jax.data import batching, datasets, preprocessing, token_store, tokenizer
 
 # Pairs read at a time for the vocabulary's sample.
@@ -51,25 +51,25 @@ def loading(seconds: dict[str, float]) -> str:
   return ', '.join(f'{stage} {stage_seconds:.1f} s' for stage, stage_seconds in seconds.items())
 
 
-def on_accelerator() -> bool:
-  """Whether JAX computes on GPUs or TPUs, where every new batch shape costs a compilation
-  many times as long as a CPU's."""
-  return jax.default_backend() != 'cpu'
+def on_accelerator(platform: str | None = None) -> bool:
+  """Whether `platform` (None: JAX's in this process) is GPUs or TPUs, where every new batch
+  shape costs a compilation many times as long as a CPU's."""
+  return (platform or platforms.current()) != 'cpu'
 
 
-def buckets(config: ml_collections.ConfigDict) -> str:
+def buckets(config: ml_collections.ConfigDict, platform: str | None = None) -> str:
   """`config.data.buckets`, 'auto' resolved: 'fine' on a CPU, 'coarse' on an accelerator."""
   if config.data.buckets != 'auto':
     return config.data.buckets
-  return 'coarse' if on_accelerator() else 'fine'
+  return 'coarse' if on_accelerator(platform) else 'fine'
 
 
-def pack_length(config: ml_collections.ConfigDict) -> int:
+def pack_length(config: ml_collections.ConfigDict, platform: str | None = None) -> int:
   """`config.data.pack_length`, None resolved: 0 (no packing) on a CPU, `data.max_length` on
   an accelerator (one training batch shape)."""
   if config.data.pack_length is not None:
     return config.data.pack_length
-  return config.data.max_length if on_accelerator() else 0
+  return config.data.max_length if on_accelerator(platform) else 0
 
 
 def vocabulary(config: ml_collections.ConfigDict, workdir: str,

@@ -25,14 +25,14 @@ import jax
 import ml_collections
 import numpy as np
 
-from transformer_jax.config import fields
+from transformer_jax.config import fields, platforms
 from transformer_jax.data import datasets, pipeline, tokenizer
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import runs, train_loop, train_metrics
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import workdirs
-from transformer_jax.training import checkpointing, compilation, metrics_log, preemption
+from transformer_jax.training import checkpointing, metrics_log, preemption
 from transformer_jax.training import saved_config, together
 from transformer_jax.training.trainer import TrainerProtocol, Trainer
 
@@ -67,6 +67,7 @@ def train_together(configs: list[ml_collections.ConfigDict], dirs: list[str],
   `ahead`: the programs `compile_ahead` made for these configs and workdirs. `devices`: those
   they train on (default: every device); `notice`: the preemption notice to stop at, one the
   caller entered on the main thread (default: one of their own)."""
+  train_loop.start(configs[0])
   group = Group(configs, dirs, {} if data_cache is None else data_cache, ahead, devices,
                 notice)
   return train_loop.train(group)
@@ -82,8 +83,8 @@ def compile_ahead(configs: list[ml_collections.ConfigDict], dirs: list[str],
   `devices` (default: every device). None when the runs span several processes."""
   if configs[0].parallel.distributed or jax.process_count() > 1:
     return None
+  train_loop.start(configs[0])
   group = Group(configs, dirs, data_cache, None, devices, None)
-  compilation.use_cache(group.config)
   with group.locked():
     for config, workdir in zip(group.configs, dirs):
       saved_config.check_compatible(config, workdir)
@@ -130,7 +131,7 @@ class Group(runs.Runs):
     if len(set(map(os.path.abspath, dirs))) != len(dirs):
       raise ValueError(f'runs trained together need a workdir each, got {dirs}')
     self.configs = together.sharing_batches(
-        [datasets.with_absolute_files(c) for c in configs], dirs)
+        [platforms.resolved(datasets.with_absolute_files(c)) for c in configs], dirs)
     self.fields = json.dumps([fields.flatten(c) for c in self.configs], sort_keys=True,
                              default=str)
     if ahead is not None and ahead.configs != self.fields:
@@ -223,10 +224,10 @@ class Group(runs.Runs):
       cleanup.callback(log.close)
 
   def restore(self, trainer: TrainerProtocol) -> tuple[int, Any, dict] | None:
-    """From the newest step every run saved and can read, each run's checkpoint of a newer step
-    moved aside (`<step>.corrupt` where it cannot be read, `<step>.unfinished` where it can)."""
+    """From the newest step every run saved whole and can read, each run's checkpoint of a newer
+    step moved aside (`<step>.corrupt` where it cannot be read, `<step>.unfinished` where it can)."""
     abstract = trainer.run_abstract_state
-    common = set.intersection(*(set(c.all_steps()) for c in self._checkpoints))
+    common = set.intersection(*(set(c.full_steps()) for c in self._checkpoints))
     for step in sorted(common, reverse=True):
       restored = [c.restore_readable(step, abstract) for c in self._checkpoints]
       if all(r is not None for r in restored):
@@ -265,7 +266,8 @@ class Group(runs.Runs):
     results = []
     for workdir, log, evaluator, run_state in zip(self.dirs, self._logs, evaluators,
                                                   self._split(state)):
-      result = runs.evaluate_timed(evaluator, run_state.params, self.config.train, metrics)
+      result = runs.evaluate_timed(evaluator, run_state.params, self.config.train, metrics,
+                                   step)
       log.write(step, 'validation', result)
       runs.print_validation(write, f'{workdir}: ', step, result)
       results.append(result)

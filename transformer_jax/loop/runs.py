@@ -16,6 +16,7 @@ from typing import Any, Callable, ContextManager, Protocol
 import jax
 import ml_collections
 
+from transformer_jax.config import platforms
 from transformer_jax.data import datasets, pipeline, tokenizer
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import train_metrics
@@ -98,15 +99,22 @@ class Runs(Protocol):
 
 
 def evaluate_timed(evaluator: DevEvaluator, params, train: ml_collections.ConfigDict,
-                   metrics: train_metrics.TrainMetrics) -> dict:
-  """`evaluator`'s dev-split metrics of `params`, with the evaluation's seconds and compiling
-  seconds; the training's clock paused meanwhile."""
+                   metrics: train_metrics.TrainMetrics, step: int) -> dict:
+  """`evaluator`'s dev-split metrics of `params` at `step` (BLEU where `decodes_bleu`), with
+  the evaluation's seconds and compiling seconds; the training's clock paused meanwhile."""
   with metrics.paused():
     before, start = compilation.so_far(), time.perf_counter()
-    result = evaluator(params, 'validation', train.num_eval_steps, train.eval_bleu)
+    result = evaluator(params, 'validation', train.num_eval_steps, decodes_bleu(train, step))
     result.update(seconds=time.perf_counter() - start,
                   compile_seconds=(compilation.so_far() - before).seconds)
   return result
+
+
+def decodes_bleu(train: ml_collections.ConfigDict, step: int) -> bool:
+  """Whether the dev evaluation at `step` decodes BLEU: at multiples of
+  `train.bleu_every_steps` and at the last step, unless `train.eval_bleu` is off."""
+  return train.eval_bleu and (step % train.bleu_every_steps == 0
+                              or step == train.num_train_steps)
 
 
 def write_config_and_vocabulary(config: ml_collections.ConfigDict, workdir: str,
@@ -146,7 +154,8 @@ class OneRun(Runs):
   """One run: `config` (a valid one, `checks`) trained in `workdir` on every device."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
-    self.config = datasets.with_absolute_files(config)
+    # Every 'auto' resolved for this platform, so that config.json records what the run uses.
+    self.config = platforms.resolved(datasets.with_absolute_files(config))
     self.workdir = workdir
     self.name = workdir
 
@@ -193,7 +202,7 @@ class OneRun(Runs):
   def evaluate(self, step: int, state: Any, evaluators: list[DevEvaluator],
                metrics: train_metrics.TrainMetrics, write: Callable[[str], None]) -> dict:
     (evaluator,) = evaluators
-    result = evaluate_timed(evaluator, state.params, self.config.train, metrics)
+    result = evaluate_timed(evaluator, state.params, self.config.train, metrics, step)
     self._log.write(step, 'validation', result)
     print_validation(write, '', step, result)
     return result

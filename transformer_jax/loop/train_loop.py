@@ -39,14 +39,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains `config` (a valid one, `checks`) for `config.train.num_train_steps` steps in
   `workdir`, resuming from its latest checkpoint, and returns the last dev-split metrics ({} if
   the run had no step left). Holds the workdir's lock throughout (`workdirs.lock`)."""
+  start(config)
   return train(runs.OneRun(config, workdir))
 
 
+def start(config: ml_collections.ConfigDict) -> None:
+  """What a process does before it builds a run of `config`: JAX's compilation cache, and with
+  `parallel.distributed` the job of several processes joined, before JAX's backends start
+  (resolving the platform's defaults starts them: `platforms.current`)."""
+  compilation.use_cache(config)
+  if config.parallel.distributed and not jax.distributed.is_initialized():
+    _initialize_distributed(config)
+
+
 def train(trained: runs.Runs) -> Any:
-  """Trains `trained` (one run, or a group) to `num_train_steps`; its last dev metrics."""
-  compilation.use_cache(trained.config)
-  if trained.config.parallel.distributed:
-    _initialize_distributed(trained.config)
+  """Trains `trained` (one run, or a group, built after `start`) to `num_train_steps`; its last
+  dev metrics."""
   with trained.locked():
     return _train(trained)
 

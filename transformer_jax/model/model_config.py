@@ -11,6 +11,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from transformer_jax.config import platforms
+
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
@@ -52,6 +54,6 @@ class TransformerConfig:
 
 def from_config(config) -> TransformerConfig:
   """The model's config of a run's valid ml_collections config (`checks.validate`):
-  `config.model`, the vocabulary size and the compute dtype."""
-  return TransformerConfig(
-      vocab_size=config.data.vocab_size, dtype=jnp.dtype(config.dtype), **config.model.to_dict())
+  `config.model`, the vocabulary size and the compute dtype ('auto': this platform's)."""
+  return TransformerConfig(vocab_size=config.data.vocab_size,
+                           dtype=jnp.dtype(platforms.dtype(config)), **config.model.to_dict())

@@ -18,6 +18,7 @@ from jax.sharding import Mesh
 import ml_collections
 import numpy as np
 
+from transformer_jax.config import platforms
 from transformer_jax.model import loss, model_config, partitioning
 from transformer_jax.model.transformer import Transformer
 
@@ -36,8 +37,8 @@ class ShardedModel:
       their rows over the batch axes.
     eval_step: jitted (params, batch) -> `loss_sums` of `eval_model` (dropout off), for
       evaluation.
-    config, mesh, rules, model_config: the run's config, the device mesh, the logical axis
-      rules, and the model's config.
+    config, mesh, rules, model_config: the run's config (every 'auto' resolved for this
+      platform: `platforms`), the device mesh, the logical axis rules, and the model's config.
 
   The jitted programs that decoders build on the model (`program`) are kept with it, so that
   its users (a run's evaluators, the translator of its trained parameters) share what one of
@@ -45,7 +46,7 @@ class ShardedModel:
   """
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None):
-    self.config = config
+    self.config = config = platforms.resolved(config)  # 'auto' as this platform's default
     self.mesh = partitioning.make_mesh(config) if mesh is None else mesh
     self.rules = partitioning.axis_rules(config)
     self.model_config = model_config.from_config(config).replace(axis_rules=self.rules)

@@ -1,14 +1,21 @@
 """Checkpoints of a training run, and the run's config beside them.
 
-`workdir/checkpoints/<step>/` (orbax) holds the train state (parameters, optimizer state,
-step, dropout key) and the data iterator's position, written atomically: orbax writes to a
-temporary directory and renames it when complete, so a crash mid-save leaves the previous
-checkpoints intact. A checkpoint damaged later (truncated files from a full disk or a bad copy)
-is skipped with a one-line warning: training moves it aside to `<step>.corrupt` (nothing is
-deleted) and resumes from the newest readable one; readers (`translate`, `evaluate`,
-`average`) only skip it, since they may share the workdir with a running training. With several
-processes, each reading its own shards, a checkpoint that any of them cannot read is skipped by
-all.
+`workdir/checkpoints/<step>/` (orbax) holds the train state in two items, `params` (the
+parameters) and `optimizer` (the rest: Adam's moments, step, dropout key), and `data`, the data
+iterator's position, written atomically: orbax writes to a temporary directory and renames it
+when complete, so a crash mid-save leaves the previous checkpoints intact. Only the checkpoints
+a resume may need keep their `optimizer` item (`KeepScheduled.full`: the newest, and the
+newest scheduled one before it, to fall back on); the others are kept for §6.1's average,
+which reads only `params`, and lose theirs once a newer save is complete (`Checkpoints.thin`):
+a workdir holds the parameters of `keep` checkpoints and two optimizer states, not `keep`
+optimizer states (about twice the parameters each). Checkpoints written before the split hold
+one `state` item, read as before.
+
+A checkpoint damaged later (truncated files from a full disk or a bad copy) is skipped with a
+one-line warning: training moves it aside to `<step>.corrupt` (nothing is deleted) and resumes
+from the newest readable one; readers (`translate`, `evaluate`, `average`) only skip it, since
+they may share the workdir with a running training. With several processes, each reading its
+own shards, a checkpoint that any of them cannot read is skipped by all.
 Beside them, `workdir/config.json` is the resolved config of the latest run (`saved_config`)
 and `workdir/spm.model` its vocabulary.
 """
@@ -37,14 +44,13 @@ _SAVING = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
-class _KeepScheduled:
-  """Which checkpoints orbax keeps (an orbax preservation policy): the newest, to resume from,
-  and the newest `keep` whose step is a multiple of `every`, the checkpoint interval. One
-  written off that schedule (on preemption, or at the last step of a run later extended) is
-  deleted once a newer one is complete, so it never takes a scheduled checkpoint's place in
-  §6.1's average of the last few. With `previous`, the one before the newest is kept too (a
-  run trained with others: the step their group resumes from if it is killed between its runs'
-  saves of the newest; `Checkpoints.tidy` deletes it once the group has ended)."""
+class KeepScheduled:
+  """Which checkpoints orbax keeps (an orbax preservation policy): those a resume may need
+  (`full`), and for §6.1's average the newest `keep` of those whose step is a multiple of
+  `every`, the checkpoint interval, and the newest (the last step of a run, saved whatever its
+  step). One written off that schedule (on preemption, or at the last step of a run later
+  extended) is deleted once a newer one is complete, so it never takes a scheduled
+  checkpoint's place in the average of the last few."""
 
   keep: int
   every: int
@@ -56,60 +62,99 @@ class _KeepScheduled:
 
   def kept(self, steps: Sequence[int]) -> list[bool]:
     """Whether each of `steps` is kept."""
-    newest = sorted(steps)[-2 if self.previous else -1:]
-    scheduled = sorted(step for step in steps if step % self.every == 0)[-self.keep:]
-    return [step in newest or step in scheduled for step in steps]
+    full = self.full(steps)
+    newest = {max(steps)} if steps else set()
+    averaged = sorted({step for step in steps if step % self.every == 0} | newest)
+    averaged = averaged[-self.keep:]
+    return [step in full or step in averaged for step in steps]
+
+  def full(self, steps: Sequence[int]) -> set[int]:
+    """The steps whose whole train state is kept, to resume from: the newest; the newest
+    scheduled one before it, where a damaged newest falls back to; with `previous`, the one
+    before the newest (a run trained with others: the step their group resumes from if it is
+    killed between its runs' saves of the newest; `Checkpoints.tidy` drops it once the group has
+    ended)."""
+    steps = sorted(steps)
+    before = [step for step in steps[:-1] if step % self.every == 0][-1:]
+    return set(steps[-2 if self.previous else -1:]) | set(before)
 
 
 class Checkpoints:
   """Saves and restores (train state, iterator state) pairs, keeping the newest and the last
-  `keep` written at multiples of `every` steps (`_KeepScheduled`; with `previous`, the one
-  before the newest too, until `tidy`); with keep=None, reads the checkpoints that exist (and
-  creates nothing)."""
+  `keep` written at multiples of `every` steps (`KeepScheduled`; with `previous`, the one
+  before the newest too, until `tidy`), the optimizer state only where a resume may need it
+  (`thin`); with keep=None, reads the checkpoints that exist (and creates nothing). A params-only
+  checkpoint (`save` with `data_state` None) holds `params` alone (`average`'s workdir)."""
 
   def __init__(self, workdir: str, keep: int | None = None, every: int = 1,
                previous: bool = False):
-    policy = None if keep is None else _KeepScheduled(keep, every, previous)
-    self._tidy = None if keep is None else _KeepScheduled(keep, every)
+    self._policy = None if keep is None else KeepScheduled(keep, every, previous)
+    self._tidy = None if keep is None else KeepScheduled(keep, every)
     self._manager = ocp.CheckpointManager(
         os.path.join(os.path.abspath(workdir), 'checkpoints'),
-        options=ocp.CheckpointManagerOptions(preservation_policy=policy,
+        options=ocp.CheckpointManagerOptions(preservation_policy=self._policy,
                                              create=keep is not None),
-        item_names=('state', 'data'))
+        item_names=(*_ITEMS, _WHOLE))
 
-  def save(self, step: int, state: Any, data_state: dict) -> None:
+  def save(self, step: int, state: Any, data_state: dict | None) -> None:
     """Starts writing in the background; the arrays are copied off the devices first, so the
-    state may be updated (or donated) as soon as this returns. A failed write (of this save or
-    of the previous one, still in the background) is an OSError naming the directory; a step
-    not newer than the newest saved one, which orbax skips, is a RuntimeError."""
+    state may be updated (or donated) as soon as this returns. The checkpoints the newest save
+    leaves without a use for their optimizer state lose it first (`thin`). A failed write (of
+    this save or of the previous one, still in the background) is an OSError naming the
+    directory; a step not newer than the newest saved one, which orbax skips, is a
+    RuntimeError. With `data_state` None, only the parameters are written."""
+    params, optimizer = _split(state)
+    items = {'params': ocp.args.StandardSave(params)}
+    if data_state is not None:
+      items.update(optimizer=ocp.args.StandardSave(optimizer),
+                   data=ocp.args.JsonSave(data_state))
     with self._write_errors():
       # orbax's save first waits for this manager's previous one: waited for here, outside
       # `_SAVING`, so that one slow write stalls no other group's save.
       self._manager.wait_until_finished()
+      self.thin()
       with _SAVING:
-        saved = self._manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)))
+        saved = self._manager.save(step, args=ocp.args.Composite(**items))
     if not saved:
       raise RuntimeError(f'step {step} was not saved in {self._manager.directory}: it already '
                          f'holds step {self._manager.latest_step()}')
 
   def restore(self, step: int, abstract_state: Any | None = None) -> tuple[Any, dict]:
     """The state of `step`, placed with `abstract_state`'s shardings (None: as a tree of
-    arrays laid out as they were saved), and the iterator state."""
+    arrays laid out as they were saved), and the iterator state. A checkpoint kept only for
+    the average (`full_steps` does not list it) has no optimizer state to restore."""
+    if self._has(step, _WHOLE):  # written before the state was split
+      restored = self._manager.restore(step, args=ocp.args.Composite(**{
+          _WHOLE: ocp.args.StandardRestore(abstract_state), 'data': ocp.args.JsonRestore()}))
+      return restored[_WHOLE], restored['data']
+    params, optimizer = _split(abstract_state)
     restored = self._manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
-    return restored['state'], restored['data']
+        params=ocp.args.StandardRestore(params), optimizer=ocp.args.StandardRestore(optimizer),
+        data=ocp.args.JsonRestore()))
+    return _join(restored['params'], restored['optimizer']), restored['data']
 
   def all_steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
 
+  def full_steps(self) -> list[int]:
+    """The steps whose checkpoint holds the whole train state, which a run resumes from."""
+    return [step for step in self.all_steps()
+            if self._has(step, 'optimizer') or self._has(step, _WHOLE)]
+
+  def _has(self, step: int, item: str) -> bool:
+    return (self._manager.directory / str(step) / item).exists()
+
   def restore_params(self, step: int, abstract_params: Any) -> Any:
     """Only the parameters of `step`'s state (not the optimizer state), placed with
     `abstract_params`' shardings."""
+    if not self._has(step, _WHOLE):
+      restored = self._manager.restore(step, args=ocp.args.Composite(
+          params=ocp.args.StandardRestore(abstract_params)))
+      return restored['params']
     restore_args = ocp.checkpoint_utils.construct_restore_args(abstract_params)
     with ocp.PyTreeCheckpointer() as checkpointer:
       restored = checkpointer.restore(
-          self._manager.directory / str(step) / 'state',
+          self._manager.directory / str(step) / _WHOLE,
           args=ocp.args.PyTreeRestore({'params': abstract_params},
                                       restore_args={'params': restore_args},
                                       partial_restore=True))
@@ -121,12 +166,17 @@ class Checkpoints:
     return self._read(self.restore, step, abstract_state)[0]
 
   def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
-    """(step, state, iterator state) of the newest readable checkpoint, None if there is no
-    checkpoint. Newer ones that cannot be read are warned about and moved aside to
-    `<step>.corrupt`; RuntimeError if none can be read (then nothing is moved). Running out of
-    memory while restoring says nothing about the checkpoint: it is raised as it is."""
+    """(step, state, iterator state) of the newest readable checkpoint that holds the whole
+    state (`full_steps`), None if there is no checkpoint. Newer ones that cannot be read are
+    warned about and moved aside to `<step>.corrupt`; RuntimeError if none can be read (then
+    nothing is moved), or if every checkpoint holds only parameters. Running out of memory
+    while restoring says nothing about the checkpoint: it is raised as it is."""
+    if self.all_steps() and not self.full_steps():
+      raise RuntimeError(f'the checkpoints in {self._manager.directory} hold only parameters '
+                         '(kept for averaging, or written by transformer_jax.average), no '
+                         'optimizer state to resume training from: use a new --workdir')
     unreadable = []
-    for step in reversed(self.all_steps()):
+    for step in reversed(self.full_steps()):
       restored, error = self._read(self.restore, step, abstract_state)
       if error:
         unreadable.append((step, error))
@@ -181,13 +231,33 @@ class Checkpoints:
     return result, None
 
   def tidy(self) -> None:
-    """Deletes what the keep policy without `previous` would not keep (once every save is
-    complete: a group that has ended needs no step to resume from but its newest)."""
+    """Deletes what the keep policy without `previous` would not keep, and thins as it would
+    (once every save is complete: a group that has ended needs no step to resume from but its
+    newest)."""
     self.wait()
     steps = self.all_steps()
     for step, kept in zip(steps, self._tidy.kept(steps)):
       if not kept:
         self._manager.delete(step)
+    self.thin(self._tidy)
+
+  def thin(self, policy: 'KeepScheduled | None' = None) -> None:
+    """Deletes the optimizer state of every complete checkpoint that `policy` (default: the
+    keep policy) does not keep whole (`KeepScheduled.full`), on process 0; what averaging
+    reads stays. The item is renamed before it is deleted, so a crash leaves either the
+    checkpoint whole or a directory no reader opens. Only complete checkpoints are listed, and
+    the newest complete one is always kept whole, so no save under way is touched."""
+    policy = policy or self._policy
+    if policy is None or jax.process_index() != 0:
+      return
+    steps = self.all_steps()
+    full = policy.full(steps)
+    for step in steps:
+      if step not in full and self._has(step, 'optimizer'):
+        item = self._manager.directory / str(step) / 'optimizer'
+        deleted = item.with_name('optimizer.deleted')
+        item.rename(deleted)
+        deleted.rmtree()
 
   def move_aside(self, steps: Sequence[int], reason: str, why: str = '') -> None:
     """Renames checkpoints `steps` to `<step>.<reason>` (a number added if that is taken), so
@@ -211,9 +281,10 @@ class Checkpoints:
     self._manager.reload()
 
   def wait(self) -> None:
-    """Blocks until every started save is complete."""
+    """Blocks until every started save is complete, then thins (`thin`)."""
     with self._write_errors():
       self._manager.wait_until_finished()
+      self.thin()
 
   @contextlib.contextmanager
   def _write_errors(self) -> Iterator[None]:
@@ -224,9 +295,33 @@ class Checkpoints:
                     f'({_first_line(e)}); the checkpoints written before are intact') from e
 
   def close(self) -> None:
-    """Closes the manager, which first waits for the saves under way (as `wait`)."""
+    """Closes the manager, after waiting for the saves under way and thinning (`wait`)."""
+    self.wait()
     with self._write_errors():
       self._manager.close()
+
+
+# A checkpoint's items: the parameters, the rest of the train state, the data position; and the
+# one item that held the whole state before it was split in two.
+_ITEMS = ('params', 'optimizer', 'data')
+_WHOLE = 'state'
+
+
+def _split(state: Any) -> tuple[Any, Any]:
+  """(parameters, the rest) of a train state: a `TrainState`, a dict holding 'params' (a state
+  restored without a target), or None (no target: both parts as saved)."""
+  if state is None:
+    return None, None
+  if isinstance(state, dict):
+    return state['params'], {name: value for name, value in state.items() if name != 'params'}
+  return state.params, state.replace(params=None)
+
+
+def _join(params: Any, optimizer: Any) -> Any:
+  """`_split`'s inverse."""
+  if isinstance(optimizer, dict):
+    return {**optimizer, 'params': params}
+  return optimizer.replace(params=params)
 
 
 def _on_every_process(flag: bool) -> bool:

@@ -18,7 +18,7 @@ from absl import logging
 import jax
 import ml_collections
 
-from transformer_jax.config import checks, fields
+from transformer_jax.config import checks, fields, platforms
 from transformer_jax.data import tokenizer
 from transformer_jax.model import costs, model_config
 from transformer_jax.model.model_config import TransformerConfig
@@ -36,7 +36,8 @@ _ADDED_FIELDS = {'model.qkv_init': 'separate', 'model.attention_bias': False,
                  'data.test_files': None,
                  'train.loss_chunk': 0, 'train.compilation_cache_dir': None,
                  'train.dropout_prng_impl': 'threefry2x32', 'model.attention_impl': 'explicit',
-                 'data.prefetch': 0, 'train.steps_per_call': 1, 'data.shuffle_seed': None}
+                 'data.prefetch': 0, 'train.steps_per_call': 1, 'data.shuffle_seed': None,
+                 'train.bleu_every_steps': 1}
 
 
 def _parameter_shapes(cfg: TransformerConfig) -> dict:
@@ -63,6 +64,7 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   field that defines it must not differ. `config` is a validated one (`loop.group.train_together`
   validates it); the saved one is validated here before its parameter shapes are compared."""
   _refuse_exports(workdir)
+  config = platforms.resolved(config)  # as the run writes it (`write_config`)
   path = os.path.join(workdir, CONFIG_FILENAME)
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
   steps = checkpointing.saved_steps(workdir)
@@ -163,8 +165,10 @@ def _read_config(path: str) -> ml_collections.ConfigDict:
 
 
 def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Writes `workdir/config.json` atomically; copies a given `data.spm_model` into the workdir
-  so the run's directory holds everything needed to use its checkpoints."""
+  """Writes `workdir/config.json` atomically, every 'auto' resolved for this platform
+(`platforms`); copies a given `data.spm_model` into the workdir so the run's directory holds
+everything needed to use its checkpoints."""
+  config = platforms.resolved(config)
   atomic.write(os.path.join(workdir, CONFIG_FILENAME), config.to_json_best_effort(indent=2))
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
   if config.data.spm_model and os.path.abspath(config.data.spm_model) != vocabulary:
