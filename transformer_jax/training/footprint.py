@@ -14,7 +14,6 @@ of tens of thousands, since the corpus is not read. Orbax's metadata, the vocabu
 metrics log add a few megabytes at most.
 """
 
-import functools
 import json
 import math
 
@@ -61,12 +60,24 @@ def settings(config: ml_collections.ConfigDict, platform: str, devices: int) -> 
       'checkpoint_every_steps': train.checkpoint_every_steps, **disk}
 
 
-@functools.cache
-def _abstract_params(model_json: str):
-  """The parameters' shapes of a model, [config.model, vocab_size] as JSON (cached: a table of
-  many configs and platforms traces each model once)."""
-  model, vocab_size = json.loads(model_json)
-  return costs.abstract_params(model_config.TransformerConfig(vocab_size=vocab_size, **model))
+# {a model's shaping fields: (bytes of its parameters, of Adam's state)}: a table of many
+# configs and platforms traces each model once.
+_STATE_BYTES: dict[str, tuple[int, int]] = {}
+
+
+def _state_bytes(config: ml_collections.ConfigDict) -> tuple[int, int]:
+  """The bytes of `config`'s parameters and of Adam's state for them, from their shapes (which
+  neither the rates of dropout, LayerDrop and DropHead nor Adam's hyper-parameters change)."""
+  shaping = {name: value for name, value in config.model.to_dict().items()
+             if not name.endswith('_rate')}
+  key = json.dumps([shaping, config.data.vocab_size], sort_keys=True)
+  if key not in _STATE_BYTES:
+    params = costs.abstract_params(model_config.from_config(config))
+    adam = jax.eval_shape(optimizer.adam(config).init, params)
+    nbytes = lambda tree: sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
+                              for leaf in jax.tree.leaves(tree))
+    _STATE_BYTES[key] = nbytes(params), nbytes(adam)
+  return _STATE_BYTES[key]
 
 
 def saved_steps(config: ml_collections.ConfigDict) -> list[int]:
@@ -92,11 +103,8 @@ def workdir_bytes(config: ml_collections.ConfigDict, thinned: bool = True) -> di
     scheduled = [step for step in steps if step % train.checkpoint_every_steps == 0]
     kept = sorted(set(scheduled[-train.keep_checkpoints:]) | {steps[-1]})
     whole = len(kept)
-  params = _abstract_params(json.dumps([config.model.to_dict(), config.data.vocab_size]))
-  adam = jax.eval_shape(optimizer.adam(config).init, params)
-  nbytes = lambda tree: sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
-                            for leaf in jax.tree.leaves(tree))
-  checkpoint_bytes = len(kept) * nbytes(params) + whole * nbytes(adam)
+  params_bytes, adam_bytes = _state_bytes(config)
+  checkpoint_bytes = len(kept) * params_bytes + whole * adam_bytes
   pairs = TRAIN_PAIRS.get(config.data.dataset, 0)
   id_bytes = 2 if config.data.vocab_size <= 2**16 else 4
   token_bytes = pairs * (2 * TOKENS_PER_SIDE * id_bytes + _LENGTH_BYTES)
