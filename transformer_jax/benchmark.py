@@ -138,6 +138,7 @@ def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int
       'packed': packed,
       'steps_per_call': k,
       'loss_chunk': config.train.loss_chunk,
+      'dropout_prng_impl': config.train.dropout_prng_impl,
       'step_time_s': step_time,
       'step_time_waited_s': waited_step_time,
       'target_tokens_per_s': rows * length / step_time,

@@ -36,9 +36,13 @@ sweep, unfinished, before the parts one H200 window measured on 2026-11-28):
 - torch_{base,big}_bfloat16: the paper's step (§5.1, about 25000 + 25000 tokens) in bfloat16,
   transformer_jax beside PyTorch eager and `torch.compile` (`experiments/speed/torch_baseline.py`);
 - torch_{base,big}_float32: the same in float32 (TF32 matrix products);
-- base_bfloat16_{cudnn,rbg,loss_chunk0}: the base step with each GPU option
-  (`model.attention_impl`, `train.dropout_prng_impl`, `train.loss_chunk`) changed alone
-  (`transformer_jax.benchmark`), beside the default in torch_base_bfloat16;
+- base_defaults, base_{float32,one_step_a_call,threefry,cudnn}: the base step as the platform's
+  defaults resolve it on a GPU (bfloat16, 'rbg', loss chunk 16, 20 steps a call:
+  transformer_jax/config/platforms.py), and with each default changed alone: float32 (TF32),
+  one step a call, JAX's threefry dropout masks, cuDNN's attention (`transformer_jax.benchmark`);
+- base_loss_chunk{0,8,16,64}_256: `train.loss_chunk` at base's packed rows of 256 tokens;
+- multi30k_e2e_float32: multi30k_e2e in float32, against the default bfloat16 on dev
+  perplexity (a default that changes figures stays only within the seeds' spread);
 - profile_base_bfloat16: where that step's kernel time goes (`profile_step.py`);
 - together_speed: four miniature Table 3 rows (base, D1-D3) one after another against the
   four as one program (`experiments/speed/together.py`; needs --manual_dir).
@@ -99,7 +103,7 @@ _REHEARSAL_SWEEP = ['--rows=base,base_seed1', '--override=data.tokens_per_batch=
 _PROGRESS = re.compile(r'\d+%\|.*\|\s*\d+/\d+ \[')
 # The most seconds a part may take, where the parts after it need the window too: the end to end
 # run's target is 5 minutes, the profile is a few steps.
-_CAPS = {'multi30k_e2e': 330, 'profile_multi30k': 150}
+_CAPS = {'multi30k_e2e': 330, 'multi30k_e2e_float32': 330, 'profile_multi30k': 150}
 
 
 def _sweep_rows() -> str:
@@ -119,8 +123,12 @@ def _parts(result: str) -> dict[str, list[str]]:
                                  f'--dtype={dtype}', '--compile', f'--output={result}',
                                  *(['--steps=2'] if small else [])]
   benchmark = lambda *overrides: [py, '-m', 'transformer_jax.benchmark', f'--config={base}',
-                                  '--config.dtype=bfloat16', *overrides, '--json',
-                                  *(['--steps=2'] if small else [])]
+                                  *overrides, '--json', *(['--steps=2'] if small else [])]
+  chunk = lambda n: benchmark('--length=256', '--packed', f'--config.train.loss_chunk={n}')
+  multi30k_e2e = lambda *overrides: [
+      py, 'experiments/gpu/accelerator_multi30k.py', f'--output={os.path.dirname(result)}',
+      f'--manual_dir={manual_dir}', *overrides,
+      *(['--config=configs/tiny.py', '--override=train.num_train_steps=200'] if small else [])]
   return {
       'table3_regularised': [py, '-m', 'transformer_jax.sweep',
                              '--sweep=experiments/table3_regularised/sweep.py',
@@ -128,10 +136,7 @@ def _parts(result: str) -> dict[str, list[str]]:
                              f'--results={_regularised_rows()}', f'--together={_TOGETHER.value}',
                              f'--override=data.manual_dir={manual_dir}',
                              *(_REHEARSAL_SWEEP if small else [_sweep_rows()])],
-      'multi30k_e2e': [py, 'experiments/gpu/accelerator_multi30k.py',
-                       f'--output={os.path.dirname(result)}', f'--manual_dir={manual_dir}',
-                       *(['--config=configs/tiny.py', '--override=train.num_train_steps=200']
-                         if small else [])],
+      'multi30k_e2e': multi30k_e2e(),
       'profile_multi30k': [py, 'experiments/gpu/profile_step.py',
                            f'--config={base if small else "configs/multi30k.py"}',
                            f'--output={result}', *(['--steps=1'] if small else [])],
@@ -143,9 +148,13 @@ def _parts(result: str) -> dict[str, list[str]]:
       'torch_big_bfloat16': torch(big, 'bfloat16'),
       'torch_base_float32': torch(base, 'float32'),
       'torch_big_float32': torch(big, 'float32'),
-      'base_bfloat16_cudnn': benchmark('--config.model.attention_impl=cudnn'),
-      'base_bfloat16_rbg': benchmark('--config.train.dropout_prng_impl=rbg'),
-      'base_bfloat16_loss_chunk0': benchmark('--config.train.loss_chunk=0'),
+      'base_defaults': benchmark(),
+      'base_float32': benchmark('--config.dtype=float32'),
+      'base_one_step_a_call': benchmark('--config.train.steps_per_call=1'),
+      'base_threefry': benchmark('--config.train.dropout_prng_impl=threefry2x32'),
+      'base_cudnn': benchmark('--config.model.attention_impl=cudnn'),
+      **{f'base_loss_chunk{n}_256': chunk(n) for n in (0, 8, 16, 64)},
+      'multi30k_e2e_float32': multi30k_e2e('--override=dtype=float32'),
       'profile_base_bfloat16': [py, 'experiments/gpu/profile_step.py', f'--config={base}',
                                 '--config.dtype=bfloat16', f'--output={result}',
                                 *(['--steps=1'] if small else [])],
@@ -247,13 +256,14 @@ def main(argv):
   result = os.path.join(tempfile.mkdtemp(), 'result.json')
   parts = _parts(result)
   # The file each part writes its figures to, where that is not `result`.
-  results = {'multi30k_e2e': os.path.join(os.path.dirname(result), 'train_evaluate.json')}
+  results = dict.fromkeys(('multi30k_e2e', 'multi30k_e2e_float32'),
+                          os.path.join(os.path.dirname(result), 'train_evaluate.json'))
   names = _PARTS.value or list(parts)
   if unknown := set(names) - set(parts):
     raise app.UsageError(f'--parts: no such part(s) {sorted(unknown)}; known: {list(parts)}')
-  if not _MANUAL_DIR.value and {'loop_speed', 'multi30k_e2e', 'table3_regularised',
-                                'together_speed'} & set(names):
-    raise app.UsageError('the parts loop_speed, multi30k_e2e, table3_regularised and '
+  if not _MANUAL_DIR.value and {'loop_speed', 'multi30k_e2e', 'multi30k_e2e_float32',
+                                'table3_regularised', 'together_speed'} & set(names):
+    raise app.UsageError('the parts loop_speed, multi30k_e2e(_float32), table3_regularised and '
                          'together_speed need --manual_dir')
   for name in names:
     left = min(deadline - time.monotonic(), _CAPS.get(name, float('inf')))
