@@ -112,6 +112,19 @@ def test_cudnn_attention_where_it_cannot_run_is_refused_naming_the_field(overrid
                             'gpu').model.attention_impl == 'cudnn'
 
 
+def test_a_run_trained_with_cudnn_attention_is_read_off_a_gpu_with_xlas(tmp_path):
+  config = platforms.resolved(fields.overridden(_config('base'), ['model.attention_impl=cudnn']),
+                              'gpu')
+  assert platforms.for_reading(config, 'gpu').model.attention_impl == 'cudnn'
+  for platform in ('cpu', 'tpu'):
+    assert platforms.for_reading(config, platform).model.attention_impl == 'xla'
+  assert config.model.attention_impl == 'cudnn'  # a copy changed, not the run's config
+  # As the workdir's readers (translate, evaluate, average, export) read it on this CPU.
+  with open(tmp_path / saved_config.CONFIG_FILENAME, 'w') as f:
+    f.write(config.to_json_best_effort())
+  assert saved_config.load_config(str(tmp_path)).model.attention_impl == 'xla'
+
+
 def test_a_run_with_cudnn_attention_on_a_cpu_stops_before_anything_is_built(tmp_path):
   config = fields.overridden(_config('tiny'), ['model.attention_impl=cudnn'])
   checks.validate(config)

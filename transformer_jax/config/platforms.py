@@ -135,11 +135,27 @@ def steps_per_call(checkpoint_every_steps: int, eval_every_steps: int, accelerat
   return max(k for k in range(1, STEPS_PER_CALL + 1) if common % k == 0)
 
 
+def _runs_cudnn(config: ml_collections.ConfigDict, platform: str) -> bool:
+  return platform == 'gpu' and config.dtype == 'bfloat16'
+
+
+def for_reading(config: ml_collections.ConfigDict, platform: str | None = None
+                ) -> ml_collections.ConfigDict:
+  """A trained run's resolved `config` as a reader of its checkpoints computes it on
+  `platform` (None: this process's): cuDNN's attention, where it cannot run, becomes XLA's,
+  the same eq. (1) (training refuses it there: `check_platform`)."""
+  if config.model.attention_impl != 'cudnn' or _runs_cudnn(config, platform or current()):
+    return config
+  config = config.copy_and_resolve_references()
+  config.model.attention_impl = 'xla'
+  return config
+
+
 def check_platform(config: ml_collections.ConfigDict, platform: str) -> None:
   """Raises ValueError naming the field when a resolved `config` cannot run on `platform`:
   cuDNN's fused attention needs an NVIDIA GPU and bfloat16 (refused here, in seconds, rather
   than inside the first compilation)."""
-  if config.model.attention_impl == 'cudnn' and (platform != 'gpu' or config.dtype != 'bfloat16'):
+  if config.model.attention_impl == 'cudnn' and not _runs_cudnn(config, platform):
     raise ValueError(
         "config.model.attention_impl='cudnn' (cuDNN's fused attention) runs on NVIDIA GPUs in "
         f"bfloat16; this run computes on {platform} in {config.dtype}: set "

@@ -125,13 +125,14 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
 
 def read_config(workdir: str) -> ml_collections.ConfigDict:
   """`load_config` without the validation, for a caller that changes fields first and
-  validates the result (`Translator`)."""
+  validates the result (`Translator`). As this platform computes it (`platforms.for_reading`):
+  a run trained with cuDNN's attention is read off a GPU with XLA's."""
   path = os.path.join(workdir, CONFIG_FILENAME)
   if not os.path.isfile(path):
     raise FileNotFoundError(f'{path} not found: --workdir must be a directory written by '
                             'transformer_jax.train')
   _refuse_exports(workdir)
-  return _read_config(path)
+  return platforms.for_reading(_read_config(path))
 
 
 def _refuse_exports(directory: str) -> None:
