@@ -6,9 +6,9 @@ r"""How fast one host makes training batches, and how long it takes to hand the 
 Run under `taskset -c 0`: one core assembles, plans and dispatches, taking turns; the file
 records the cores the process had (`cores`). The results: the table of README.md here.
 
-The batches. --pairs pairs of the WMT-like lengths of `experiments/speed/batch_assembly.py`
-(source lengths log-normal with median --median tokens, target lengths the source's times a
-uniform factor in [0.8, 1.3], both clipped to [1, --pack_length]; random 16-bit ids), batched
+The batches. --pairs pairs of `experiments/tools/synthetic.py`'s WMT-like split (source
+lengths log-normal with median --median tokens, target lengths the source's times a uniform
+factor in [0.8, 1.3], both clipped to [1, --pack_length]; random 16-bit ids), batched
 as base trains on WMT (§5.1's 25000 source and 25000 target tokens, packed into rows of
 --pack_length tokens; a batch's rows a multiple of --process_count). A real
 `batching.TrainIterator` (seed 0) yields this host's block of each batch's rows
@@ -36,7 +36,6 @@ import time
 
 from absl import app, flags
 import jax
-import numpy as np
 
 from transformer_jax import benchmark
 from transformer_jax.config import checks, loading
@@ -44,6 +43,7 @@ from transformer_jax.data import batching
 
 checkout = loading.import_sibling(__file__, '../tools/checkout')
 measure = loading.import_sibling(__file__, '../tools/measure')
+synthetic = loading.import_sibling(__file__, '../tools/synthetic')
 
 _PAIRS = flags.DEFINE_integer('pairs', 4_500_000, 'Training pairs.')
 _MEDIAN = flags.DEFINE_float('median', 25.0, 'Median source length, in tokens.')
@@ -81,22 +81,10 @@ class _TimedBatcher(batching.Batcher):
     return made
 
 
-def _split(rng: np.random.Generator) -> batching.TokenizedSplit:
-  """The flags' pairs: WMT-like lengths, random ids, each sentence's last one EOS (1)."""
-  length = _PACK_LENGTH.value
-  lengths = [np.clip(rng.lognormal(np.log(_MEDIAN.value), 0.6, _PAIRS.value).astype(np.int64),
-                     1, length)]
-  lengths.append(np.clip((lengths[0] * rng.uniform(0.8, 1.3, _PAIRS.value)).astype(np.int64),
-                         1, length))
-  ids = [rng.integers(3, 37000, int(side.sum()), dtype=np.uint16) for side in lengths]
-  for side_ids, side in zip(ids, lengths):
-    side_ids[np.cumsum(side) - 1] = 1
-  return batching.TokenizedSplit(*map(batching.Sequences.from_lengths, ids, lengths), 0)
-
-
 def _input_rate() -> dict:
   length = _PACK_LENGTH.value
-  batcher = _TimedBatcher(_split(np.random.default_rng(0)), max_length=length,
+  split = synthetic.wmt_like_split(_PAIRS.value, _MEDIAN.value, length)
+  batcher = _TimedBatcher(split, max_length=length,
                           tokens_per_batch=_TOKENS_PER_BATCH.value,
                           rows_multiple=_PROCESS_COUNT.value, pack_length=length)
   start = time.perf_counter()

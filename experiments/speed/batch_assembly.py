@@ -4,10 +4,8 @@ another checkout of the code, interleaved.
   python experiments/speed/batch_assembly.py [--pairs=4500000] [--pack_length=256] \
       [--tokens_per_batch=25000] [--median=25] [--before=DIR] [--rounds=3] [--output=FILE]
 
-The pairs' lengths are drawn as in `packing_plan.py`, seeded: source lengths log-normal
-with median `--median` tokens, clipped to [1, pack_length], target lengths the source's times a
-uniform factor in [0.8, 1.3]; the ids are random 16-bit ids, as the token store keeps them for
-a vocabulary of 37000. WMT 2014 EN-DE has about 4.5M training pairs (§5.1); Multi30k-like:
+The pairs are `experiments/tools/synthetic.py`'s WMT-like split (lengths as in `packing_plan.py`, median
+`--median` tokens, random 16-bit ids). WMT 2014 EN-DE has about 4.5M training pairs (§5.1); Multi30k-like:
 `--pairs=29000 --pack_length=128 --tokens_per_batch=4096` with a shorter `--median`. One epoch
 is planned (`Batcher.plan`, packed, seed 0: not timed), then each round assembles all of its
 batches whole (one process). With `--before` (a checkout of the repository, such as
@@ -31,6 +29,7 @@ from transformer_jax.config import loading
 from transformer_jax.data import batching
 
 measure = loading.import_sibling(__file__, '../tools/measure')
+synthetic = loading.import_sibling(__file__, '../tools/synthetic')
 
 _PAIRS = flags.DEFINE_integer('pairs', 4_500_000, 'Training pairs.')
 _PACK_LENGTH = flags.DEFINE_integer('pack_length', 256, 'Row length (config.data.pack_length); '
@@ -45,19 +44,6 @@ _OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this fi
 cli.renamed('json', 'output', 'the file the figures are written to; --json is a switch')
 
 _CHECKED_BATCHES = 3  # compared between the two codes before timing
-
-
-def _split(rng: np.random.Generator) -> batching.TokenizedSplit:
-  """Pairs of the flags' synthetic lengths, with random 16-bit ids ending in EOS."""
-  pairs, length = _PAIRS.value, _PACK_LENGTH.value
-  sources = np.clip(rng.lognormal(np.log(_MEDIAN.value), 0.6, pairs).astype(np.int64), 1, length)
-  targets = np.clip((sources * rng.uniform(0.8, 1.3, pairs)).astype(np.int64), 1, length)
-  sides = []
-  for lengths in (sources, targets):
-    ids = rng.integers(3, 37000, int(lengths.sum()), dtype=np.uint16)
-    ids[np.cumsum(lengths) - 1] = 1  # EOS
-    sides.append(batching.Sequences.from_lengths(ids, lengths))
-  return batching.TokenizedSplit(*sides, 0)
 
 
 def _load_before(checkout: str):
@@ -89,7 +75,7 @@ def _check_same(batchers: dict, plan) -> None:
 def main(argv):
   del argv
   length = _PACK_LENGTH.value
-  split = _split(np.random.default_rng(0))
+  split = synthetic.wmt_like_split(_PAIRS.value, _MEDIAN.value, length)
   settings = dict(max_length=length, tokens_per_batch=_TOKENS_PER_BATCH.value,
                   pack_length=length)
   batchers = {'this': batching.Batcher(split, **settings)}
