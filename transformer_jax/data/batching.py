@@ -132,6 +132,12 @@ class TokenizedSplit:
     return len(self.sources)
 
 
+def batch_rows(tokens_per_batch: int, length: int, rows_multiple: int) -> int:
+  """Rows of a batch of rows of `length` tokens: the most that hold `tokens_per_batch` tokens,
+  padding included, rounded down to a multiple of `rows_multiple`."""
+  return tokens_per_batch // length // rows_multiple * rows_multiple
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class PackedRows:
   """Packed rows stored end to end: row r holds the pairs pairs[starts[r]:starts[r] + sizes[r]],
@@ -190,9 +196,8 @@ class Batcher:
     return bucket_lengths(self.max_length, self.buckets)
 
   def rows(self, length: int) -> int:
-    """Rows of a batch of bucket `length`."""
-    fitting = self.tokens_per_batch // length
-    return fitting // self.rows_multiple * self.rows_multiple
+    """Rows of a batch of bucket `length` (`batch_rows`)."""
+    return batch_rows(self.tokens_per_batch, length, self.rows_multiple)
 
   def _side_lengths(self) -> tuple[np.ndarray, np.ndarray]:
     return self.split.sources.lengths, self.split.targets.lengths

@@ -40,8 +40,8 @@ def settings(config: ml_collections.ConfigDict, platform: str, devices: int) -> 
   config = platforms.resolved(config, platform)
   train = config.train
   rows_multiple = devices * train.grad_accum_steps
-  batch = lambda length: [config.data.tokens_per_batch // length // rows_multiple
-                          * rows_multiple, length]
+  tokens = config.data.tokens_per_batch
+  batch = lambda length: [batching.batch_rows(tokens, length, rows_multiple), length]
   pack_length = pipeline.pack_length(config, platform)
   buckets = batching.bucket_lengths(config.data.max_length, pipeline.buckets(config, platform))
   train_lengths = ([pack_length] + [b for b in buckets if b > pack_length] if pack_length
