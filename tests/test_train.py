@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+from etils import epath
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -21,7 +22,7 @@ from conftest import (REPO, metrics_lines, short_run, train_command, train_confi
 from transformer_jax.data import batching
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import train_loop
-from transformer_jax.training import metrics_log
+from transformer_jax.training import checkpointing, metrics_log
 from transformer_jax.training.trainer import Trainer
 
 # End-to-end: trains models and runs commands. The fast tier (`pytest -m "not slow"`) keeps
@@ -35,7 +36,7 @@ def overrides() -> dict:
   return short_run(STEPS)
 
 
-def _losses(workdir: str, split: str = 'train') -> dict[int, float]:
+def _losses(workdir: str, split: str = 'train') -> dict[int, float]:  # local or in a bucket
   return {r['step']: r['loss'] for r in metrics_log.read(os.path.join(workdir, 'metrics.jsonl'))
           if r['split'] == split}
 
@@ -102,51 +103,88 @@ def test_the_training_command_checks_its_config_once(overrides, uninterrupted, t
   assert 'complete, trained to step' in result.stdout
 
 
-@pytest.mark.slow
-def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupted, tmp_path):
-  # The killed run is the same run made longer (eq. 3 and the batches do not depend on the
-  # run's length) and keeps every checkpoint, so that the kill lands mid-run however the two
-  # processes are scheduled. Checkpoints after step 8 are then removed (whatever step 8's
-  # save had reached stays), and the run resumes from step 4 or 8 to the uninterrupted 12.
-  workdir = str(tmp_path)
+def _killed_and_resumed(overrides: dict, workdir: str, environment: dict) -> list[dict]:
+  """The records a run logs after it resumes in this process in `workdir` (local or in a
+  bucket) from a command started with `environment` and killed (SIGKILL) mid-run.
+
+  The killed run is the same run made longer (eq. 3 and the batches do not depend on the
+  run's length) and keeps every checkpoint, so that the kill lands mid-run however the two
+  processes are scheduled. Checkpoints after step 8 are then removed (whatever step 8's
+  save had reached stays), and the run resumes from step 4 or 8 to the uninterrupted 12."""
   longer = {**overrides, 'train.num_train_steps': 400, 'train.keep_checkpoints': 100}
   # On the 8 devices of the uninterrupted run and the resumed one (this process's), so that the
   # three runs' reductions add up in the same order.
   process = subprocess.Popen(train_command(longer, workdir), cwd=REPO, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, env={**os.environ, 'XLA_FLAGS': xla_flags(8)})
-  metrics = os.path.join(workdir, 'metrics.jsonl')
-  checkpoints = os.path.join(workdir, 'checkpoints')
+                             stderr=subprocess.PIPE, env={**environment, 'XLA_FLAGS': xla_flags(8)})
+  metrics = epath.Path(workdir, 'metrics.jsonl')
+  checkpoints = epath.Path(workdir, 'checkpoints')
   deadline = time.time() + 240
   while time.time() < deadline and process.poll() is None:
-    done = os.path.exists(metrics) and max(_losses(workdir), default=0) >= 6
-    if done and os.path.isdir(os.path.join(checkpoints, '4')):
+    done = metrics.exists() and max(_losses(workdir), default=0) >= 6
+    if done and 4 in checkpointing.saved_steps(workdir):
       break
     time.sleep(0.2)
   assert process.poll() is None, process.stderr.read().decode()[-2000:]
   process.send_signal(signal.SIGKILL)
   process.wait()
   assert max(_losses(workdir)) < 400
-  for name in os.listdir(checkpoints):
-    if name.split('.')[0].isdigit() and int(name.split('.')[0]) > 8:  # any save after step 8,
-      # finished or still being written
-      shutil.rmtree(os.path.join(checkpoints, name))
-  with open(metrics) as f:
-    logged_before = len(f.readlines())
+  for path in checkpoints.iterdir():
+    if path.name.split('.')[0].isdigit() and int(path.name.split('.')[0]) > 8:  # any save
+      # after step 8, finished or still being written
+      path.rmtree()
+  logged_before = len(metrics.read_text().splitlines())
 
   train_loop.train_and_evaluate(train_config(**overrides), workdir)
-  with open(metrics) as f:
-    records = [json.loads(line) for line in f.readlines()[logged_before:]]
+  return [json.loads(line) for line in metrics.read_text().splitlines()[logged_before:]]
+
+
+def _assert_resumed_as_uninterrupted(records: list[dict], uninterrupted: str) -> None:
+  """The resumed run's `records` are the uninterrupted run's, bit for bit, from the step it
+  resumed at; it read the encoded splits the killed one left, not the text."""
   resumed = {r['step']: r['loss'] for r in records if r['split'] == 'train'}
   expected = _losses(uninterrupted)
   assert min(resumed) in (5, 9)  # the first step after checkpoint 4 or 8
-  assert sorted(resumed) == [s for s in sorted(expected) if s >= min(resumed)]
-  np.testing.assert_allclose([resumed[s] for s in sorted(resumed)],
-                             [expected[s] for s in sorted(resumed)], rtol=1e-6)
+  assert {step: expected[step] for step in expected if step >= min(resumed)} == resumed
   validation = {r['step']: r['loss'] for r in records if r['split'] == 'validation'}
-  assert validation == pytest.approx(_losses(uninterrupted, 'validation'))
-  # The resumed run read the encoded splits the killed one left, not the text.
+  assert validation == _losses(uninterrupted, 'validation')
   [loaded] = [r for r in records if r['split'] == 'data']
   assert 'open_tokens' in loaded and 'encode' not in loaded
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_with_the_uninterrupted_losses(overrides, uninterrupted, tmp_path):
+  records = _killed_and_resumed(overrides, str(tmp_path), dict(os.environ))
+  _assert_resumed_as_uninterrupted(records, uninterrupted)
+
+
+@pytest.fixture(scope='module')
+def in_bucket(overrides, gcs_emulator) -> str:
+  """`uninterrupted`'s run in a bucket of the emulator, killed and resumed
+  (`_killed_and_resumed`): the command given only the emulator's address."""
+  with gcs_emulator.reached():
+    workdir = f'gs://{gcs_emulator.bucket()}/run'
+    _killed_and_resumed(overrides, workdir, gcs_emulator.environment())
+  return workdir
+
+
+@pytest.mark.slow
+def test_a_run_in_a_bucket_killed_resumes_bit_for_bit(in_bucket, uninterrupted, gcs_emulator):
+  with gcs_emulator.reached():
+    records = [json.loads(line) for line in
+               epath.Path(in_bucket, 'metrics.jsonl').read_text().splitlines()]
+    resumed = records[max(i for i, r in enumerate(records) if r['split'] == 'data'):]
+    _assert_resumed_as_uninterrupted(resumed, uninterrupted)
+    # The local layout, nothing written to a local gs: directory.
+    names = {path.name for path in epath.Path(in_bucket).iterdir()}
+    assert names == {'checkpoints', 'config.json', 'metrics.jsonl', 'spm.model', 'tensorboard',
+                     'tokens'}  # the lock released
+    assert list(epath.Path(in_bucket, 'tensorboard').iterdir())
+    assert not os.path.exists('gs:') and not os.path.exists(os.path.join(REPO, 'gs:'))
+    for item in ('params', 'optimizer'):
+      got = ocp.StandardCheckpointer().restore(epath.Path(in_bucket, 'checkpoints', '12', item))
+      want = ocp.StandardCheckpointer().restore(
+          epath.Path(uninterrupted, 'checkpoints', '12', item))
+      jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
 def _feed_threads() -> list[str]:

@@ -13,3 +13,7 @@ Layers, each importing only those below it (`tests/test_layers.py`):
   storage/                   atomic writes, workdir locks, the provenance of results
   config/                    config files loaded, overridden, flattened and checked
 """
+
+from transformer_jax.storage import buckets as _buckets
+
+_buckets.hand_on_emulator()  # before any library that reaches Cloud Storage is imported

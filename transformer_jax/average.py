@@ -14,6 +14,7 @@ import contextlib
 import os
 
 from absl import flags
+from etils import epath
 
 from transformer_jax import cli
 from transformer_jax.data import tokenizer
@@ -29,12 +30,12 @@ def save_average(workdir: str, last: int | None, output: str) -> list[int]:
   last = config.decode.average_last if last is None else last
   if last <= 0:
     raise ValueError(f'--average_last must be a positive integer, got {last}')
-  if os.path.isdir(os.path.join(output, 'checkpoints')) and os.listdir(
-      os.path.join(output, 'checkpoints')):
+  if epath.Path(output, 'checkpoints').is_dir() and any(
+      epath.Path(output, 'checkpoints').iterdir()):
     raise FileExistsError(f'{output} already holds checkpoints; choose a new --output')
   with contextlib.closing(checkpointing.Checkpoints(workdir)) as source:
     params, averaged = source.average_last(last, ShardedModel(config).abstract_params)
-  os.makedirs(output, exist_ok=True)
+  epath.Path(output).mkdir(parents=True, exist_ok=True)
   saved_config.write_config(config, output)
   atomic.copy(os.path.join(workdir, tokenizer.MODEL_FILENAME),
               os.path.join(output, tokenizer.MODEL_FILENAME))

@@ -13,8 +13,8 @@ a name a command used to take fails naming the new one (`renamed`).
 too (`translator.define_translator_flags`), parses the flags and, when the command has a
 `--config`, validates it with its `--config.<field>=...` overrides, so that a misspelt field or
 an invalid value stops the command with a one-line error naming the field before any work
-starts. A `--workdir`, `--output` or `--results` that is a URL (`gs://...`) stops the command
-before it does anything (`workdirs.check_local`). Positional arguments are rejected; unless
+starts. A `--workdir`, `--output` or `--results` in a bucket (`gs://...`) is checked before the
+command does anything (`buckets.check`: credentials, the bucket; another scheme is refused). Positional arguments are rejected; unless
 --verbosity is given only warnings are logged (orbax logs every file operation at INFO); an
 OSError, ValueError or RuntimeError ends the command at once with `error: <message>` as the
 last line and exit status 1.
@@ -28,7 +28,7 @@ from typing import Callable
 from absl import app, flags, logging
 
 from transformer_jax.config import checks, fields
-from transformer_jax.storage import workdirs
+from transformer_jax.storage import buckets
 
 
 def renamed(old: str, new: str, meaning: str) -> None:
@@ -64,15 +64,15 @@ def _adopt_package_flags() -> None:
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
 
-# The flags that name a directory or file a command writes or reads as a run's: each must be a
-# local path (`workdirs.check_local`), checked before the command does anything.
+# The flags that name a directory or file a command writes or reads as a run's: each is a local
+# path or a reachable bucket's (`buckets.check`), checked before the command does anything.
 _PATH_FLAGS = ('workdir', 'output', 'results')
 
 
 def _check_paths() -> None:
   for name in _PATH_FLAGS:
     if name in flags.FLAGS and isinstance(flags.FLAGS[name].value, str):
-      workdirs.check_local(flags.FLAGS[name].value, f'--{name}')
+      buckets.check(flags.FLAGS[name].value, f'--{name}')
 
 
 def run(main: Callable[[], None]) -> None:

@@ -32,12 +32,11 @@ experiments/hf_export/README.md the measurements.
 """
 
 import contextlib
-import glob
 import json
 import os
-import shutil
 
 from absl import flags, logging
+from etils import epath
 import numpy as np
 
 from transformer_jax import cli
@@ -47,7 +46,7 @@ from transformer_jax.decoding import translator
 from transformer_jax.model import marian
 from transformer_jax.model import model_config
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.storage import atomic, workdirs
+from transformer_jax.storage import atomic, buckets, workdirs
 from transformer_jax.training import checkpointing, metrics_log, saved_config
 
 
@@ -64,21 +63,22 @@ def check_out(out: str, overwrite: bool) -> None:
   """An error unless `out` can become the exported directory: absent or empty, or replaced
   with `overwrite` (an earlier export or other files, not a training workdir or a CTranslate2
   model); its parent writable."""
-  if os.path.exists(out) and not os.path.isdir(out):
+  path = epath.Path(out)
+  if path.exists() and not path.is_dir():
     raise FileExistsError(f'--output={out} exists and is not a directory')
-  if os.path.isdir(out) and os.listdir(out) and not overwrite:
+  if path.is_dir() and any(path.iterdir()) and not overwrite:
     raise FileExistsError(f'--output={out} exists and is not empty: choose a new directory, or '
                           'pass --overwrite to replace it')
-  if os.path.isdir(out) and (kind := _not_replaceable(out)):
+  if path.is_dir() and (kind := _not_replaceable(out)):
     raise FileExistsError(f'--output={out} is {kind}: --overwrite replaces an earlier export or '
                           'other files, never a training run or a converted model')
-  workdirs.check_writable(os.path.dirname(os.path.abspath(out)), '--output')
+  workdirs.check_writable(os.path.dirname(buckets.absolute(out)), '--output')
 
 
 def _not_replaceable(directory: str) -> str | None:
   """What `directory` is, when it is a training workdir or a CTranslate2 model (which
   --overwrite must not delete); else None."""
-  names = set(os.listdir(directory))
+  names = {path.name for path in epath.Path(directory).iterdir()}
   if 'checkpoints' in names or 'metrics.jsonl' in names:
     return 'a training workdir (checkpoints/, metrics.jsonl)'
   if 'model.bin' in names:
@@ -164,7 +164,7 @@ def _write_tokenizer(transformers, config, spm_model: str, vocabulary, directory
   """MarianTokenizer's files: the one SentencePiece model for both sides and vocab.json mapping
   each of its pieces to the model's id for it (Marian's order, `marian.marian_id`)."""
   for name in ('source.spm', 'target.spm'):
-    shutil.copyfile(spm_model, os.path.join(directory, name))
+    atomic.copy(spm_model, os.path.join(directory, name))
   size = vocabulary.get_piece_size()
   pieces = {vocabulary.id_to_piece(int(i)): m
             for m, i in enumerate(marian.our_ids(size))}
@@ -186,8 +186,8 @@ def _evaluations(workdir: str) -> list[str]:
   """Table rows of the run's `evaluate` results (workdir/eval/*.json) and its last dev
   evaluation during training (metrics.jsonl)."""
   rows = []
-  for path in sorted(glob.glob(os.path.join(workdir, 'eval', '*.json'))):
-    with open(path) as f:
+  for path in sorted(epath.Path(workdir, 'eval').glob('*.json')):
+    with path.open() as f:
       result = json.load(f)
     signature = result['sacrebleu_signature'].replace('|', '\\|')  # a table cell
     rows.append(f'| {result["split"]} (`evaluate`, checkpoints {result["checkpoint_steps"]}, '
@@ -195,7 +195,7 @@ def _evaluations(workdir: str) -> list[str]:
                 f'{result["bleu_detokenized"]:.2f} ({result["bleu_case"]}; sacreBLEU '
                 f'`{signature}`) | {result["perplexity"]:.3f} |')
   metrics = os.path.join(workdir, 'metrics.jsonl')
-  if os.path.isfile(metrics):
+  if epath.Path(metrics).is_file():
     dev = [r for r in metrics_log.read(metrics) if r['split'] == 'validation' and 'bleu' in r]
     if dev:
       last = dev[-1]

@@ -20,7 +20,7 @@ from absl import flags
 
 from transformer_jax import cli
 from transformer_jax.decoding.translator import define_translator_flags
-from transformer_jax.storage import atomic, workdirs
+from transformer_jax.storage import atomic, buckets, workdirs
 
 
 def read_lines(stream: BinaryIO, name: str) -> list[str]:
@@ -54,7 +54,7 @@ def write_lines(lines: list[str], path: str | None) -> None:
 
 def main():
   if _OUTPUT.value is not None:  # before decoding, which can take long
-    workdirs.check_writable(os.path.dirname(os.path.abspath(_OUTPUT.value)), '--output')
+    workdirs.check_writable(os.path.dirname(buckets.absolute(_OUTPUT.value)), '--output')
   if _INPUT.value is None:
     name, lines = '<stdin>', read_lines(sys.stdin.buffer, '<stdin>')
   else:

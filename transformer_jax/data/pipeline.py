@@ -18,6 +18,7 @@ import time
 from typing import Iterator, Sequence
 
 from absl import logging
+from etils import epath
 import ml_collections
 import numpy as np
 import sentencepiece as spm
@@ -145,7 +146,7 @@ def _identity(config: ml_collections.ConfigDict, split: str,
 def _to_learn(config: ml_collections.ConfigDict, workdir: str) -> bool:
   """Whether the vocabulary is neither given nor saved in `workdir`, so must be learned."""
   return not (config.data.spm_model
-              or os.path.exists(os.path.join(workdir, tokenizer.MODEL_FILENAME)))
+              or epath.Path(workdir, tokenizer.MODEL_FILENAME).exists())
 
 
 def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1) -> Data:

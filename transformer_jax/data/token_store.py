@@ -15,7 +15,8 @@ vocabulary, a changed file, ids that do not add up to the lengths) encodes again
 With several processes on one machine the operating system keeps one copy of the ids, in its
 page cache, for all of them; no process parses text or holds a private copy, and each reads
 the ids of its own rows only (every process plans the same batches from the lengths, a few
-bytes a pair, and assembles only its own block of rows).
+bytes a pair, and assembles only its own block of rows). In a bucket (`gs://`) the ids are
+read into memory instead.
 """
 
 import json
@@ -23,10 +24,11 @@ import os
 from typing import Callable, Sequence
 
 from absl import logging
+from etils import epath
 import numpy as np
 
 from transformer_jax.data.batching import Sequences
-from transformer_jax.storage import atomic
+from transformer_jax.storage import atomic, buckets
 
 DIRECTORY = 'tokens'
 FORMAT = 1
@@ -44,8 +46,7 @@ def _paths(workdir: str, split: str) -> dict[str, str]:
 
 def _read_meta(path: str) -> dict | None:
   try:
-    with open(path, encoding='utf-8') as f:
-      return json.load(f)
+    return json.loads(epath.Path(path).read_text(encoding='utf-8'))
   except (FileNotFoundError, ValueError):
     return None
 
@@ -60,11 +61,10 @@ def saved(workdir: str, split: str,
       'format') != FORMAT:
     return None
   try:
-    lengths = np.load(paths['lengths'])
-    # A plain array over the map: slicing a np.memmap makes a new memmap object each time.
-    sides = tuple(Sequences.from_lengths(
-        np.asarray(np.memmap(paths[side], dtype=meta['dtype'], mode='r')),
-        lengths[:, column].astype(np.int64)) for column, side in enumerate(SIDES))
+    lengths = _load(paths['lengths'])
+    sides = tuple(Sequences.from_lengths(_ids(paths[side], meta['dtype']),
+                                         lengths[:, column].astype(np.int64))
+                  for column, side in enumerate(SIDES))
   except (OSError, ValueError):
     return None
   if len(lengths) != meta['pairs'] or any(len(side.ids) != side.ends[-1] for side in sides):
@@ -79,9 +79,22 @@ def target_lengths(workdir: str, split: str) -> np.ndarray | None:
   if _read_meta(paths['meta']) is None:
     return None
   try:
-    return np.load(paths['lengths'])[:, 1]
+    return _load(paths['lengths'])[:, 1]
   except (OSError, ValueError):
     return None
+
+
+def _load(path: str) -> np.ndarray:
+  with epath.Path(path).open('rb') as f:
+    return np.load(f)
+
+
+def _ids(path: str, dtype: str) -> np.ndarray:
+  """The ids in `path`: memory-mapped (a plain array over the map: slicing a np.memmap makes a
+  new memmap object each time); read whole from a bucket."""
+  if buckets.is_url(path):
+    return np.frombuffer(epath.Path(path).read_bytes(), dtype)
+  return np.asarray(np.memmap(path, dtype=dtype, mode='r'))
 
 
 def write(workdir: str, split: str, pairs: Sequence, encode: Callable, identity: dict,
@@ -104,9 +117,10 @@ def _write(paths: dict[str, str], pairs: Sequence, encode: Callable, dtype: np.d
            meta: dict) -> None:
   """Encodes `pairs` chunk by chunk into the split's files; the JSON goes last, so that a
   split interrupted while writing is encoded again."""
-  os.makedirs(os.path.dirname(paths['meta']), exist_ok=True)
-  if os.path.exists(paths['meta']):
-    os.remove(paths['meta'])
+  meta_path = epath.Path(paths['meta'])
+  meta_path.parent.mkdir(parents=True, exist_ok=True)
+  if meta_path.exists():
+    meta_path.unlink()
   lengths = []
   with atomic.replacing(paths['source']) as source_path, \
       atomic.replacing(paths['target']) as target_path, \

@@ -10,10 +10,11 @@ import os
 from typing import Sequence
 
 from absl import logging
+from etils import epath
 import numpy as np
 import sentencepiece as spm
 
-from transformer_jax.storage import atomic
+from transformer_jax.storage import atomic, buckets
 
 # Token id 0 is padding everywhere in the project (batches, attention masks, loss).
 PAD_ID = 0
@@ -36,8 +37,7 @@ def train(texts: Sequence[str], model_path: str, vocab_size: int, model_type: st
     chars += len(texts[i])
   logging.info('training a %d-token %s vocabulary on %d sentences (%d characters)', vocab_size,
                model_type, len(sample), chars)
-  directory = os.path.dirname(os.path.abspath(model_path))
-  os.makedirs(directory, exist_ok=True)
+  epath.Path(buckets.absolute(model_path)).parent.mkdir(parents=True, exist_ok=True)
   with atomic.replacing(model_path) as temporary, open(temporary, 'wb') as f:
     try:
       spm.SentencePieceTrainer.train(
@@ -51,10 +51,10 @@ def train(texts: Sequence[str], model_path: str, vocab_size: int, model_type: st
 
 
 def load(model_path: str) -> spm.SentencePieceProcessor:
-  """Loads a model file and checks its special ids."""
-  if not os.path.isfile(model_path):
+  """Loads a model file (local or in a bucket) and checks its special ids."""
+  if not epath.Path(model_path).is_file():
     raise FileNotFoundError(f'SentencePiece model not found: {model_path}')
-  processor = spm.SentencePieceProcessor(model_file=model_path)
+  processor = spm.SentencePieceProcessor(model_proto=epath.Path(model_path).read_bytes())
   ids = (processor.pad_id(), processor.eos_id(), processor.unk_id())
   if ids != (PAD_ID, EOS_ID, UNK_ID):
     raise ValueError(f'{model_path}: pad/eos/unk ids are {ids}, expected '

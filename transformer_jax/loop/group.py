@@ -17,10 +17,10 @@ as one program (`together.TogetherTrainer`). What a group adds to one run:
 import contextlib
 import dataclasses
 import json
-import os
 import threading
 from typing import Any, Callable, ContextManager
 
+from etils import epath
 import jax
 import ml_collections
 import numpy as np
@@ -31,7 +31,7 @@ from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import runs, train_loop, train_metrics
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.storage import workdirs
+from transformer_jax.storage import buckets, workdirs
 from transformer_jax.training import checkpointing, metrics_log, preemption
 from transformer_jax.training import saved_config, together
 from transformer_jax.training.trainer import TrainerProtocol, Trainer
@@ -128,7 +128,7 @@ class Group(runs.Runs):
   def __init__(self, configs: list[ml_collections.ConfigDict], dirs: list[str],
                data_cache: dict, ahead: CompiledAhead | None, devices: list[jax.Device] | None,
                notice: preemption.Notice | None):
-    if len(set(map(os.path.abspath, dirs))) != len(dirs):
+    if len(set(map(buckets.absolute, dirs))) != len(dirs):
       raise ValueError(f'runs trained together need a workdir each, got {dirs}')
     self.configs = together.sharing_batches(
         [platforms.resolved(datasets.with_absolute_files(c)) for c in configs], dirs)
@@ -186,7 +186,7 @@ class Group(runs.Runs):
     workdir (and kept in `data_cache`); process 0 writes each run's config and vocabulary into
     its workdir, the other processes then read the vocabulary from there."""
     key = data_key(self.config, rows_multiple)
-    fresh = not os.path.exists(os.path.join(self.dirs[0], tokenizer.MODEL_FILENAME))
+    fresh = not epath.Path(self.dirs[0], tokenizer.MODEL_FILENAME).exists()
 
     def load():
       with _LOADING:

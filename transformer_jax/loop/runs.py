@@ -13,6 +13,7 @@ import os
 import time
 from typing import Any, Callable, ContextManager, Protocol
 
+from etils import epath
 import jax
 import ml_collections
 
@@ -123,7 +124,7 @@ def write_config_and_vocabulary(config: ml_collections.ConfigDict, workdir: str,
   names one or it is there already."""
   saved_config.write_config(config, workdir)
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
-  if not config.data.spm_model and not os.path.exists(vocabulary):
+  if not config.data.spm_model and not epath.Path(vocabulary).exists():
     with atomic.replacing(vocabulary) as temporary, open(temporary, 'wb') as f:
       f.write(data.tokenizer.serialized_model_proto())
 

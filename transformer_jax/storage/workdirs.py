@@ -11,8 +11,9 @@ process id, start time) for the error message; a run that ends through Python (d
 an error or preempted) empties it, so the next run starts without the warning.
 `translate`, `evaluate` and `average` only read a workdir and never take the lock. flock works on
 local disks, NFS and Lustre mounted with `-o flock`; a file system without it (an object-store
-mount, Lustre with `noflock`) is an error naming it. A URL (`gs://...`) is refused before
-anything is written (`check_local`).
+mount, Lustre with `noflock`) is an error naming it. A workdir in a bucket (`gs://...`,
+`buckets`) holds a lease on the object `workdir/lock` instead (`leases`): a run killed on this
+host is taken over at once, one killed elsewhere once its lease lapses.
 
 What only process 0 does in a workdir (take the lock, learn the vocabulary, move checkpoints
 aside) goes through `on_process_zero`, so that when it fails the other processes fail too
@@ -25,43 +26,32 @@ import errno
 import fcntl
 import json
 import os
-import re
 import socket
 import tempfile
 from typing import Callable, Iterator, TypeVar
+import uuid
 
 from absl import logging
+from etils import epath
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from transformer_jax.storage import buckets, leases
+
 LOCK_FILENAME = 'lock'
 
 
-# A URL's scheme (gs://, s3://, hdfs://, ...): a path the local file system cannot open.
-_URL = re.compile(r'^([A-Za-z][A-Za-z0-9+.-]*)://')
-
-
-def check_local(path: str, role: str = '--workdir') -> None:
-  """ValueError naming `path` and its `role` if it is a URL (`gs://bucket/run`), before anything
-  is created: checkpoints, logs, locks and results are written through the local file system,
-  so a bucket is reached through a mount."""
-  url = _URL.match(path)
-  if url:
-    raise ValueError(
-        f'{role}={path}: a {url.group(1)}:// URL, which this package does not write to (its '
-        'checkpoints, logs, locks and results go through the local file system). Give a local '
-        'directory; or mount the bucket (gcsfuse for gs://, then its mount point, e.g. '
-        '/mnt/bucket/run; its flock locks within one host only, so share a workdir there '
-        'among processes of one host); on Colab, a folder of Google Drive '
-        '(/content/drive/MyDrive/run)')
-
-
 def check_writable(directory: str, role: str = '--workdir') -> None:
-  """Creates `directory` if needed; OSError naming it and its `role` if it cannot be written
-  (ValueError for a URL, `check_local`)."""
-  check_local(directory, role)
+  """Creates `directory` if needed; OSError naming it and its `role` if it cannot be written.
+  In a bucket (`gs://`), `buckets.check` first, then an object written and deleted."""
+  buckets.check(directory, role)
+  probe = epath.Path(directory) / f'.writable-{uuid.uuid4().hex}'
   try:
+    if buckets.is_url(directory):
+      probe.write_text('')
+      probe.unlink()
+      return
     os.makedirs(directory, exist_ok=True)
     # A uniquely named probe: several processes of one run check the same workdir at once.
     with tempfile.NamedTemporaryFile(dir=directory, prefix='.writable-'):
@@ -175,6 +165,15 @@ def on_process_zero(action: Callable[[], T], what: str) -> T | None:
 def lock(workdir: str) -> Iterator[None]:
   """Holds `workdir`'s lock for the duration (see the module docstring). In a multi-process run
   process 0 takes it and every process stops if it cannot."""
+  if buckets.is_url(workdir):
+    lease = on_process_zero(lambda: _lease(os.path.join(workdir, LOCK_FILENAME)),
+                            f'lock {workdir}')
+    try:
+      yield
+    finally:
+      if lease is not None:
+        lease.release()
+    return
   descriptor = on_process_zero(lambda: _acquire(os.path.join(workdir, LOCK_FILENAME)),
                                f'lock {workdir}')
   try:
@@ -183,3 +182,16 @@ def lock(workdir: str) -> Iterator[None]:
     if descriptor is not None:
       os.ftruncate(descriptor, 0)  # ended here: no holder to name
       os.close(descriptor)  # releases the flock
+
+
+def _lease(url: str) -> leases.Lease:
+  """The lease on a bucket's workdir lock (`leases`); RuntimeError naming the holder if a live
+  run renews it."""
+  lease = leases.Lease.take(url, wait=True)
+  if lease is None:
+    holder = json.dumps(leases.Lease.holder(url)) or 'unknown'
+    raise RuntimeError(f'{os.path.dirname(url)} is in use by another training run ({holder}); '
+                       'wait for it to end or choose another --workdir')
+  if lease.previous:
+    logging.warning('taking over %s, left by a run that has ended (%s)', url, lease.previous)
+  return lease

@@ -9,6 +9,9 @@ when its process ends, however it ends, so a group held by a process that was ki
 once, and a process started again (or another one still running) takes it and resumes it from
 its checkpoints. A group is never trained by two processes at once, and no process waits on a
 dead one. Slots of one process take their own claims too (a flock belongs to its open file).
+In a bucket (`gs://`) a claim is a lease on the object `<workdir>/claims/<first row>.lock`
+(`leases`): renewed while its group trains, taken over once it lapses (at once when its holder
+ran on this host and has ended), so a shared sweep needs no shared disk.
 
 `record` writes, at a shared sweep's first start, what its processes must agree on (the sweep
 file and its text's digest, the rows and their groups, the process count, the device kind and
@@ -25,7 +28,9 @@ import json
 import os
 from typing import Iterator
 
-from transformer_jax.storage import atomic, workdirs
+from etils import epath
+
+from transformer_jax.storage import atomic, buckets, leases, workdirs
 
 RECORD_FILENAME = 'shared_sweep.json'
 
@@ -36,17 +41,23 @@ class Claim:
 
   group: tuple[str, ...]
   descriptor: int
+  lease: leases.Lease | None = None
 
   @classmethod
   def take(cls, workdir: str, group: list[str]) -> 'Claim | None':
     """`group`'s claim if no other process (or slot) holds it, else None."""
-    directory = os.path.join(workdir, 'claims')
-    os.makedirs(directory, exist_ok=True)
-    locked = workdirs.try_lock(os.path.join(directory, f'{group[0]}.lock'), group=list(group))
+    path = os.path.join(workdir, 'claims', f'{group[0]}.lock')
+    if buckets.is_url(path):
+      lease = leases.Lease.take(path, wait=False, group=list(group))
+      return None if lease is None else cls(tuple(group), -1, lease)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    locked = workdirs.try_lock(path, group=list(group))
     return None if locked is None else cls(tuple(group), locked[0])
 
   def release(self) -> None:
     """Lets go of the claim (again: nothing)."""
+    if self.lease is not None:
+      self.lease.release()
     if self.descriptor >= 0:
       os.close(self.descriptor)  # releases the flock
       self.descriptor = -1
@@ -60,9 +71,13 @@ class Claim:
 
 def holder(workdir: str, group: list[str]) -> str:
   """Who holds (or last held) `group`'s claim: 'host:pid', or 'unknown'."""
+  path = os.path.join(workdir, 'claims', f'{group[0]}.lock')
   try:
-    with open(os.path.join(workdir, 'claims', f'{group[0]}.lock')) as f:
-      held = json.loads(f.read() or '{}')
+    if buckets.is_url(path):
+      held = leases.Lease.holder(path)
+    else:
+      with open(path) as f:
+        held = json.loads(f.read() or '{}')
     return f'{held["host"]}:{held["pid"]}'
   except (OSError, ValueError, KeyError):
     return 'unknown'
@@ -73,8 +88,7 @@ def sweep_record(sweep_path: str, rows: list[str], together: int, overrides: lis
                  device_kind: str, devices: int) -> dict:
   """What the processes of a shared sweep must agree on, and the groups they train (those of
   the rows not finished at its first start)."""
-  with open(sweep_path, 'rb') as f:
-    digest = hashlib.sha256(f.read()).hexdigest()
+  digest = hashlib.sha256(epath.Path(sweep_path).read_bytes()).hexdigest()
   return {'sweep': os.path.abspath(sweep_path), 'sweep_sha256': digest, 'rows': list(rows),
           'together': together, 'overrides': list(overrides),
           'devices_per_group': devices_per_group, 'process_count': process_count,
@@ -97,9 +111,8 @@ def record(workdir: str, mine: dict, finished: set[str]) -> dict:
   path = os.path.join(workdir, RECORD_FILENAME)
   with locked(os.path.join(workdir, 'shared_sweep.lock')):
     recorded = None
-    if os.path.exists(path):
-      with open(path) as f:
-        recorded = json.load(f)
+    if epath.Path(path).exists():
+      recorded = json.loads(epath.Path(path).read_text())
     if recorded is None or all(row in finished for group in recorded['groups']
                                for row in group):
       atomic.write(path, json.dumps(mine, indent=1))
@@ -120,7 +133,17 @@ def record(workdir: str, mine: dict, finished: set[str]) -> dict:
 
 @contextlib.contextmanager
 def locked(path: str) -> Iterator[None]:
-  """Holds the flock of `path` (created if needed) for the duration, waiting for it."""
+  """Holds the flock of `path` (created if needed) for the duration, waiting for it; in a
+  bucket, its lease."""
+  if buckets.is_url(path):
+    lease = None
+    while lease is None:
+      lease = leases.Lease.take(path, wait=True)
+    try:
+      yield
+    finally:
+      lease.release()
+    return
   with open(path, 'a') as f:
     try:
       fcntl.flock(f, fcntl.LOCK_EX)  # released when the file is closed

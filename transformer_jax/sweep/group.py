@@ -19,6 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
+from etils import epath
 import jax
 
 from transformer_jax.decoding import scoring
@@ -26,7 +27,7 @@ from transformer_jax.decoding.translator import GroupTranslator, Translator
 from transformer_jax.loop.group import train_together
 from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.storage import atomic, provenance
+from transformer_jax.storage import atomic, buckets, provenance
 from transformer_jax.sweep import claims
 from transformer_jax.sweep.ahead import GroupPrograms
 from transformer_jax.training import checkpointing, metrics_log, preemption, saved_config
@@ -57,7 +58,7 @@ def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides
   training_programs = programs.training_programs if programs is not None else None
   dirs = [os.path.join(workdir, row) for row in group]
   for directory in dirs:
-    os.makedirs(directory, exist_ok=True)
+    epath.Path(directory).mkdir(parents=True, exist_ok=True)
   with ThreadLogs.to(os.path.join(dirs[0], 'sweep.log')):
     try:
       with _timed(os.path.join(dirs[0], 'sweep_train_seconds.json')) as train_seconds:
@@ -103,14 +104,14 @@ def write_results(group: list[str], finished: list[dict], workdir: str,
     atomic.write(os.path.join(results_dir, f'{row}.json'), json.dumps(result, indent=2))
     print(f'{row}: dev PPL {result["perplexity"]:.2f}, BLEU '
           f'{result["bleu_tokenized"]:.2f}, {result["train_seconds"] / 60:.1f} min', flush=True)
-  os.remove(group_results)
+  epath.Path(group_results).unlink()
 
 
 def recover_all(rows: list[str], workdir: str, results_dir: str) -> None:
   """`recover` of every group left with a results file in its first row's workdir that no
   process holds (one that is held is being written by its holder)."""
   for first in rows:
-    if os.path.exists(os.path.join(workdir, first, GROUP_RESULTS)):
+    if epath.Path(workdir, first, GROUP_RESULTS).exists():
       claim = claims.Claim.take(workdir, [first])
       if claim is not None:
         with claim:
@@ -122,15 +123,14 @@ def recover(group: list[str], workdir: str, results_dir: str) -> None:
   sweep killed between two rows' files) from the group's results in its first row's workdir,
   then removes those. Called under the group's claim (`claims`), as `write_results` is."""
   path = os.path.join(workdir, group[0], GROUP_RESULTS)
-  if not os.path.exists(path):
+  if not epath.Path(path).exists():
     return
-  with open(path) as f:
-    finished = json.load(f)
+  finished = json.loads(epath.Path(path).read_text())
   for result in finished:
     row_path = os.path.join(results_dir, f'{result["row"]}.json')
-    if not os.path.exists(row_path):
+    if not epath.Path(row_path).exists():
       atomic.write(row_path, json.dumps(result, indent=2))
-  os.remove(path)
+  epath.Path(path).unlink()
 
 
 def _row_result(row: str, directory: str, train_seconds: float, eval_seconds: float,
@@ -162,9 +162,8 @@ def _timed(path: str) -> Iterator[Callable[[], float]]:
   `SAVE_SECONDS_EVERY` seconds and at the end, so that an attempt that is killed still counts
   when the group resumes."""
   previous = 0.0
-  if os.path.exists(path):
-    with open(path) as f:
-      previous = json.load(f)
+  if epath.Path(path).exists():
+    previous = json.loads(epath.Path(path).read_text())
   start, done, ended = time.perf_counter(), threading.Event(), []
 
   def total() -> float:
@@ -222,7 +221,8 @@ class ThreadLogs(io.TextIOBase):
   @contextlib.contextmanager
   def to(cls, path: str) -> Iterator[None]:
     """What this thread prints within the block, appended to `path` too."""
-    with cls.installed(), open(path, 'a', encoding='utf-8') as log:
+    log = buckets.Appended(path) if buckets.is_url(path) else open(path, 'a', encoding='utf-8')
+    with cls.installed(), contextlib.closing(log):
       cls._files[threading.get_ident()] = log
       try:
         yield

@@ -16,11 +16,12 @@ import os
 import time
 from typing import Any
 
+from etils import epath
 import jax
 
 from transformer_jax.config import loading
 from transformer_jax.model import partitioning
-from transformer_jax.storage import workdirs
+from transformer_jax.storage import buckets, workdirs
 from transformer_jax.sweep import claims, group as group_lib, plan, results as tables
 from transformer_jax.sweep import slots as slots_lib
 
@@ -68,8 +69,8 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
     except ValueError as e:
       raise ValueError(f'row {row}, on {len(slots[0])} devices a group: {e}') from None
   results_dir = results_dir or os.path.join(workdir, 'rows')
-  workdirs.check_local(workdir, '--workdir')  # both, before either is created
-  workdirs.check_local(results_dir, '--results')
+  buckets.check(workdir, '--workdir')  # both, before either is created
+  buckets.check(results_dir, '--results')
   workdirs.check_writable(workdir, '--workdir')
   workdirs.check_writable(results_dir, '--results')
   group_lib.recover_all(sweep.ROWS, workdir, results_dir)
@@ -102,7 +103,7 @@ def _groups(sweep_path: str, rows: list[str], together: int, overrides: list[str
   every process trains (`claims.record`: a process that differs from it is refused)."""
   to_run = [row for row in rows if row not in results]
   groups = plan.groups({row: configs[row] for row in to_run}, together)
-  recorded = os.path.exists(os.path.join(workdir, claims.RECORD_FILENAME))
+  recorded = epath.Path(workdir, claims.RECORD_FILENAME).exists()
   if process.count > 1 or recorded:
     workdirs.warn_if_flock_is_local(workdir)
     mine = claims.sweep_record(sweep_path, rows, together, list(overrides), len(slots[0]),
@@ -122,8 +123,8 @@ def _table_once(sweep_path: str, sweep: Any, rows: list[str], workdir: str, resu
     table = os.path.join(workdir, tables.table_name(sweep_path) + '.png')  # written last
     if missing:
       print(f'process {process.index}: done; {", ".join(missing)} not finished', flush=True)
-    elif not os.path.exists(table) or os.path.getmtime(table) < max(
-        os.path.getmtime(os.path.join(results_dir, f'{row}.json')) for row in rows):
+    elif not epath.Path(table).exists() or epath.Path(table).stat().mtime < max(
+        epath.Path(results_dir, f'{row}.json').stat().mtime for row in rows):
       tables.write_table(sweep_path, sweep, results, workdir)
   return results
 
@@ -133,7 +134,6 @@ def _read_results(rows: list[str], results_dir: str) -> dict:
   results = {}
   for row in rows:
     path = os.path.join(results_dir, f'{row}.json')
-    if os.path.exists(path):
-      with open(path) as f:
-        results[row] = json.load(f)
+    if epath.Path(path).exists():
+      results[row] = json.loads(epath.Path(path).read_text())
   return results

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any
 
+from etils import epath
 import jax
 
 from transformer_jax.sweep import claims, group as group_lib, plan, results as tables
@@ -142,7 +143,7 @@ class SideBySide:
     """Whether every row of `group` has its file (after writing those of a group killed
     between its rows' files: `group.recover`, under the group's claim)."""
     group_lib.recover(group, self._workdir, self._results_dir)
-    return all(os.path.exists(os.path.join(self._results_dir, f'{row}.json')) for row in group)
+    return all(epath.Path(self._results_dir, f'{row}.json').exists() for row in group)
 
   def _train_slot(self, devices: list[jax.Device], ahead: Ahead,
                   notice: preemption.Notice) -> None:

@@ -27,13 +27,14 @@ import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from absl import logging
+from etils import epath
 import jax
 import jax.numpy as jnp
 from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
-from transformer_jax.storage import workdirs
+from transformer_jax.storage import buckets, workdirs
 
 
 # Held while a save starts. Orbax names each save's signals between its background threads after
@@ -91,7 +92,7 @@ class Checkpoints:
     self._policy = None if keep is None else KeepScheduled(keep, every, previous)
     self._tidy = None if keep is None else KeepScheduled(keep, every)
     self._manager = ocp.CheckpointManager(
-        os.path.join(os.path.abspath(workdir), 'checkpoints'),
+        os.path.join(buckets.absolute(workdir), 'checkpoints'),
         options=ocp.CheckpointManagerOptions(preservation_policy=self._policy,
                                              create=keep is not None),
         item_names=(*_ITEMS, _WHOLE))
@@ -245,7 +246,9 @@ class Checkpoints:
     """Deletes the optimizer state of every complete checkpoint that `policy` (default: the
     keep policy) does not keep whole (`KeepScheduled.full`), on process 0; what averaging
     reads stays. The item is renamed before it is deleted, so a crash leaves either the
-    checkpoint whole or a directory no reader opens. Only complete checkpoints are listed, and
+    checkpoint whole or a directory no reader opens; in a bucket, where a rename copies every
+    object, it is deleted where it is (a crash midway leaves an item that fails to restore, and
+    a resume that reaches it skips the checkpoint). Only complete checkpoints are listed, and
     the newest complete one is always kept whole, so no save under way is touched."""
     policy = policy or self._policy
     if policy is None or jax.process_index() != 0:
@@ -255,9 +258,9 @@ class Checkpoints:
     for step in steps:
       if step not in full and self._has(step, 'optimizer'):
         item = self._manager.directory / str(step) / 'optimizer'
-        deleted = item.with_name('optimizer.deleted')
-        item.rename(deleted)
-        deleted.rmtree()
+        if not buckets.is_url(str(item)):
+          item = item.rename(item.with_name('optimizer.deleted'))
+        item.rmtree()
 
   def move_aside(self, steps: Sequence[int], reason: str, why: str = '') -> None:
     """Renames checkpoints `steps` to `<step>.<reason>` (a number added if that is taken), so
@@ -338,8 +341,16 @@ def _first_line(error: Exception) -> str:
 
 def saved_steps(workdir: str) -> list[int]:
   """The steps of `workdir`'s finished checkpoints, read from the directory names (orbax
-  gives a checkpoint being written a suffix), without opening any."""
-  directory = os.path.join(workdir, 'checkpoints')
-  if not os.path.isdir(directory):
+  gives a checkpoint being written a suffix), without opening any. In a bucket, where orbax
+  writes a checkpoint in its final directory, those that hold its mark of a finished save."""
+  directory = epath.Path(workdir, 'checkpoints')
+  if not directory.is_dir():
     return []
-  return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+  steps = sorted(int(path.name) for path in directory.iterdir() if path.name.isdigit())
+  if buckets.is_url(workdir):
+    steps = [step for step in steps if (directory / str(step) / _FINISHED).exists()]
+  return steps
+
+
+# orbax's mark of a finished save where it cannot rename a temporary directory (a bucket).
+_FINISHED = 'commit_success.txt'

@@ -25,6 +25,8 @@ import jax
 from jax.experimental.compilation_cache import compilation_cache
 import ml_collections
 
+from transformer_jax.storage import buckets
+
 # Tracing to a jaxpr, lowering it to StableHLO, and XLA's compilation (or the cache's load).
 _DURATION_EVENTS = ('/jax/core/compile/jaxpr_trace_duration',
                     '/jax/core/compile/jaxpr_to_mlir_module_duration',
@@ -124,7 +126,7 @@ def cache_dir(config: ml_collections.ConfigDict) -> str | None:
   if path is None:
     root = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
     path = os.path.join(root, 'transformer_jax', 'jax')
-  return os.path.abspath(os.path.expanduser(path)) if path else None
+  return buckets.absolute(os.path.expanduser(path)) if path else None
 
 
 def use_cache(config: ml_collections.ConfigDict) -> None:

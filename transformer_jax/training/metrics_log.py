@@ -3,7 +3,9 @@ TensorBoard event files in `workdir/tensorboard/` (tensorboardX, no TensorFlow n
 
 Only process 0 writes. A resumed run appends, so steps between the last checkpoint and a crash
 appear twice; readers keep the last record of each (step, split). A line left partly written
-by a crash (a full disk) is cut off before the resumed run appends.
+by a crash (a full disk) is cut off before the resumed run appends. In a bucket (`gs://`), where
+an object cannot be appended to, metrics.jsonl is uploaded whole at each write, and the event
+file, written to a local temporary directory, too: a crash loses no record written before it.
 
 Written here rather than with clu's metric writers: clu 0.0.12's TensorBoard writer
 (`metric_writers.SummaryWriter`) imports TensorFlow and its other one PyTorch, and none of its
@@ -13,10 +15,15 @@ writers keeps a JSON record that a resumed run appends to and readers (`read`) d
 import contextlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 from typing import Iterator
 
+from etils import epath
 import jax
+
+from transformer_jax.storage import buckets
 
 
 def _tensorboardx():
@@ -41,9 +48,13 @@ class MetricsLog:
     self._enabled = jax.process_index() == 0
     if self._enabled:
       path = os.path.join(workdir, 'metrics.jsonl')
-      _cut_partial_line(path)
-      self._jsonl = open(path, 'a')
-      self._tensorboard = _tensorboardx().SummaryWriter(os.path.join(workdir, 'tensorboard'))
+      self._jsonl = buckets.Appended(path) if buckets.is_url(path) else _appending(path)
+      tensorboard = os.path.join(workdir, 'tensorboard')
+      # In a bucket: (the local directory the events are written to, the bucket's).
+      self._events = ((tempfile.mkdtemp(prefix='tensorboard-'), tensorboard)
+                      if buckets.is_url(tensorboard) else None)
+      self._tensorboard = _tensorboardx().SummaryWriter(
+          self._events[0] if self._events else tensorboard)
 
   def write(self, step: int, split: str, metrics: dict[str, float | str]) -> None:
     """Records `metrics` of `split` ('train', 'validation', 'compile', 'data') at `step`;
@@ -57,6 +68,13 @@ class MetricsLog:
       if not isinstance(value, str):
         self._tensorboard.add_scalar(f'{split}/{name}', value, step)
     self._tensorboard.flush()
+    self._upload_events()
+
+  def _upload_events(self) -> None:
+    if self._events:
+      local, url = self._events
+      for name in os.listdir(local):
+        buckets.upload(os.path.join(local, name), os.path.join(url, name))
 
   def close(self) -> None:
     if self._enabled:
@@ -65,6 +83,9 @@ class MetricsLog:
           self._jsonl.close()  # flushes what a failed write left buffered
       finally:
         self._tensorboard.close()
+        if self._events:
+          self._upload_events()
+          shutil.rmtree(self._events[0])
 
   @contextlib.contextmanager
   def _jsonl_errors(self) -> Iterator[None]:
@@ -75,21 +96,21 @@ class MetricsLog:
       raise OSError(f'cannot write {self._jsonl.name}: {e.strerror or e}') from e
 
 
-def _cut_partial_line(path: str) -> None:
-  """Truncates `path` after its last newline, if it has any bytes after it."""
-  if not os.path.exists(path):
-    return
-  with open(path, 'rb+') as f:
-    data = f.read()
-    end = data.rfind(b'\n') + 1
-    if end < len(data):
-      f.truncate(end)
+def _appending(path: str):
+  """`path` opened to append to, cut after its last newline first if it has bytes after it."""
+  if os.path.exists(path):
+    with open(path, 'rb+') as f:
+      data = f.read()
+      end = data.rfind(b'\n') + 1
+      if end < len(data):
+        f.truncate(end)
+  return open(path, 'a')
 
 
 def read(path: str) -> list[dict]:
   """The records of a metrics.jsonl, keeping the last record of each (step, split)."""
   records = {}
-  with open(path) as f:
+  with epath.Path(path).open() as f:
     for number, line in enumerate(f, start=1):
       try:
         record = json.loads(line)

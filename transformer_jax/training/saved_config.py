@@ -9,12 +9,12 @@ A field added to the configs after a run was saved reads as the behaviour that r
 (`_ADDED_FIELDS`), so older workdirs still resume and translate.
 """
 
-import filecmp
 import json
 import os
 from typing import Any
 
 from absl import logging
+from etils import epath
 import jax
 import ml_collections
 
@@ -22,7 +22,7 @@ from transformer_jax.config import checks, fields, platforms
 from transformer_jax.data import tokenizer
 from transformer_jax.model import costs, model_config
 from transformer_jax.model.model_config import TransformerConfig
-from transformer_jax.storage import atomic
+from transformer_jax.storage import atomic, buckets
 from transformer_jax.training import checkpointing
 
 CONFIG_FILENAME = 'config.json'
@@ -68,8 +68,8 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   path = os.path.join(workdir, CONFIG_FILENAME)
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
   steps = checkpointing.saved_steps(workdir)
-  reuses_vocabulary = not config.data.spm_model and os.path.exists(vocabulary)
-  if not (os.path.exists(path) and (steps or reuses_vocabulary)):
+  reuses_vocabulary = not config.data.spm_model and epath.Path(vocabulary).exists()
+  if not (epath.Path(path).exists() and (steps or reuses_vocabulary)):
     return
   saved = _read_config(path)
   changed = _changed_fields(saved, config)
@@ -95,8 +95,8 @@ def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
                      f'({listed(["train.dropout_prng_impl"])}); use a new --workdir, or the '
                      'same generator to resume')
   reasons = [listed(other_data)] if other_data else []
-  if (config.data.spm_model and os.path.exists(vocabulary)
-      and not filecmp.cmp(config.data.spm_model, vocabulary, shallow=False)):
+  if (config.data.spm_model and epath.Path(vocabulary).exists()
+      and epath.Path(config.data.spm_model).read_bytes() != epath.Path(vocabulary).read_bytes()):
     reasons.append(f'data.spm_model {config.data.spm_model} is not {vocabulary}')
   if reasons:
     raise ValueError(f'the checkpoints in {workdir} were trained on other data '
@@ -128,7 +128,7 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
   validates the result (`Translator`). As this platform computes it (`platforms.for_reading`):
   a run trained with cuDNN's attention is read off a GPU with XLA's."""
   path = os.path.join(workdir, CONFIG_FILENAME)
-  if not os.path.isfile(path):
+  if not epath.Path(path).is_file():
     raise FileNotFoundError(f'{path} not found: --workdir must be a directory written by '
                             'transformer_jax.train')
   _refuse_exports(workdir)
@@ -139,9 +139,9 @@ def _refuse_exports(directory: str) -> None:
   """ValueError saying what `directory` is when it holds a model exported from a workdir
   (`transformer_jax.export`'s MarianMT directory, or CTranslate2's conversion of one) where a
   training workdir is expected: both have a config.json too."""
-  if os.path.isfile(os.path.join(directory, 'model.bin')):
+  if epath.Path(directory, 'model.bin').is_file():
     kind = 'a CTranslate2 model directory (model.bin)'
-  elif os.path.isfile(os.path.join(directory, 'model.safetensors')):
+  elif epath.Path(directory, 'model.safetensors').is_file():
     kind = ('a Hugging Face model directory (model.safetensors), such as transformer_jax.export '
             'writes')
   else:
@@ -154,7 +154,7 @@ def _read_config(path: str) -> ml_collections.ConfigDict:
   """A saved config.json. A field added after the run was written is absent there and gets
   the default the run was trained with."""
   try:
-    with open(path) as f:
+    with epath.Path(path).open() as f:
       config = json.load(f)
     for field, default in _ADDED_FIELDS.items():
       section, name = field.split('.')
@@ -172,5 +172,5 @@ everything needed to use its checkpoints."""
   config = platforms.resolved(config)
   atomic.write(os.path.join(workdir, CONFIG_FILENAME), config.to_json_best_effort(indent=2))
   vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
-  if config.data.spm_model and os.path.abspath(config.data.spm_model) != vocabulary:
+  if config.data.spm_model and buckets.absolute(config.data.spm_model) != vocabulary:
     atomic.copy(config.data.spm_model, vocabulary)
