@@ -8,11 +8,13 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 
+from etils import epath
 import pytest
 
 from conftest import REPO
@@ -24,39 +26,52 @@ from transformer_jax.sweep.slots import SweepProcess
 from transformer_jax.training import preemption
 
 
-def test_a_claim_is_held_until_released_and_by_one_holder_at_a_time(tmp_path):
-  first = claims.Claim.take(str(tmp_path), ['a', 'b'])
+@pytest.fixture(params=['local', 'bucket'])
+def root(request, tmp_path) -> str:
+  """Where a sweep keeps its workdir: a local directory, or a bucket of the emulator, which
+  this test reaches (claims are then leases, `leases`)."""
+  if request.param == 'local':
+    return str(tmp_path)
+  emulator = request.getfixturevalue('in_emulator')
+  return f'gs://{emulator.bucket()}/sweep'
+
+
+def test_a_claim_is_held_until_released_and_by_one_holder_at_a_time(root):
+  first = claims.Claim.take(root, ['a', 'b'])
   assert first is not None
-  assert claims.Claim.take(str(tmp_path), ['a', 'b']) is None  # another slot of this process
-  holder = json.loads((tmp_path / 'claims' / 'a.lock').read_text())
-  assert holder['pid'] == os.getpid() and holder['group'] == ['a', 'b']
+  assert claims.Claim.take(root, ['a', 'b']) is None  # another slot of this process
+  assert claims.holder(root, ['a', 'b']) == f'{socket.gethostname()}:{os.getpid()}'
+  if not root.startswith('gs://'):
+    assert json.loads(epath.Path(root, 'claims', 'a.lock').read_text())['group'] == ['a', 'b']
   first.release()
-  with claims.Claim.take(str(tmp_path), ['a', 'b']) as again:
+  with claims.Claim.take(root, ['a', 'b']) as again:
     assert again is not None
 
 
-def test_a_claim_dies_with_its_process(tmp_path):
+def test_a_claim_dies_with_its_process(root, gcs_emulator):
   # A process that takes the claim and is killed (SIGKILL) leaves it free at once.
   child = subprocess.Popen(
       [sys.executable, '-c', 'import sys, time; from transformer_jax.sweep import claims; '
-       f'assert claims.Claim.take({str(tmp_path)!r}, ["a"]); print("held", flush=True); '
-       'time.sleep(60)'], cwd=REPO, stdout=subprocess.PIPE, text=True)
+       f'assert claims.Claim.take({root!r}, ["a"]); print("held", flush=True); '
+       'time.sleep(60)'], cwd=REPO, stdout=subprocess.PIPE, text=True,
+      env=gcs_emulator.environment())
   assert child.stdout.readline().strip() == 'held'
-  assert claims.Claim.take(str(tmp_path), ['a']) is None
+  assert claims.Claim.take(root, ['a']) is None
   child.kill()
   child.wait()
-  assert claims.Claim.take(str(tmp_path), ['a']) is not None
+  assert claims.Claim.take(root, ['a']) is not None
 
 
 def test_a_group_held_elsewhere_is_waited_for_and_taken_when_let_go(
-    tmp_path, monkeypatch):
+    root, tmp_path, monkeypatch):
   ran = _fake_rows(tmp_path, monkeypatch)
   monkeypatch.setattr('transformer_jax.sweep.slots.CLAIM_POLL_SECONDS', 0.05)
-  workdir = tmp_path / 'run'
-  os.makedirs(workdir)
-  held = claims.Claim.take(str(workdir), ['small'])
+  workdir = os.path.join(root, 'run')
+  results = os.path.join(root, 'results')
+  epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+  held = claims.Claim.take(workdir, ['small'])
   sweep = threading.Thread(target=sweep_run.run, args=(
-      _sweep_file(tmp_path), str(workdir), ['small', 'wide'], str(tmp_path / 'results')))
+      _sweep_file(tmp_path), workdir, ['small', 'wide'], results))
   sweep.start()
   deadline = time.monotonic() + 30
   while ran != ['wide'] and time.monotonic() < deadline:
@@ -66,7 +81,8 @@ def test_a_group_held_elsewhere_is_waited_for_and_taken_when_let_go(
   held.release()  # its holder ends without finishing it
   sweep.join(timeout=30)
   assert ran == ['wide', 'small']
-  assert sorted(os.listdir(tmp_path / 'results')) == ['small.json', 'wide.json']
+  assert sorted(path.name for path in epath.Path(results).iterdir()) == ['small.json',
+                                                                          'wide.json']
 
 
 def test_a_group_finished_by_its_holder_is_not_trained_again(tmp_path, monkeypatch):
@@ -165,16 +181,17 @@ def _failing_or_waiting(group, configs, workdir, overrides, device_kind, data_ca
   raise sweep_group.Preempted('wide stopped at step 3 of 20')
 
 
-def test_a_url_workdir_is_refused_before_anything_is_created(tmp_path, monkeypatch):
+def test_a_workdir_that_cannot_be_reached_is_refused_before_anything_is_created(
+    tmp_path, monkeypatch, in_emulator):
   sweep = _sweep_file(tmp_path)
   monkeypatch.chdir(tmp_path)
-  for url in ('gs://bucket/run', 's3://bucket/run'):
-    with pytest.raises(ValueError, match=rf'--workdir={url}: a \w+:// URL.*mount the bucket'):
-      sweep_run.run(sweep, url)
-  with pytest.raises(ValueError, match=r'--results=gs://b/rows: a gs:// URL'):
-    sweep_run.run(sweep, 'run', results_dir='gs://b/rows')
-  with pytest.raises(ValueError, match=r'--workdir=gs://bucket/run: a gs:// URL'):
-    workdirs.check_writable('gs://bucket/run')
+  with pytest.raises(ValueError, match=r'--workdir=s3://bucket/run: a s3:// URL.*Mount it'):
+    sweep_run.run(sweep, 's3://bucket/run')
+  with pytest.raises(ValueError, match=r'--workdir=gs://missing/run: the bucket gs://missing '
+                                       r'does not exist'):
+    sweep_run.run(sweep, 'gs://missing/run')
+  with pytest.raises(ValueError, match=r'--results=gs://missing/rows: the bucket'):
+    sweep_run.run(sweep, 'run', results_dir='gs://missing/rows')
   assert sorted(os.listdir(tmp_path)) == ['table3_tiny']  # the sweep file: no gs:, no run
 
 

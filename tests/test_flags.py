@@ -116,6 +116,7 @@ OTHER_PROGRAMS = {
     'CTranslate2\'s ct2-transformers-converter': {'model', 'output_dir'},
     'fairseq': {'lenpen', 'num-epoch-checkpoints', 'patience'},
     'sacrebleu': {'tokenize'},
+    'gcloud': {'location', 'zone', 'worker', 'command', 'accelerator-type', 'version'},
     'tests/test_layers.py': {'write'},
 }
 # Flags of scripts since replaced (tests/test_pages.py's REPLACED), named where their figures are.

@@ -16,6 +16,7 @@ import time
 from conftest import SMALL, train_config, xla_flags
 from test_provenance import checkout_commit
 from flax import traverse_util
+from etils import epath
 import jax
 import pytest
 
@@ -356,8 +357,8 @@ def _fake_rows(tmp_path, monkeypatch, fail: str | None = None) -> list:
 
   def fake_group(group, configs, workdir, overrides, device_kind, data_cache, compiled, devices,
                  notice):
-    for row in group:  # the workdirs run_group makes
-      os.makedirs(os.path.join(workdir, row), exist_ok=True)
+    for row in group:  # the workdirs run_group makes (local or in a bucket)
+      epath.Path(workdir, row).mkdir(parents=True, exist_ok=True)
     finished = []
     for row in group:
       time.sleep(0.05)
