@@ -116,6 +116,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.spm_model_type = 'bpe'
   config.data.max_corpus_chars = 100_000_000
   config.data.spm_model = ml_collections.config_dict.placeholder(str)
+  # A place (a directory every host mounts, or gs://bucket/path) where this config's vocabulary
+  # and encoded splits were prepared once (python -m transformer_jax.data --prepare
+  # --output=PLACE): every process of the run reads them from there, none prepares or waits for
+  # another; a place prepared for other data fields is refused (docs/data.md). None: the run
+  # prepares its data into its workdir.
+  config.data.prepared = ml_collections.config_dict.placeholder(str)
   # Pairs with a side longer than this many tokens are dropped (paper: silent;
   # tensor2tensor's transformer_base uses 256).
   config.data.max_length = 256

@@ -59,6 +59,8 @@ FLAGS = {
     'manual_dir': ('a directory of a dataset\'s raw files (config.data.manual_dir)', {'string'}),
     'median': ('the median source length, in tokens', {'float'}),
     'output': ('the path written: a file or a directory', {'string'}),
+    'prepare': ('prepare a config\'s data once into --output, for config.data.prepared',
+                {'bool'}),
     'process_count': ('the processes that share a sweep, or each batch', {'integer'}),
     'process_index': ('this process\'s share of a sweep, or of each batch', {'integer'}),
     'output_ids': ('the file the output ids are written to', {'string'}),

@@ -209,7 +209,7 @@ WRITTEN = {'config.json', 'metrics.jsonl', 'attention.json', 'dataset_info.json'
            'sweep_train_seconds.json', 'window.jsonl', 'table3_regularised.jsonl',
            'train_evaluate.json', 'sweep.json', 'result.json', 'processes.txt',
            'sitecustomize.py', 'source.txt', 'translations.txt', 'before.json', 'after.json',
-           'curves.png', 'tokens/', 'tensorboard/'}
+           'curves.png', 'tokens/', 'tensorboard/', 'prepared.json'}
 # Other projects' files: tensor2tensor's beam search and BLEU script, fairseq's generate.py,
 # transformers' pipeline.
 ELSEWHERE = {'beam_search.py', 'get_ende_bleu.sh', 'generate.py',

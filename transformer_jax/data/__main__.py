@@ -1,14 +1,22 @@
-r"""`python -m transformer_jax.data`: inspects a config's data pipeline (sizes, padding, speed).
+r"""`python -m transformer_jax.data`: prepares a config's data once for runs on many hosts, or
+inspects its data pipeline (sizes, padding, speed).
 
+  python -m transformer_jax.data --config=configs/base.py --prepare --output=gs://bucket/wmt14
   python -m transformer_jax.data --config=configs/multi30k.py --inspect [--json] [--batches=N]
 
-Prints the vocabulary size, pairs per split (kept and dropped), the number of distinct batch
-shapes, mean tokens per batch, the padding fraction (both sides, and the target side), the
-pipeline's throughput: real (non-padding) source + target tokens per second of assembling one
-epoch of training batches (or its first --batches), how long loading took (preparing the
-dataset, the vocabulary, encoding or opening the encoded splits), the latency of a resumed
-iterator's first batch (restored halfway through its first epoch), and the process's peak
-resident memory.
+--prepare prepares the dataset (where config.data.tfds_data_dir says), learns the vocabulary and
+encodes every split into --output, a directory or a bucket's path (default:
+config.data.prepared), with a record of the data fields they were prepared for (`prepared`);
+runs given `--config.data.prepared=OUTPUT` read them from there on every process. Run again on
+an unfinished --output, it goes on where it stopped.
+
+--inspect prints the vocabulary size, pairs per split (kept and dropped), the number of
+distinct batch shapes, mean tokens per batch, the padding fraction (both sides, and the target
+side), the pipeline's throughput: real (non-padding) source + target tokens per second of
+assembling one epoch of training batches (or its first --batches), how long loading took
+(preparing the dataset, the vocabulary, encoding or opening the encoded splits), the latency of
+a resumed iterator's first batch (restored halfway through its first epoch), and the process's
+peak resident memory.
 The vocabulary and the encoded splits go into --workdir (a temporary directory if not given):
 a second inspection of the same --workdir measures what a resumed run loads.
 """
@@ -27,6 +35,10 @@ from transformer_jax.data import batching, pipeline
 from transformer_jax.data.tokenizer import PAD_ID
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Config file.')
+_PREPARE = flags.DEFINE_bool('prepare', False, 'Prepare the vocabulary and the encoded splits '
+                              'into --output, for runs given config.data.prepared=OUTPUT.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Where --prepare writes (a directory or '
+                              'gs://bucket/path; default: config.data.prepared).')
 _INSPECT = flags.DEFINE_bool('inspect', False, 'Print statistics of the data pipeline.')
 _JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Where the vocabulary and the encoded splits '
@@ -85,10 +97,26 @@ def inspect(data: pipeline.Data, seed: int, batches: int | None = None) -> dict:
   }
 
 
+def prepare(config, output: str | None) -> None:
+  """Prepares `config`'s data into `output` (`pipeline.prepare`) and prints what it holds."""
+  output = output or config.data.prepared
+  if not output:
+    raise app.UsageError('--prepare needs --output (or config.data.prepared): where to write')
+  data = pipeline.prepare(config, output)
+  pairs = ', '.join(f'{split} {len(b.split) + b.split.num_dropped}'
+                    for split, b in data.batchers.items())
+  print(f'prepared into {output}: a {data.tokenizer.vocab_size()}-token vocabulary, pairs '
+        f'{pairs} ({pipeline.loading(data.seconds)})')
+  print(f'train with --config.data.prepared={output}')
+
+
 def main():
-  if not _INSPECT.value:
-    raise app.UsageError('nothing to do: pass --inspect')
+  if _PREPARE.value == _INSPECT.value:
+    raise app.UsageError('pass one of --prepare and --inspect')
   config = _CONFIG.value
+  if _PREPARE.value:
+    prepare(config, _OUTPUT.value)
+    return
   with tempfile.TemporaryDirectory() as scratch:
     stats = inspect(pipeline.load(config, _WORKDIR.value or scratch),
                     fields.shuffle_seed(config), _BATCHES.value)

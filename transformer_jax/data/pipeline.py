@@ -7,12 +7,13 @@
 The vocabulary is learned once from a sample of the training split and saved as
 `workdir/spm.model`; a resumed run (or `config.data.spm_model`) reuses it. Each split is
 encoded once, streamed into `workdir/tokens` (`token_store`), and read from there memory-mapped.
+`prepare` does the same into a shared place once for runs on many hosts, which then read the
+vocabulary and the splits from there (`config.data.prepared`, `prepared`).
 """
 
 import collections.abc
 import dataclasses
 import functools
-import hashlib
 import os
 import time
 from typing import Iterator, Sequence
@@ -24,7 +25,8 @@ import numpy as np
 import sentencepiece as spm
 
 from transformer_jax.config import platforms
-from transformer_jax.data import batching, datasets, preprocessing, token_store, tokenizer
+from transformer_jax.data import batching, datasets, prepared, preprocessing, token_store
+from transformer_jax.data import tokenizer
 
 # Pairs read at a time for the vocabulary's sample.
 _SAMPLE_CHUNK = 10_000
@@ -138,7 +140,7 @@ def _identity(config: ml_collections.ConfigDict, split: str,
   """What a split's token ids are encoded from (`token_store`): the dataset (its name changes
   with its content), the vocabulary, the preprocessing and the direction."""
   return {'dataset': datasets.dataset_name(config.data, split),
-          'vocabulary': hashlib.sha256(processor.serialized_model_proto()).hexdigest(),
+          'vocabulary': prepared.digest(processor),
           'preprocessing': config.data.preprocessing,
           'source_lang': config.data.source_lang, 'target_lang': config.data.target_lang}
 
@@ -149,18 +151,28 @@ def _to_learn(config: ml_collections.ConfigDict, workdir: str) -> bool:
               or epath.Path(workdir, tokenizer.MODEL_FILENAME).exists())
 
 
+class _Laps:
+  """The seconds each stage of loading took, by stage: `lap(stage)` ends one."""
+
+  def __init__(self):
+    self.seconds = {}
+    self._clock = time.perf_counter()
+
+  def __call__(self, stage: str) -> None:
+    now = time.perf_counter()
+    self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._clock
+    self._clock = now
+
+
 def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1) -> Data:
   """Prepares (or opens) every split, learns (or loads) the vocabulary, encodes the splits into
   `workdir/tokens` (or opens them there: `token_store`) and plans their batches; all input
-  errors surface here, before training. `Data.seconds` says how long each stage took."""
-  seconds = {}
-  clock = time.perf_counter()
-
-  def lap(stage: str) -> None:
-    nonlocal clock
-    seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - clock
-    clock = time.perf_counter()
-
+  errors surface here, before training. `Data.seconds` says how long each stage took.
+  With `config.data.prepared` set, reads the vocabulary and the splits from there instead
+  (`open_prepared`), and writes nothing."""
+  if config.data.prepared:
+    return open_prepared(config, rows_multiple)
+  lap = _Laps()
   preprocess = preprocessing.from_config(config.data)
   # A given or saved vocabulary is checked first, before the (possibly long) data preparation.
   processor = None if _to_learn(config, workdir) else vocabulary(config, workdir)
@@ -188,8 +200,53 @@ def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1
         _identity(config, split, processor), dtype)
   if pairs:
     lap('encode')
+  return _planned(config, processor, sides, rows_multiple, lap.seconds)
+
+
+def prepare(config: ml_collections.ConfigDict, output: str) -> Data:
+  """Prepares `config`'s data once for runs on any number of processes and hosts: learns the
+  vocabulary and encodes every split into `output` (a directory or a bucket's path) as `load`
+  does into a workdir, with their record (`prepared`); the dataset itself is prepared where
+  `config.data.tfds_data_dir` says. Ids already encoded there for the same data are kept."""
+  config = datasets.with_absolute_files(config)  # a copy
+  config.data.prepared = None
+  prepared.begin(config, output)
+  data = load(config, output)
+  prepared.finish(config, output, prepared.digest(data.tokenizer),
+                  {split: _identity(config, split, data.tokenizer)
+                   for split in data.batchers})
+  return data
+
+
+def open_prepared(config: ml_collections.ConfigDict, rows_multiple: int = 1) -> Data:
+  """The vocabulary and the encoded splits of `config.data.prepared` (`prepare`), checked
+  against `config` (`prepared.check`), their batches planned; reads no text and writes
+  nothing, so that every process of a run opens them at once."""
+  lap = _Laps()
+  place = config.data.prepared
+  record = prepared.check(config)
+  path = os.path.join(place, tokenizer.MODEL_FILENAME)
+  processor = tokenizer.load(path)
+  if prepared.digest(processor) != record['vocabulary']:
+    raise ValueError(f'{path} is not the vocabulary config.data.prepared={place} was prepared '
+                     f'with ({prepared.RECORD} names another): prepare it again')
+  lap('vocabulary')
+  sides = {}
+  for split in datasets.splits(config.data):
+    sides[split] = token_store.saved(place, split, record['splits'].get(split, {}))
+    if sides[split] is None:
+      raise ValueError(f'config.data.prepared={place}: its {split} split '
+                       f'({token_store.DIRECTORY}/{split}.*) is missing or damaged: prepare it '
+                       'again')
+  lap('open_tokens')
+  return _planned(config, processor, sides, rows_multiple, lap.seconds)
+
+
+def _planned(config: ml_collections.ConfigDict, processor: spm.SentencePieceProcessor,
+             sides: dict, rows_multiple: int, seconds: dict[str, float]) -> Data:
+  """The `Data` of each split's encoded (sources, targets) in `sides`, batches planned."""
   tokenized = {split: batching.TokenizedSplit.from_pairs(*sides[split], config.data.max_length)
-               for split in splits}
+               for split in sides}
   # A training batch's rows split into grad_accum_steps micro-batches over the batch axes; an
   # evaluation batch is one micro-batch.
   eval_rows_multiple = max(1, rows_multiple // config.train.grad_accum_steps)

@@ -9,7 +9,6 @@ of those for its one workdir in a few lines.
 
 import contextlib
 import dataclasses
-import os
 import time
 from typing import Any, Callable, ContextManager, Protocol
 
@@ -120,27 +119,40 @@ def decodes_bleu(train: ml_collections.ConfigDict, step: int) -> bool:
 
 def write_config_and_vocabulary(config: ml_collections.ConfigDict, workdir: str,
                                 data: pipeline.Data) -> None:
-  """`workdir/config.json`, and the learned vocabulary `workdir/spm.model` unless the config
-  names one or it is there already."""
+  """`workdir/config.json`, and the vocabulary learned or read from `config.data.prepared` as
+  `workdir/spm.model` unless the config names one or it is there already; ValueError where the
+  one there is another (the workdir's run trained on other ids)."""
   saved_config.write_config(config, workdir)
-  vocabulary = os.path.join(workdir, tokenizer.MODEL_FILENAME)
-  if not config.data.spm_model and not epath.Path(vocabulary).exists():
-    with atomic.replacing(vocabulary) as temporary, open(temporary, 'wb') as f:
-      f.write(data.tokenizer.serialized_model_proto())
+  if config.data.spm_model:
+    return  # write_config copied it
+  vocabulary = epath.Path(workdir, tokenizer.MODEL_FILENAME)
+  proto = data.tokenizer.serialized_model_proto()
+  if not vocabulary.exists():
+    with atomic.replacing(str(vocabulary)) as temporary, open(temporary, 'wb') as f:
+      f.write(proto)
+  elif config.data.prepared and tokenizer.load(str(vocabulary)).serialized_model_proto() != proto:
+    raise ValueError(f'{vocabulary} is not the vocabulary of config.data.prepared='
+                     f'{config.data.prepared}: its run trained on other token ids; use a new '
+                     '--workdir')
 
 
 def load_data(configs: list[ml_collections.ConfigDict], dirs: list[str],
               load: Callable[[], pipeline.Data]) -> pipeline.Data:
   """`load()` on process 0, which learns the vocabulary, each run's config and vocabulary then
   written into its workdir; the other processes `load()` after it (reading the vocabulary from
-  the first workdir)."""
-  def load_and_write():
-    data = load()
+  the first workdir). With `config.data.prepared`, every process `load()`s from there at once
+  (none prepares or waits for another's preparation), then process 0 writes the configs and
+  vocabularies."""
+  def write(data):
     for config, workdir in zip(configs, dirs):
       write_config_and_vocabulary(config, workdir, data)
     return data
 
-  data = workdirs.on_process_zero(load_and_write, 'prepare the data and vocabulary')
+  if configs[0].data.prepared:
+    data = load()
+    workdirs.on_process_zero(lambda: write(data), 'write the config and vocabulary')
+    return data
+  data = workdirs.on_process_zero(lambda: write(load()), 'prepare the data and vocabulary')
   return data if jax.process_index() == 0 else load()
 
 

@@ -30,7 +30,7 @@ import ml_collections
 import tqdm
 
 from transformer_jax.config import fields
-from transformer_jax.data import pipeline
+from transformer_jax.data import pipeline, prepared
 from transformer_jax.loop import runs, train_metrics
 from transformer_jax.training import compilation, feed
 
@@ -80,6 +80,7 @@ def _train(trained: runs.Runs) -> Any:
             f'train.num_train_steps={config.train.num_train_steps}: nothing to do (raise '
             'train.num_train_steps to train further)', flush=True)
     return trained.not_evaluated
+  prepared.check(config)  # a config.data.prepared missing or for other data, before any work
   programs = trained.programs()
   with contextlib.ExitStack() as cleanup:
     trained.open(cleanup)

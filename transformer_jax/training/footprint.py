@@ -91,7 +91,7 @@ def saved_steps(config: ml_collections.ConfigDict) -> list[int]:
 def workdir_bytes(config: ml_collections.ConfigDict, thinned: bool = True) -> dict:
   """The bytes a resolved `config`'s workdir holds at the end of training: checkpoints kept as
   `checkpointing` keeps them, and the training split's token ids, whose corpus size is known
-  (`TRAIN_PAIRS`; 0 otherwise). With `thinned` False, checkpoints as they were kept before
+  (`TRAIN_PAIRS`; 0 otherwise, or where they are read from `data.prepared`). With `thinned` False, checkpoints as they were kept before
   issue 107: the last `keep_checkpoints` scheduled ones and the newest, every one whole."""
   train = config.train
   steps = saved_steps(config)
@@ -105,7 +105,8 @@ def workdir_bytes(config: ml_collections.ConfigDict, thinned: bool = True) -> di
     whole = len(kept)
   params_bytes, adam_bytes = _state_bytes(config)
   checkpoint_bytes = len(kept) * params_bytes + whole * adam_bytes
-  pairs = TRAIN_PAIRS.get(config.data.dataset, 0)
+  # A run reading `data.prepared` keeps no token ids in its workdir.
+  pairs = 0 if config.data.prepared else TRAIN_PAIRS.get(config.data.dataset, 0)
   id_bytes = 2 if config.data.vocab_size <= 2**16 else 4
   token_bytes = pairs * (2 * TOKENS_PER_SIDE * id_bytes + _LENGTH_BYTES)
   return {'checkpoints_kept': len(kept), 'checkpoints_whole': whole,

@@ -37,7 +37,7 @@ _ADDED_FIELDS = {'model.qkv_init': 'separate', 'model.attention_bias': False,
                  'train.loss_chunk': 0, 'train.compilation_cache_dir': None,
                  'train.dropout_prng_impl': 'threefry2x32', 'model.attention_impl': 'explicit',
                  'data.prefetch': 0, 'train.steps_per_call': 1, 'data.shuffle_seed': None,
-                 'train.bleu_every_steps': 1}
+                 'train.bleu_every_steps': 1, 'data.prepared': None}
 
 
 def _parameter_shapes(cfg: TransformerConfig) -> dict:
