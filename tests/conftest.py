@@ -328,7 +328,8 @@ class GcsEmulator:
   def environment(self) -> dict[str, str]:
     """The environment of a process that reaches the emulator: its address in the standard
     variable and nothing else (the package hands it on)."""
-    return {**{name: value for name, value in os.environ.items() if name not in _HANDED_ON},
+    return {**{name: value for name, value in os.environ.items()
+               if name not in (*_HANDED_ON, 'FSSPEC_GCS')},  # this process's package set it
             'STORAGE_EMULATOR_HOST': self.address}
 
   @contextlib.contextmanager

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+from etils import epath
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -43,8 +44,7 @@ def _logged(workdir) -> list[dict]:
 
 
 def _params(workdir, step: int = 20):
-  return ocp.StandardCheckpointer().restore(
-      os.path.join(workdir, 'checkpoints', str(step), 'params'))
+  return ocp.StandardCheckpointer().restore(epath.Path(workdir, 'checkpoints', str(step), 'params'))
 
 
 def _swept(tmp_path_factory, name: str, devices_per_group: int, together: int) -> dict:
@@ -190,56 +190,59 @@ def _kill_when(process: subprocess.Popen, line_starts: tuple[str, ...],
 
 
 @pytest.mark.slow
-def test_a_shared_sweep_whose_processes_are_killed_mid_group_is_finished_by_either_alone(
-    two_devices_each):
+def test_a_sweep_shared_in_a_bucket_whose_processes_are_killed_mid_group_is_finished_alone(
+    two_devices_each, in_emulator):
   """`two_devices_each`'s sweep (two groups of two rows, two devices a group) shared by two
-  processes of two devices (one slot each). The second is killed (SIGKILL) once its group has
-  saved a checkpoint: the first, its own group done, takes the dead one's over; killed too as
-  that group starts, every process is dead. The second, started again alone, finishes every
-  row and writes the table; the first, started again, finds every row done and leaves the
-  table as it is. Each row trained by one process at a time; every row's figures, hypotheses
-  and final parameters those of `two_devices_each`, where the groups trained uninterrupted."""
-  workdir = two_devices_each['workdir'].parent / 'shared'
-  env = {**os.environ, 'XLA_FLAGS': xla_flags(2)}
+  processes of two devices (one slot each) through a bucket (claims are leases there,
+  `leases`): no shared disk. The second is killed (SIGKILL) once its group has saved a
+  checkpoint: the first, its own group done, takes the dead one's over (its holder has ended on
+  this host); killed too as that group starts, every process is dead. The second, started
+  again alone, finishes every row and writes the table; the first, started again, finds every
+  row done and leaves the table as it is. Each row trained by one process at a time; every
+  row's figures, hypotheses and final parameters those of `two_devices_each`, where the groups
+  trained uninterrupted on a local disk (whose claims, flocks, tests/test_claims.py tests)."""
+  workdir = f'gs://{in_emulator.bucket()}/shared'
+  env = {**in_emulator.environment(), 'XLA_FLAGS': xla_flags(2)}
   commands = [_sweep_command(two_devices_each['sweep'], workdir, f'--rows={",".join(ROWS)}',
                              '--together=2', f'--process_index={i}', '--process_count=2')
               for i in range(2)]
   groups = ('seed0, seed1: training in', 'seed2, seed3: training in')
   first, second = _started(commands[0], env), _started(commands[1], env)
   out, line = _kill_when(second, groups, lambda line: any(
-      checkpointing.saved_steps(workdir / row) for row in ROWS if row in line.split(':')[0]))
+      checkpointing.saved_steps(f'{workdir}/{row}') for row in ROWS
+      if row in line.split(':')[0]))
   taken = line.split(':')[0]  # the group the second held when it was killed
-  stopped = max(max(checkpointing.saved_steps(workdir / row), default=0)
+  stopped = max(max(checkpointing.saved_steps(f'{workdir}/{row}'), default=0)
                 for row in taken.split(', '))
   assert 0 < stopped < 20, stopped  # killed mid-group, after a checkpoint
   out_first, _ = _kill_when(first, (f'{taken}: training in',))
   assert 'Traceback' not in out_first, out_first[-3000:]
-  results = workdir / 'rows'
-  assert len(os.listdir(results)) == 2  # the first's own group
-  assert not (workdir / 'table3_tiny.md').exists()
+  results = epath.Path(workdir, 'rows')
+  assert len(list(results.iterdir())) == 2  # the first's own group
+  table = epath.Path(workdir, 'table3_tiny.md')
+  assert not table.exists()
 
   alone = subprocess.run(commands[1], cwd=REPO, env=env, capture_output=True, text=True)
   assert alone.returncode == 0, alone.stdout[-3000:] + alone.stderr[-3000:]
   assert sum(' done already' in line for line in alone.stdout.splitlines()) == 2
-  assert sorted(os.listdir(results)) == [f'{row}.json' for row in ROWS]
-  table = workdir / 'table3_tiny.md'
-  written = os.path.getmtime(table)
+  assert sorted(path.name for path in results.iterdir()) == [f'{row}.json' for row in ROWS]
+  written = table.stat().mtime
   again = subprocess.run(commands[0], cwd=REPO, env=env, capture_output=True, text=True)
   assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
   assert again.stdout.count('done already') == 4
-  assert os.path.getmtime(table) == written  # written once
-  with open(workdir / 'table3_tiny.csv') as f:
+  assert table.stat().mtime == written  # written once
+  with epath.Path(workdir, 'table3_tiny.csv').open() as f:
     assert [r['row'] for r in csv.DictReader(f)] == list(ROWS)
 
   for row in ROWS:
-    with open(results / f'{row}.json') as f, \
-        open(two_devices_each['workdir'] / 'rows' / f'{row}.json') as g:
-      shared, uninterrupted = json.load(f), json.load(g)
+    shared = json.loads((results / f'{row}.json').read_text())
+    with open(two_devices_each['workdir'] / 'rows' / f'{row}.json') as g:
+      uninterrupted = json.load(g)
     for key in ('perplexity', 'bleu_tokenized', 'dev_curve', 'checkpoint_steps', 'together'):
       assert shared[key] == uninterrupted[key], (row, key)
-    with open(shared['hypotheses']) as f, open(uninterrupted['hypotheses']) as g:
-      assert f.read() == g.read(), row
-    jax.tree.map(np.testing.assert_array_equal, _params(workdir / row),
+    with open(uninterrupted['hypotheses']) as g:
+      assert epath.Path(shared['hypotheses']).read_text() == g.read(), row
+    jax.tree.map(np.testing.assert_array_equal, _params(f'{workdir}/{row}'),
                  _params(two_devices_each['workdir'] / row))
 
 

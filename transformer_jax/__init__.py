@@ -16,4 +16,6 @@ Layers, each importing only those below it (`tests/test_layers.py`):
 
 from transformer_jax.storage import buckets as _buckets
 
-_buckets.hand_on_emulator()  # before any library that reaches Cloud Storage is imported
+# Before any library that reaches Cloud Storage is imported.
+_buckets.hand_on_emulator()
+_buckets.use_fresh_listings()

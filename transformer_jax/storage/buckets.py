@@ -19,13 +19,16 @@ An emulator (fake-gcs-server, the tests') is reached with its address in the sta
 `STORAGE_EMULATOR_HOST` alone, without credentials: `hand_on_emulator`, run when the package
 is imported, gives it to the libraries that read another name (tensorstore:
 `TENSORSTORE_GCS_HTTP_URL`) and turns off what an emulator cannot answer (gcsfs's question for
-the bucket's kind on every call; TensorFlow's gfile, which does not read the variable).
+the bucket's kind on every call; TensorFlow's gfile, which does not read the variable). Both it
+and `use_fresh_listings` run when the package is imported.
 """
 
 import functools
+import json
 import os
 import re
 import shutil
+import sys
 
 from etils import epath
 
@@ -96,11 +99,16 @@ def hand_on_emulator() -> None:
   os.environ.setdefault('EPATH_USE_TF', 'false')
 
 
-def _use_fresh_listings() -> None:
+def use_fresh_listings() -> None:
   """gcsfs answers `exists` and listings from a cache of earlier listings, which would hide what
-  another process wrote since (a sweep's claims and results): turned off."""
-  import fsspec  # pylint: disable=import-outside-toplevel
-  fsspec.config.conf.setdefault('gcs', {}).setdefault('use_listings_cache', False)
+  another process wrote since (a sweep's claims and results): turned off, through fsspec's
+  configuration (its environment variable where fsspec is not imported yet, so that importing
+  this package does not import it)."""
+  fresh = {'use_listings_cache': False}
+  if 'fsspec' in sys.modules:
+    sys.modules['fsspec'].config.conf.setdefault('gcs', {}).update(fresh)
+  else:
+    os.environ.setdefault('FSSPEC_GCS', json.dumps(fresh))
 
 
 @functools.cache
@@ -137,7 +145,6 @@ def check(path: str, role: str = '--workdir') -> None:
         'reads and writes gs:// buckets and local paths). Mount it and give the mount point, '
         'or use a gs:// bucket (docs/training.md#where-a-run-keeps-its-files)')
   bucket, _ = split(path)
-  _use_fresh_listings()
   if not os.environ.get(EMULATOR):
     import google.auth  # pylint: disable=import-outside-toplevel
     try:
