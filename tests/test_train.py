@@ -19,8 +19,11 @@ import pytest
 
 from conftest import (REPO, metrics_lines, short_run, train_command, train_config,
                       two_process_commands, xla_flags)
+from transformer_jax import average, export
 from transformer_jax.data import batching
+from transformer_jax.decoding import scoring
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
+from transformer_jax.decoding.translator import Translator
 from transformer_jax.loop import train_loop
 from transformer_jax.training import checkpointing, metrics_log
 from transformer_jax.training.trainer import Trainer
@@ -185,6 +188,39 @@ def test_a_run_in_a_bucket_killed_resumes_bit_for_bit(in_bucket, uninterrupted, 
       want = ocp.StandardCheckpointer().restore(
           epath.Path(uninterrupted, 'checkpoints', '12', item))
       jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+@pytest.mark.slow
+def test_a_run_in_a_bucket_is_averaged_evaluated_and_exported_as_its_local_twin(
+    in_bucket, uninterrupted, gcs_emulator, tmp_path):
+  """The bucket's run is `uninterrupted` bit for bit (above), so each command reading it must
+  give what it gives reading a copy of that one on a local disk."""
+  local = str(tmp_path / 'local')
+  shutil.copytree(uninterrupted, local)
+  with gcs_emulator.reached():
+    assert (epath.Path(in_bucket, 'spm.model').read_bytes()
+            == epath.Path(local, 'spm.model').read_bytes())
+    # `average` into the bucket, and locally.
+    assert (average.save_average(in_bucket, 2, f'{in_bucket}-average')
+            == average.save_average(local, 2, f'{local}-average') == [8, 12])
+    jax.tree.map(np.testing.assert_array_equal,
+                 ocp.StandardCheckpointer().restore(
+                     epath.Path(f'{in_bucket}-average', 'checkpoints', '12', 'params')),
+                 ocp.StandardCheckpointer().restore(
+                     epath.Path(f'{local}-average', 'checkpoints', '12', 'params')))
+    # `evaluate`: the same translations and figures, written into the bucket.
+    got, want = (scoring.evaluate(Translator(workdir, beam_size=2), 'test')
+                 for workdir in (in_bucket, local))
+    assert epath.Path(got['hypotheses']).read_text() == epath.Path(want['hypotheses']).read_text()
+    for name in ('bleu_detokenized', 'bleu_tokenized', 'perplexity', 'checkpoint_steps'):
+      assert got[name] == want[name], name
+    assert got['hypotheses'].startswith(f'{in_bucket}/eval/')
+    # `export` from the bucket: the same model and tokenizer files.
+    for workdir, out in ((in_bucket, tmp_path / 'from_bucket'), (local, tmp_path / 'from_local')):
+      export.export(workdir, str(out))
+    for name in ('model.safetensors', 'source.spm', 'vocab.json', 'generation_config.json'):
+      assert (tmp_path / 'from_bucket' / name).read_bytes() == (
+          tmp_path / 'from_local' / name).read_bytes(), name
 
 
 def _feed_threads() -> list[str]:
