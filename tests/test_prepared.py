@@ -134,6 +134,14 @@ def test_a_missing_or_unfinished_place_is_an_error_naming_the_field(tmp_path):
     pipeline.load(train_config(**VOCAB, **{'data.prepared': str(unfinished)}), str(tmp_path))
 
 
+def test_a_missing_bucket_or_an_empty_one_is_an_error_naming_the_field(in_emulator, tmp_path):
+  for place, error, said in (
+      ('gs://no-such-bucket/data', ValueError, 'the bucket gs://no-such-bucket does not exist'),
+      (f'gs://{in_emulator.bucket()}/data', FileNotFoundError, 'holds no prepared data')):
+    with pytest.raises(error, match=f'config.data.prepared={place}.*{said}'):
+      pipeline.load(train_config(**VOCAB, **{'data.prepared': place}), str(tmp_path))
+
+
 def test_preparing_into_a_place_of_other_data_or_other_files_is_refused(place, tmp_path):
   with pytest.raises(ValueError, match=r'--output=.* holds data prepared for other fields '
                                        r'\(data\.vocab_size 64 -> 128\)'):

@@ -22,7 +22,7 @@ import ml_collections
 import sentencepiece as spm
 
 from transformer_jax.data import datasets, tokenizer
-from transformer_jax.storage import atomic
+from transformer_jax.storage import atomic, buckets
 
 RECORD = 'prepared.json'
 FORMAT = 1
@@ -102,12 +102,14 @@ def _prepare_command(place: str) -> str:
 
 def check(config: ml_collections.ConfigDict) -> dict | None:
   """The record of `config.data.prepared` (None where the field is not set), checked against
-  `config`: FileNotFoundError where the place holds no complete record, ValueError naming the
-  fields whose values differ, or a `data.spm_model` that is not the place's vocabulary. Reads
-  only the record (and the `data.spm_model` given)."""
+  `config`: a bucket refused as `buckets.check` refuses it, FileNotFoundError where the place
+  holds no complete record, ValueError naming the fields whose values differ, or a
+  `data.spm_model` that is not the place's vocabulary. Reads only the record (and the
+  `data.spm_model` given)."""
   place = config.data.prepared
   if not place:
     return None
+  buckets.check(place, 'config.data.prepared')
   record = _read(place)
   if record is None or 'splits' not in record:
     why = 'holds no prepared data' if record is None else 'was not prepared to the end'
