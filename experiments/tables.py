@@ -602,6 +602,27 @@ def workdir_sizes(page: str) -> str:
                   rows)
 
 
+def bucket_cost(page: str) -> str:
+  """A workdir in a bucket against a local one, per file of experiments/buckets/ (the emulator on
+  the machine that measured: the package's own costs, not Cloud Storage's)."""
+  rows = []
+  for path, result in each_cpu('experiments/buckets'):
+    trained = result['training_median']
+    rows.append([f'`configs/tiny.py`, {result["steps"]} steps (median of '
+                 f'{len(result["training"])}): wall time; steps/s',
+                 f'{trained["local"]["wall_seconds"]:.1f} s; '
+                 f'{trained["local"]["steps_per_second"]:.2f}',
+                 f'{trained["bucket"]["wall_seconds"]:.1f} s; '
+                 f'{trained["bucket"]["steps_per_second"]:.2f}',
+                 cpu_type(result), link(page, path)])
+    local, bucket = result['operations']['local'], result['operations']['bucket']
+    for name, seconds in bucket.items():
+      rows.append([f'{name} (median of {result["repeats"]})',
+                   ms(local[name]) if name in local else 'none: a flock',
+                   ms(seconds), cpu_type(result), link(page, path)])
+  return markdown(['what', 'local disk', 'bucket (emulator)', 'CPU', 'file'], rows)
+
+
 TABLES: dict[str, Callable[[str], str]] = {
     'results': results,
     'gpu-step': gpu_step,
@@ -621,6 +642,7 @@ TABLES: dict[str, Callable[[str], str]] = {
     'evaluation-time': evaluation_time,
     'input-rate': input_rate,
     'workdir-sizes': workdir_sizes,
+    'bucket-cost': bucket_cost,
 }
 
 

@@ -7,6 +7,7 @@ import os
 import pathlib
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -273,22 +274,39 @@ def test_bad_corpus_files_stop_training_first_and_a_corrected_rerun_trains(tmp_p
   assert max(r['step'] for r in metrics_lines(workdir)) == 2
 
 
-def test_a_url_workdir_stops_every_command_at_once_creating_nothing(tmp_path):
-  """`gs://bucket/run` as `train`'s, `sweep`'s or `evaluate`'s workdir: the command ends within
-  seconds (before loading data or compiling), naming the path and where to write instead, and
-  the working directory stays empty (no `./gs:/bucket/run`)."""
-  commands = [
-      train_command({}, 'gs://bucket/run'),
-      [sys.executable, '-m', 'transformer_jax.sweep',
-       f'--sweep={REPO}/experiments/table3_multi30k/sweep.py', '--workdir=gs://bucket/run'],
-      [sys.executable, '-m', 'transformer_jax.evaluate', '--workdir=gs://bucket/run'],
+def test_a_bucket_that_cannot_be_used_stops_every_command_at_once_creating_nothing(
+    tmp_path, gcs_emulator):
+  """A `gs://` workdir of `train`, `sweep` or `evaluate` that cannot be used: the command ends
+  within seconds (before loading data or compiling), naming the bucket and the fix, and the
+  working directory stays empty (no `./gs:/bucket/run`). A bucket the emulator does not hold;
+  a machine with no credentials (no emulator, key file, gcloud login or metadata server)."""
+  with socket.socket() as probe:
+    probe.bind(('127.0.0.1', 0))
+    closed = f'127.0.0.1:{probe.getsockname()[1]}'  # where nothing listens
+  without_credentials = {
+      **{name: value for name, value in gcs_emulator.environment().items()
+         if name not in ('STORAGE_EMULATOR_HOST', 'GOOGLE_APPLICATION_CREDENTIALS')},
+      'CLOUDSDK_CONFIG': str(tmp_path / '.gcloud'), 'GCE_METADATA_HOST': closed,
+      'GCE_METADATA_IP': closed}
+  cases = [
+      (train_command({}, 'gs://no-such-bucket/run'), gcs_emulator.environment(),
+       'the bucket gs://no-such-bucket does not exist at http://127.0.0.1:',
+       'gcloud storage buckets create gs://no-such-bucket'),
+      ([sys.executable, '-m', 'transformer_jax.sweep',
+        f'--sweep={REPO}/experiments/table3_multi30k/sweep.py', '--workdir=gs://bucket/run'],
+       without_credentials, 'no Google Cloud credentials on this machine to reach gs://bucket',
+       'gcloud auth application-default login'),
+      ([sys.executable, '-m', 'transformer_jax.evaluate', '--workdir=gs://bucket/run'],
+       without_credentials, 'no Google Cloud credentials', 'GOOGLE_APPLICATION_CREDENTIALS'),
   ]
-  for command in commands:
+  for command, environment, why, fix in cases:
     start = time.monotonic()
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env=environment)
     assert result.returncode == 1, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith('error: --workdir=gs://bucket/run: a gs:// URL'), last
-    assert 'mount the bucket' in last and 'Google Drive' in last, last
+    workdir = next(arg for arg in command if arg.startswith('--workdir='))
+    assert last.startswith(f'error: {workdir}: {why}'), last
+    assert fix in last, last
     assert time.monotonic() - start < 60, command
     assert os.listdir(tmp_path) == [], command
