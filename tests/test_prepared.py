@@ -11,10 +11,11 @@ from etils import epath
 import numpy as np
 import pytest
 
-from conftest import (CORPUS, REPO, SMALL, metrics_lines, train_config, two_process_commands,
+from conftest import (CORPUS, REPO, SMALL, train_config, two_process_commands,
                       xla_flags)
 from transformer_jax.data import datasets, pipeline, prepared, token_store, tokenizer
 from transformer_jax.loop import runs, train_loop
+from transformer_jax.training import checkpointing, metrics_log
 
 # The smallest vocabulary the session's corpus serves, as the tests of `train` use.
 VOCAB = {'data.vocab_size': 64}
@@ -155,8 +156,9 @@ def test_preparing_into_a_place_of_other_data_or_other_files_is_refused(place, t
 def test_the_command_prepares_into_a_bucket_and_two_processes_train_from_it(
     gcs_emulator, tmp_path):
   """`--prepare --output=gs://...`, then `train` over two processes with config.data.prepared
-  there: both read it, neither prepares (the run's 'data' record opens tokens only), nothing
-  in the bucket changes, and the workdir holds the config and a copy of the vocabulary."""
+  there and its workdir in the bucket too: both read it, neither prepares (the run's 'data'
+  record opens tokens only), nothing prepared changes, and the workdir holds the config, a copy
+  of the vocabulary and the two processes' checkpoint, and no token ids."""
   url = f'gs://{gcs_emulator.bucket()}/multi30k_like'
   overrides = {**VOCAB, 'train.num_train_steps': 2, 'train.eval_every_steps': 100,
                'train.eval_bleu': False, 'train.checkpoint_every_steps': 2}
@@ -171,7 +173,8 @@ def test_the_command_prepares_into_a_bucket_and_two_processes_train_from_it(
   with gcs_emulator.reached():
     before = _files(url)
     assert json.loads(before[f'{url}/prepared.json'])['fields']['data.vocab_size'] == 64
-  workdir = tmp_path / 'run'
+  # The run's workdir in the bucket too, as on a TPU pod slice whose hosts share no disk.
+  workdir = url.replace('multi30k_like', 'runs/run')
   processes = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
                for command in two_process_commands({**overrides, 'data.prepared': url},
@@ -179,10 +182,12 @@ def test_the_command_prepares_into_a_bucket_and_two_processes_train_from_it(
   outputs = [process.communicate(timeout=300)[0].decode() for process in processes]
   for i, (process, output) in enumerate(zip(processes, outputs)):
     assert process.returncode == 0, f'process {i}:\n{output[-3000:]}'
-  [data] = [line for line in metrics_lines(workdir) if line['split'] == 'data']
-  assert set(data) - {'step', 'split'} == {'vocabulary', 'open_tokens'}
-  assert not (workdir / 'tokens').exists()
-  assert json.loads((workdir / 'config.json').read_text())['data']['prepared'] == url
   with gcs_emulator.reached():
+    [data] = [r for r in metrics_log.read(f'{workdir}/metrics.jsonl') if r['split'] == 'data']
+    assert set(data) - {'step', 'split'} == {'vocabulary', 'open_tokens'}
+    assert {path.name for path in epath.Path(workdir).iterdir()} == {
+        'checkpoints', 'config.json', 'metrics.jsonl', 'spm.model', 'tensorboard'}  # no tokens/
+    assert checkpointing.saved_steps(workdir) == [2]  # both processes' shards, saved whole
+    assert json.loads(epath.Path(workdir, 'config.json').read_text())['data']['prepared'] == url
     assert _files(url) == before
-    assert (workdir / 'spm.model').read_bytes() == before[f'{url}/spm.model']
+    assert epath.Path(workdir, 'spm.model').read_bytes() == before[f'{url}/spm.model']
