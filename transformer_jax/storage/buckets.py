@@ -131,7 +131,6 @@ _CREDENTIALS_FIX = ('run `gcloud auth application-default login` (a workstation)
                     'STORAGE_EMULATOR_HOST to its address')
 
 
-@functools.cache
 def check(path: str, role: str = '--workdir') -> None:
   """Nothing for a local `path`; for `gs://bucket/...`, ValueError naming the bucket, `role`
   and the fix, within seconds, if there are no credentials, the bucket does not exist or cannot

@@ -83,7 +83,10 @@ class Lease:
       found = blob.bucket.get_blob(name)
       if found is None:
         continue  # released meanwhile
-      text = found.download_as_text(if_generation_match=found.generation)
+      try:
+        text = found.download_as_text(if_generation_match=found.generation)
+      except (exceptions.NotFound, exceptions.PreconditionFailed):
+        continue  # released or renewed since
       held = json.loads(text or '{}')
       lapses = held.get('expires', 0) - time.time()
       if lapses > 0 and not _ended_here(held):
