@@ -7,6 +7,7 @@ bucket: tests/test_train.py; a sweep shared through one: tests/test_side_by_side
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -114,7 +115,7 @@ def test_a_lease_left_by_a_dead_holder_is_taken_over(in_emulator, short_leases):
   assert child.stdout.readline().strip() == 'held'
   assert leases.Lease.take(url, wait=False) is None
   child.kill()
-  child.wait()
+  assert child.wait() == -signal.SIGKILL
   assert leases.Lease.holder(url)['expires'] > time.time() + 10  # the child's own 60 s
   taken = leases.Lease.take(url, wait=False)
   assert taken is not None and json.loads(taken.previous)['pid'] == child.pid

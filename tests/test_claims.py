@@ -58,7 +58,7 @@ def test_a_claim_dies_with_its_process(root, gcs_emulator):
   assert child.stdout.readline().strip() == 'held'
   assert claims.Claim.take(root, ['a']) is None
   child.kill()
-  child.wait()
+  assert child.wait() == -signal.SIGKILL
   assert claims.Claim.take(root, ['a']) is not None
 
 

@@ -129,7 +129,7 @@ def _killed_and_resumed(overrides: dict, workdir: str, environment: dict) -> lis
     time.sleep(0.2)
   assert process.poll() is None, process.stderr.read().decode()[-2000:]
   process.send_signal(signal.SIGKILL)
-  process.wait()
+  assert process.wait() == -signal.SIGKILL  # the kill ended it, mid-run
   assert max(_losses(workdir)) < 400
   for path in checkpoints.iterdir():
     if path.name.split('.')[0].isdigit() and int(path.name.split('.')[0]) > 8:  # any save

@@ -3,11 +3,10 @@
 
 A workdir in a bucket has the local layout (`checkpoints/<step>/`, `config.json`, `spm.model`,
 `tokens/`, `metrics.jsonl`, `tensorboard/`, `lock`). Its files go through etils.epath (gcsfs
-underneath), its checkpoints through orbax (tensorstore), its TensorBoard events through
-tensorboardX (google-cloud-storage); each object is written whole or not at all. What a local
-disk does with a rename or an append is done here by rewriting the object: `metrics.jsonl` is
-uploaded whole at each write, an event file at each flush. One run per workdir and one process
-per sweep group hold on a bucket through leases (`leases`), not flock.
+underneath), its checkpoints through orbax (tensorstore); each object is written whole or not at
+all. What a local disk does with an append is done here by rewriting the object (`Appended`):
+`metrics.jsonl` and the event file are uploaded whole at each write. One run per workdir and one
+process per sweep group hold on a bucket through leases (`leases`), not flock.
 
   check(path, '--workdir')   # before anything is written: credentials, the bucket, its access
 
@@ -16,11 +15,11 @@ without Google Cloud credentials, naming the bucket and the fix; another scheme 
 is refused naming a mount as the way to it.
 
 An emulator (fake-gcs-server, the tests') is reached with its address in the standard
-`STORAGE_EMULATOR_HOST` alone, without credentials: `hand_on_emulator`, run when the package
-is imported, gives it to the libraries that read another name (tensorstore:
-`TENSORSTORE_GCS_HTTP_URL`) and turns off what an emulator cannot answer (gcsfs's question for
-the bucket's kind on every call; TensorFlow's gfile, which does not read the variable). Both it
-and `use_fresh_listings` run when the package is imported.
+`STORAGE_EMULATOR_HOST` alone, without credentials: `hand_on_emulator` gives it to the
+libraries that read another name (tensorstore: `TENSORSTORE_GCS_HTTP_URL`) and turns off what
+an emulator cannot answer (gcsfs's question for the bucket's kind on every call; TensorFlow's
+gfile, which does not read the variable). It and `use_fresh_listings` run when the package is
+imported.
 """
 
 import functools

@@ -45,6 +45,14 @@ def _started(pid: int) -> str | None:
     return None
 
 
+def this_process(**holder) -> dict:
+  """A lock's or lease's record of its holder: this process's host, id, the id's start (to
+  tell it from a later process given the same id) and the time, with `holder`."""
+  return {'host': socket.gethostname(), 'pid': os.getpid(), 'pid_started': _started(os.getpid()),
+          'started': datetime.datetime.now().astimezone().isoformat(timespec='seconds'),
+          **holder}
+
+
 def _ended_here(holder: dict) -> bool:
   """Whether `holder` ran on this host and its process has ended."""
   return (holder.get('host') == socket.gethostname() and 'pid' in holder
@@ -70,10 +78,7 @@ class Lease:
     from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
     bucket, name = buckets.split(url)
     blob = buckets.client().bucket(bucket).blob(name)
-    mine = {'host': socket.gethostname(), 'pid': os.getpid(),
-            'pid_started': _started(os.getpid()),
-            'started': datetime.datetime.now().astimezone().isoformat(timespec='seconds'),
-            **holder}
+    mine = this_process(**holder)
     while True:
       try:
         blob.upload_from_string(_text(mine), if_generation_match=0)

@@ -21,12 +21,10 @@ instead of waiting for process 0 in the next collective.
 """
 
 import contextlib
-import datetime
 import errno
 import fcntl
 import json
 import os
-import socket
 import tempfile
 from typing import Callable, Iterator, TypeVar
 import uuid
@@ -77,26 +75,47 @@ def try_lock(path: str, **holder) -> tuple[int, str] | None:
       raise no_flock_error(path, e) from None
     raise
   previous = os.pread(descriptor, 4096, 0).decode(errors='replace').strip()
-  holder = {'host': socket.gethostname(), 'pid': os.getpid(),
-            'started': datetime.datetime.now().astimezone().isoformat(timespec='seconds'),
-            **holder}
+  holder = leases.this_process(**holder)
   os.ftruncate(descriptor, 0)
   os.pwrite(descriptor, json.dumps(holder).encode(), 0)
   return descriptor, previous
 
 
-def _acquire(path: str) -> int:
-  """The locked file's descriptor; RuntimeError naming the holder if a live run has it."""
-  locked = try_lock(path)
-  if locked is None:
-    with open(path) as f:
-      holder = f.read().strip() or 'unknown'
-    raise RuntimeError(f'{os.path.dirname(path)} is in use by another training run ({holder}); '
-                       'wait for it to end or choose another --workdir')
-  descriptor, previous = locked
+def _take(path: str) -> Callable[[], None]:
+  """Takes the workdir lock `path` (its flock; in a bucket, its lease) and returns what lets go
+  of it; RuntimeError naming the holder if a live run has it."""
+  if buckets.is_url(path):
+    lease = leases.Lease.take(path, wait=True)
+    taken = None if lease is None else (lease.previous, lease.release)
+  else:
+    locked = try_lock(path)
+    taken = None if locked is None else (locked[1], lambda: _unlock(locked[0]))
+  if taken is None:
+    held = held_by(path)
+    raise RuntimeError(f'{os.path.dirname(path)} is in use by another training run '
+                       f'({json.dumps(held) if held else "unknown"}); wait for it to end or '
+                       'choose another --workdir')
+  previous, release = taken
   if previous:
     logging.warning('taking over %s, left by a run that has ended (%s)', path, previous)
-  return descriptor
+  return release
+
+
+def held_by(path: str) -> dict:
+  """What the lock or claim `path` (its file; in a bucket, its lease) says of its holder, {}
+  where it says nothing."""
+  if buckets.is_url(path):
+    return leases.Lease.holder(path)
+  try:
+    with open(path) as f:
+      return json.loads(f.read() or '{}')
+  except (OSError, ValueError):
+    return {}
+
+
+def _unlock(descriptor: int) -> None:
+  os.ftruncate(descriptor, 0)  # ended here: no holder to name
+  os.close(descriptor)  # releases the flock
 
 
 # What flock raises on a file system without it (an object-store mount, Lustre mounted noflock).
@@ -165,33 +184,10 @@ def on_process_zero(action: Callable[[], T], what: str) -> T | None:
 def lock(workdir: str) -> Iterator[None]:
   """Holds `workdir`'s lock for the duration (see the module docstring). In a multi-process run
   process 0 takes it and every process stops if it cannot."""
-  if buckets.is_url(workdir):
-    lease = on_process_zero(lambda: _lease(os.path.join(workdir, LOCK_FILENAME)),
+  release = on_process_zero(lambda: _take(os.path.join(workdir, LOCK_FILENAME)),
                             f'lock {workdir}')
-    try:
-      yield
-    finally:
-      if lease is not None:
-        lease.release()
-    return
-  descriptor = on_process_zero(lambda: _acquire(os.path.join(workdir, LOCK_FILENAME)),
-                               f'lock {workdir}')
   try:
     yield
   finally:
-    if descriptor is not None:
-      os.ftruncate(descriptor, 0)  # ended here: no holder to name
-      os.close(descriptor)  # releases the flock
-
-
-def _lease(url: str) -> leases.Lease:
-  """The lease on a bucket's workdir lock (`leases`); RuntimeError naming the holder if a live
-  run renews it."""
-  lease = leases.Lease.take(url, wait=True)
-  if lease is None:
-    holder = json.dumps(leases.Lease.holder(url)) or 'unknown'
-    raise RuntimeError(f'{os.path.dirname(url)} is in use by another training run ({holder}); '
-                       'wait for it to end or choose another --workdir')
-  if lease.previous:
-    logging.warning('taking over %s, left by a run that has ended (%s)', url, lease.previous)
-  return lease
+    if release is not None:
+      release()

@@ -71,16 +71,8 @@ class Claim:
 
 def holder(workdir: str, group: list[str]) -> str:
   """Who holds (or last held) `group`'s claim: 'host:pid', or 'unknown'."""
-  path = os.path.join(workdir, 'claims', f'{group[0]}.lock')
-  try:
-    if buckets.is_url(path):
-      held = leases.Lease.holder(path)
-    else:
-      with open(path) as f:
-        held = json.loads(f.read() or '{}')
-    return f'{held["host"]}:{held["pid"]}'
-  except (OSError, ValueError, KeyError):
-    return 'unknown'
+  held = workdirs.held_by(os.path.join(workdir, 'claims', f'{group[0]}.lock'))
+  return f'{held["host"]}:{held["pid"]}' if 'pid' in held else 'unknown'
 
 
 def sweep_record(sweep_path: str, rows: list[str], together: int, overrides: list[str],
