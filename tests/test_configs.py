@@ -1,25 +1,29 @@
 """Configs: the paper's values, every Table 3 row, validation errors that name the field."""
 
 import json
+import os
+import re
+import shutil
 
 import ml_collections
 import pytest
 
+from transformer_jax import summary
 from transformer_jax.config import checks, choices, fields, loading, platforms
 from transformer_jax.data import batching, pipeline
 from transformer_jax.model import costs, model_config
+from transformer_jax.sweep import run as sweep_run
 from transformer_jax.training import saved_config
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 base = loading.import_sibling(__file__, '../configs/base')
 big = loading.import_sibling(__file__, '../configs/big')
 multi30k = loading.import_sibling(__file__, '../configs/multi30k')
 table3 = loading.import_sibling(__file__, '../configs/table3')
 tiny = loading.import_sibling(__file__, '../configs/tiny')
 
-TABLE3_ORDER = ['base', 'A1', 'A2', 'A3', 'A4', 'B1', 'B2', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6',
-                'C7', 'D1', 'D2', 'D3', 'D4', 'E', 'big']
-
-# (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, steps), copied from the paper's Table 3.
+# (N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, steps), copied from the paper's Table 3, in
+# its order.
 PAPER_TABLE3 = {
     'base': (6, 512, 2048, 8, 64, 64, 0.1, 0.1, 100_000),
     'A1': (6, 512, 2048, 1, 512, 512, 0.1, 0.1, 100_000),
@@ -56,11 +60,12 @@ def expected_params(n, d_model, d_ff, h, d_k, d_v, vocab, learned_positions_len=
           + 2 * learned_positions_len * d_model)
 
 
-def test_rows_are_in_table_order():
-  assert list(table3.ROWS) == TABLE3_ORDER
+def test_the_papers_rows_are_in_table_order_with_its_figures():
+  assert [row for row in table3.ROWS if row in PAPER_TABLE3] == list(PAPER_TABLE3)
+  assert list(table3.PAPER) == list(table3.PAPER_PARAMS) == list(PAPER_TABLE3)
 
 
-@pytest.mark.parametrize('row', TABLE3_ORDER)
+@pytest.mark.parametrize('row', PAPER_TABLE3)
 def test_row_matches_the_paper_and_its_parameter_count(row):
   config = table3.get_config(row)
   m = config.model
@@ -375,3 +380,53 @@ def test_a_damaged_saved_config_is_an_error_naming_the_file(tmp_path, text):
   (tmp_path / 'config.json').write_text(text)
   with pytest.raises(ValueError, match=f'{tmp_path / "config.json"} is not a config written by'):
     saved_config.load_config(str(tmp_path))
+
+
+def test_a_row_of_your_own_is_one_entry_in_table3(tmp_path, capsys):
+  """A row added to configs/table3.py as its docstring says, in a copy of the repository's
+  configs and Table 3 experiments: `summary` counts it, both miniature sweeps plan it (scaled
+  by their rule, with its seed) and the trends script tabulates it as not in the paper, in no
+  trend, though its BLEU beats big's."""
+  shutil.copytree(os.path.join(REPO, 'configs'), tmp_path / 'configs')
+  for script in ('table3_multi30k/sweep.py', 'table3_multi30k/trends.py',
+                 'table3_regularised/sweep.py'):
+    (tmp_path / 'experiments' / script).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(os.path.join(REPO, 'experiments', script), tmp_path / 'experiments' / script)
+  copy = tmp_path / 'configs' / 'table3.py'
+  text = copy.read_text()
+  entry = re.search(r"^ +('A5': Row\(.*\),)$", table3.__doc__, re.M).group(1)
+  copy.write_text(text.replace("    'B1': Row(", f"    {entry}\n    'B1': Row(", 1))
+
+  rows = {r['row']: r for r in summary.sweep_rows(str(copy), [], 32)}
+  assert list(rows) == [*list(table3.ROWS)[:5], 'A5', *list(table3.ROWS)[5:]]
+  a5 = rows['A5']
+  assert (a5['h'], a5['d_k'], a5['d_v'], a5['N'], a5['d_model']) == (2, 256, 256, 6, 512)
+  assert (a5['paper_ppl'], a5['paper_bleu'], a5['paper_params_millions']) == (None, None, None)
+  # Attention's parameters do not depend on h when h d_k = h d_v = d_model.
+  assert a5['params_total'] == rows['base']['params_total']
+
+  for sweep, together, p_drop in (('table3_multi30k', 2, 0.1), ('table3_regularised', 4, 0.3)):
+    path = str(tmp_path / 'experiments' / sweep / 'sweep.py')
+    mine = loading.from_file(f'{path}:A5')
+    assert (mine.model.num_heads, mine.model.d_k, mine.model.d_v, mine.model.d_model,
+            mine.model.dropout_rate) == (2, 64, 64, 128, p_drop)
+    capsys.readouterr()
+    sweep_run.run(path, str(tmp_path / 'work'), together=together, dry_run=True)
+    printed = capsys.readouterr().out
+    assert 'A5: model.num_heads=2, model.d_k=64, model.d_v=64' in printed, printed
+    assert re.search(r'^  A5, A5_seed1\b', printed, re.M), printed
+  assert not (tmp_path / 'work').exists()
+
+  trends = loading.load_module(str(tmp_path / 'experiments' / 'table3_multi30k' / 'trends.py'))
+  results = tmp_path / 'results'
+  results.mkdir()
+  for row, (ppl, bleu) in {**table3.PAPER, 'A5': (4.0, 30.0)}.items():
+    for name, sign in ((row, -1), (f'{row}_seed1', 1)):
+      (results / f'{name}.json').write_text(json.dumps(
+          {'perplexity': ppl + sign * 0.06, 'bleu_tokenized': bleu + sign * 0.06}))
+  report = trends.report(trends.load(str(results)))
+  lines = report.splitlines()
+  assert lines.index(next(l for l in lines if l.startswith('| A5 (not in the paper) | 2 |'))) == (
+      lines.index(next(l for l in lines if l.startswith('| A4 | 2 |'))) + 1)
+  assert '| big is best (BLEU above every other row) | yes |' in report
+  assert '8 of the 8 decided trends reproduce' in report

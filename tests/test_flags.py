@@ -43,6 +43,8 @@ FLAGS = {
     'devices': ('the devices a batch is split over', {'integer'}),
     'devices_per_group': ('the devices each of a sweep\'s groups trains on, side by side',
                           {'integer'}),
+    'dry_run': ('a sweep checked and planned, its plan printed; nothing trained or written',
+                {'bool'}),
     'dtype': ('the compute dtype', {'enum'}),
     'epochs': ('epoch boundaries crossed while timing', {'integer'}),
     'input': ('the file read (default: stdin)', {'string'}),

@@ -9,6 +9,8 @@ import glob
 import io
 import os
 import re
+import subprocess
+import sys
 import tokenize
 
 import pytest
@@ -119,6 +121,27 @@ def test_the_readme_holds_the_quick_start_ci_runs():
   assert len(readme.encode()) <= 10_240
 
 
+def test_the_sweep_of_your_own_runs_to_the_plan_its_page_shows(tmp_path):
+  """docs/training.md's sweep file of a user's own rows, saved where it says, run with its
+  command (`--dry_run`, the workdir moved to a temporary one): it prints the rows' changes and
+  the plan the page shows, line for line, and writes nothing."""
+  page = _read('docs/training.md')
+  section = page[page.index('### A sweep of your own'):page.index('## WMT 2014')]
+  code, command, printed = re.findall(r'^```\w*\n(.*?)^```', section, re.M | re.S)[:3]
+  file = re.search(r'--sweep=(\S+)', command).group(1)
+  (tmp_path / file).write_text(code)
+  for folder in ('configs', 'experiments'):  # where a fork keeps them, beside the file
+    (tmp_path / folder).symlink_to(os.path.join(REPO, folder))
+  argv = re.sub(r'--workdir=\S+', f'--workdir={tmp_path / "work"}',
+                command.replace('\\\n', ' ')).split()
+  assert argv[:3] == ['python', '-m', 'transformer_jax.sweep'], argv
+  result = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.splitlines() == printed.splitlines()
+  assert not (tmp_path / 'work').exists()
+
+
 def test_faithfulness_names_tests_that_exist():
   cited = []
   for row in _read('docs/faithfulness.md').splitlines():
@@ -209,7 +232,7 @@ WRITTEN = {'config.json', 'metrics.jsonl', 'attention.json', 'dataset_info.json'
            'sweep_train_seconds.json', 'window.jsonl', 'table3_regularised.jsonl',
            'train_evaluate.json', 'sweep.json', 'result.json', 'processes.txt',
            'sitecustomize.py', 'source.txt', 'translations.txt', 'before.json', 'after.json',
-           'curves.png', 'tokens/', 'tensorboard/', 'prepared.json'}
+           'curves.png', 'tokens/', 'tensorboard/', 'prepared.json', 'heads_dropout.py'}
 # Other projects' files: tensor2tensor's beam search and BLEU script, fairseq's generate.py,
 # transformers' pipeline.
 ELSEWHERE = {'beam_search.py', 'get_ende_bleu.sh', 'generate.py',

@@ -1,5 +1,5 @@
-r"""Table 3 in miniature: the paper's 20 rows scaled around a small base that trains on
-Multi30k EN->DE on a 2-core CPU.
+r"""Table 3 in miniature: configs/table3.py's rows (the paper's 20) scaled around a small base that
+trains on Multi30k EN->DE on a 2-core CPU.
 
   python -m transformer_jax.sweep --sweep=experiments/table3_multi30k/sweep.py \
       --workdir=/tmp/table3_multi30k --results=experiments/table3_multi30k/rows
@@ -9,22 +9,23 @@ Every file under --results is one finished row; the runner skips those, so the s
 on any machine from the committed rows (a new --results directory trains every row afresh).
 `--together=2` trains a row and its seed as one program.
 
-Scaling. The miniature base is N=3, d_model 128, d_ff 512, h 8, d_k = d_v = 16 (the paper's
-base divided by 2 in depth and by 4 in width, keeping h and d_ff = 4 d_model), P_drop 0.1,
-ε_ls 0.1, sinusoid positions. Each row changes what the paper's row changes, by the same
-factor:
-  A    h = 1, 4, 16, 32 with d_k = d_v = d_model / h (128, 32, 8, 4);
-  B    d_k = 16 / 4 and 16 / 2 (the paper's 64 -> 16, 32), d_v stays 16;
-  C    N = 6 -> 2, 4, 8 becomes 3 -> 1, 2, 4 (nearest to the same fraction); d_model halved
-       and doubled (64, 256, with d_k = d_v = d_model / 8); d_ff halved and doubled;
-  D    P_drop 0.0 and 0.2, ε_ls 0.0 and 0.2 (the paper's values);
-  E    learned positional embeddings;
-  big  d_model, d_ff doubled, h = 16, P_drop 0.3 (the paper's big: 1024, 4096, 16, 0.3).
-Not in the paper: every row again with seed 1, and base with seed 2 too (41 rows in all): a
+Scaling. Every row of configs/table3.py (a row added there too), by one rule (`miniature`):
+the miniature is the paper's base divided by WIDTH = 4 in width (d_model 128, d_ff 512,
+d_k = d_v = 16; h stays 8) and by DEPTH = 2 in depth (N = 3), and each row changes what the
+paper's row changes, by the same factors: d_model, d_ff, d_k, d_v divided by 4, N by 2, steps
+by the paper's 100K over STEPS (big's 300K becomes 3 STEPS); every other field (h, P_drop,
+ε_ls, positions) as the paper's row sets it. So A1-A4 have h = 1, 4, 16, 32 with
+d_k = d_v = 128 / h; B1, B2 d_k 4 and 8; C1-C3 N = 1, 2, 4; C4, C5 d_model 64 and 256; C6, C7
+d_ff 256 and 1024; big d_model 256, d_ff 1024, h = 16, P_drop 0.3. The one exception: the big
+model's checkpoint interval and averaging (§6.1's recipe, which Table 3's evaluation does not
+use) are the sweep's own (`SWEEPS_OWN`).
+Not in the paper: every row again with seed 1, and base with seed 2 too (41 rows for 20): a
 single run per row cannot tell a trend from seed noise. experiments/table3_multi30k/trends.py reads the
 finished rows and decides each of the paper's trends beyond the seeds' spread.
 Every row trains STEPS steps on the same data except big, which trains 3 * STEPS as Table 3's
-"train steps" column has it (100K for every row, 300K for big), batches of 4096 source + 4096
+"train steps" column has it (100K for every row, 300K for big; an earlier version of this file
+trained big for STEPS, and it was still learning: dev perplexity 6.63, 6.46, 6.25 at steps 3000,
+3500, 4000, experiments/table3_multi30k/README.md), batches of 4096 source + 4096
 target tokens, warmup 400 steps (the paper's 4000 is 4% of 100K; 400 keeps the peak learning
 rate of eq. 3 reachable early), Q/K/V initialised as tensor2tensor v1's fused projections (the
 default; experiments/postnorm/README.md), and is evaluated on the dev split (Multi30k val,
@@ -60,7 +61,9 @@ MULTI30K = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file_
                                          '..', 'shared', 'data', 'multi30k'))
 
 STEPS = 4000
-D_MODEL = 128
+# The scaling rule (module docstring): the paper's widths over WIDTH, its depth over DEPTH.
+WIDTH, DEPTH = 4, 2
+D_MODEL = 512 // WIDTH
 
 # Every field the sweep depends on is pinned here, so configs/multi30k.py (the best-effort
 # Multi30k model) can change without changing the sweep.
@@ -72,7 +75,7 @@ BASE = {
     'data.pack_length': 0,
     'data.vocab_size': 6000,
     'data.tokens_per_batch': 4096,
-    'model.num_layers': 3,
+    'model.num_layers': 6 // DEPTH,
     'model.d_model': D_MODEL,
     'model.d_ff': 4 * D_MODEL,
     'model.num_heads': 8,
@@ -96,54 +99,47 @@ BASE = {
 }
 
 
-def _heads(h: int) -> dict:
-  return {'model.num_heads': h, 'model.d_k': D_MODEL // h, 'model.d_v': D_MODEL // h}
+# The factor by which the rule multiplies each field's value in a paper row.
+SCALED = {'model.d_model': 1 / WIDTH, 'model.d_ff': 1 / WIDTH, 'model.d_k': 1 / WIDTH,
+          'model.d_v': 1 / WIDTH, 'model.num_layers': 1 / DEPTH}
+# Fields of a paper row that are not Table 3's variation (big's §6.1 recipe): BASE's values.
+SWEEPS_OWN = ('train.checkpoint_every_steps', 'decode.average_last')
 
 
-def _width(d_model: int) -> dict:
-  return {'model.d_model': d_model, 'model.d_k': d_model // 8, 'model.d_v': d_model // 8}
+def miniature(row: str, steps: int = STEPS) -> dict:
+  """configs/table3.py's `row` by the scaling rule, around a base of `steps` steps: its
+  changes to the paper's base, each field scaled (`SCALED`; steps by `steps` over the paper's
+  base's), kept, or left to the sweep (`SWEEPS_OWN`)."""
+  paper_steps = table3.get_config('base').train.num_train_steps
+  factors = {**SCALED, 'train.num_train_steps': steps / paper_steps}
+  changes = {}
+  for field, value in table3.ROWS[row].delta.items():
+    if field in SWEEPS_OWN:
+      continue
+    if field in factors:
+      scaled = value * factors[field]
+      if scaled != int(scaled) or scaled < 1:
+        raise ValueError(f'configs/table3.py row {row}: {field}={value} times {factors[field]:g} '
+                         'is not a whole number: give the row a value the miniature can scale')
+      value = int(scaled)
+    changes[field] = value
+  return changes
 
 
-PAPER_ROWS = {
-    'base': {},
-    'A1': _heads(1),
-    'A2': _heads(4),
-    'A3': _heads(16),
-    'A4': _heads(32),
-    'B1': {'model.d_k': 4},
-    'B2': {'model.d_k': 8},
-    'C1': {'model.num_layers': 1},
-    'C2': {'model.num_layers': 2},
-    'C3': {'model.num_layers': 4},
-    'C4': _width(D_MODEL // 2),
-    'C5': _width(2 * D_MODEL),
-    'C6': {'model.d_ff': 2 * D_MODEL},
-    'C7': {'model.d_ff': 8 * D_MODEL},
-    'D1': {'model.dropout_rate': 0.0},
-    'D2': {'model.dropout_rate': 0.2},
-    'D3': {'train.label_smoothing': 0.0},
-    'D4': {'train.label_smoothing': 0.2},
-    'E': {'model.position_encoding': 'learned'},
-    'big': {'model.d_model': 2 * D_MODEL, 'model.d_ff': 8 * D_MODEL, 'model.num_heads': 16,
-            'model.d_k': 2 * D_MODEL // 16, 'model.d_v': 2 * D_MODEL // 16,
-            'model.dropout_rate': 0.3,
-            # Table 3 trains big 300K steps, every other row 100K. At STEPS, as an earlier
-            # version of this file trained it, big (seed 0) was still learning: dev perplexity
-            # 6.63, 6.46, 6.25 at steps 3000, 3500, 4000 (experiments/table3_multi30k/README.md).
-            'train.num_train_steps': 3 * STEPS},
-}
+TABLE3_ROWS = {row: miniature(row) for row in table3.ROWS}
+
 
 # Not in the paper: every row again with seed 1, and base with seed 2 too (initialisation,
 # dropout and batch order change). A trend counts only beyond the spread of the seeds.
 # Seed 0 of every row comes first, so a partly finished sweep is a whole table.
-def with_seeds(paper_rows: dict) -> dict:
-  """`paper_rows`, then each again with seed 1 and base with seed 2 too."""
-  return {**paper_rows, 'base_seed1': {'seed': 1}, 'base_seed2': {'seed': 2},
+def with_seeds(rows: dict) -> dict:
+  """`rows`, then each again with seed 1 and base with seed 2 too."""
+  return {**rows, 'base_seed1': {'seed': 1}, 'base_seed2': {'seed': 2},
           **{f'{row}_seed1': {**changes, 'seed': 1}
-             for row, changes in paper_rows.items() if row != 'base'}}
+             for row, changes in rows.items() if row != 'base'}}
 
 
-ROWS = with_seeds(PAPER_ROWS)
+ROWS = with_seeds(TABLE3_ROWS)
 
 PAPER = table3.PAPER
 

@@ -26,12 +26,14 @@ the metric in which the paper's own rows show it:
   6  label smoothing raises perplexity but helps BLEU: D3 (ε_ls 0) has lower perplexity and
      lower BLEU than base;
   7  learned positional embeddings ≈ sinusoids: E ≈ base, in BLEU and perplexity;
-  8  big is best: big's BLEU above every other row's beyond the spread.
+  8  big is best: big's BLEU above every other row's of the paper beyond the spread.
+The rows are configs/table3.py's, in its order; a row there without the paper's figures (one of
+your own) is tabulated as not in the paper and counted in no trend.
 A trend is reported as pending until each of its rows has finished at least two seeds: one
 seed has no spread to judge a difference against.
 
 --plot draws every finished seed's dev perplexity against the step (the `dev_curve` the
-sweep logs every 500 steps), one panel per group of Table 3's rows with base's seeds in each:
+sweep logs every 500 steps), one panel per part of Table 3 ((A) to (E), big) with base's seeds in each:
 whether a row converged (flat over the last 20% of its steps) can be seen at a glance.
 """
 
@@ -47,18 +49,11 @@ matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from transformer_jax import cli  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer_jax.config import loading  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MIN_SEEDS = 2
 
-ROW_ORDER = ('base', 'A1', 'A2', 'A3', 'A4', 'B1', 'B2', 'C1', 'C2', 'C3', 'C4', 'C5', 'C6', 'C7',
-             'D1', 'D2', 'D3', 'D4', 'E', 'big')
-
-
-# The panels of --plot: Table 3's groups of rows, each drawn beside base.
-GROUPS = (('A: heads', ('A1', 'A2', 'A3', 'A4')), ('B: d_k', ('B1', 'B2')),
-          ('C: N', ('C1', 'C2', 'C3')), ('C: d_model, d_ff', ('C4', 'C5', 'C6', 'C7')),
-          ('D: dropout, label smoothing', ('D1', 'D2', 'D3', 'D4')),
-          ('E: learned positions; big', ('E', 'big')))
+table3 = loading.import_sibling(__file__, '../../configs/table3')
 
 
 def _finished_seeds(directory: str) -> Iterator[tuple[str, dict]]:
@@ -103,13 +98,31 @@ def load_curves(directory: str) -> dict[str, list[list[tuple[int, float]]]]:
   return curves
 
 
+def panels(rows) -> dict[str, list[str]]:
+  """`rows` (ids) by their part of Table 3 (configs/table3.py's `part`), base in none: one
+  panel each, in the order the parts first come."""
+  by_part = {}
+  for row in rows:
+    if row != 'base':
+      by_part.setdefault(table3.part(row), []).append(row)
+  return by_part
+
+
 def plot_curves(curves: dict) -> matplotlib.figure.Figure:
-  """One panel per group of GROUPS: base's seeds in grey, each row of the group in a colour of
-  its own (one line per seed), dev perplexity against the step. The axis spans 5 to 12, where
-  the rows end; the first evaluations lie above it, and so does D1's end (no dropout)."""
-  figure, axes = plt.subplots(2, 3, figsize=(13, 7.5), sharey=True)
-  for ax, (title, group) in zip(axes.flat, GROUPS):
-    for row in ('base', *group):
+  """One panel per part of Table 3 (`panels`; and of any other rows in `curves`): base's seeds in grey, each row of the part in a
+  colour of its own (one line per seed), dev perplexity against the step. The axis spans 5 to
+  12, where the rows end; the first evaluations lie above it, and so does D1's end (no
+  dropout)."""
+  by_part = panels(ordered({**dict.fromkeys(table3.ROWS), **curves}))
+  columns = 3
+  figure, axes = plt.subplots(-(-len(by_part) // columns), columns,
+                              figsize=(13, 3.75 * -(-len(by_part) // columns)), sharey=True,
+                              squeeze=False)
+  for ax in axes.flat[len(by_part):]:
+    ax.axis('off')
+  for ax, (part, part_rows) in zip(axes.flat, by_part.items()):
+    title = table3.PARTS.get(part, part)
+    for row in ('base', *part_rows):
       color = 'grey' if row == 'base' else None
       for seed, curve in enumerate(curves.get(row, [])):
         steps, perplexities = zip(*curve)
@@ -123,10 +136,16 @@ def plot_curves(curves: dict) -> matplotlib.figure.Figure:
       ax.legend(fontsize='small')
   for ax in axes[:, 0]:
     ax.set_ylabel('dev perplexity (per token)')
-  for ax in axes[1]:
+  for ax in axes[-1]:
     ax.set_xlabel('step')
   figure.tight_layout()
   return figure
+
+
+def ordered(rows) -> list[str]:
+  """The ids of `rows` in configs/table3.py's order, then any it does not name."""
+  return ([row for row in table3.ROWS if row in rows]
+          + sorted(row for row in rows if row not in table3.ROWS))
 
 
 def better(rows: dict, a: str, b: str, metric: str) -> bool:
@@ -161,8 +180,8 @@ def trends(rows: dict) -> list[tuple[str, bool | None]]:
        lambda: better(rows, 'D3', 'base', 'ppl') and better(rows, 'base', 'D3', 'bleu')),
       ('learned positions ≈ sinusoids (E ≈ base, BLEU and PPL)', ('E', 'base'),
        lambda: overlap(rows, 'E', 'base', 'bleu') and overlap(rows, 'E', 'base', 'ppl')),
-      ('big is best (BLEU above every other row)', ROW_ORDER,
-       lambda: all(better(rows, 'big', row, 'bleu') for row in ROW_ORDER if row != 'big')),
+      ('big is best (BLEU above every other row)', tuple(table3.PAPER),
+       lambda: all(better(rows, 'big', row, 'bleu') for row in table3.PAPER if row != 'big')),
   ]
   def finished(row):
     return row in rows and len(rows[row]['ppl']) >= MIN_SEEDS
@@ -183,9 +202,10 @@ def _change(changes: list[float]) -> str:
 def report(rows: dict) -> str:
   lines = ['| row | seeds | dev PPL mean (min–max) | dev BLEU mean (min–max) '
            '| dev PPL change, last 20% of steps |', '|---|---|---|---|---|']
-  lines += [f'| {row} | {len(rows[row]["ppl"])} | {_spread(rows[row]["ppl"])} | '
+  lines += [f'| {row}{"" if row in table3.PAPER else " (not in the paper)"} | '
+            f'{len(rows[row]["ppl"])} | {_spread(rows[row]["ppl"])} | '
             f'{_spread(rows[row]["bleu"])} | {_change(rows[row]["change"])} |'
-            for row in ROW_ORDER if row in rows]
+            for row in ordered(rows)]
   results = trends(rows)
   lines += ['', '| trend | reproduces beyond the seed spread |', '|---|---|']
   lines += [f'| {statement} | {"pending" if ok is None else "yes" if ok else "no"} |'

@@ -28,7 +28,8 @@ def load_module(path: str) -> types.ModuleType:
 
 def import_sibling(file: str, name: str) -> types.ModuleType:
   """The Python file `name`.py beside `file` (a caller's `__file__`) as a module; `name` may be
-  a path relative to that directory, e.g. '../configs/multi30k'."""
+  a path relative to that directory, e.g. '../configs/multi30k', and may end in '.py'."""
+  name = name.removesuffix('.py')
   return load_module(os.path.join(os.path.dirname(os.path.abspath(file)), f'{name}.py'))
 
 

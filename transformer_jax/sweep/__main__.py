@@ -4,11 +4,14 @@ evaluated as one program, and tabulates them beside the paper's figures.
   python -m transformer_jax.sweep --sweep=experiments/table3_multi30k/sweep.py --workdir=DIR \
       [--rows=A1,C3] [--results=experiments/table3_multi30k/rows] [--together=N] \
       [--devices_per_group=d] [--process_index=i --process_count=N] [--stop_after_minutes=M] \
-      [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...]
+      [--override=dtype=bfloat16 --override=train.grad_accum_steps=2 ...] [--dry_run]
 
 A sweep file is a config file whose `get_config(row)` gives each row's config, with
     ROWS   the row ids, in table order (a dict or a sequence);
     PAPER  optional: {row: (perplexity, BLEU)}, the published figures to print beside ours.
+docs/training.md shows one of your own rows (a grid of fields, seeds) in a dozen lines.
+`--dry_run` checks every row's config (as before training), prints each row's fields that
+differ from the first row's and the plan (below), and stops: nothing is trained or written.
 Each row trains in `DIR/<row>` and is then evaluated on the dev split as Table 3 was: beam 4,
 α 0.6, no checkpoint averaging, per-token perplexity (`sweep.group`). Its figures, with the dev
 perplexities logged during training, go to `<results>/<row>.json` (default `DIR/rows/`); a row
@@ -95,6 +98,8 @@ _PROCESS_COUNT = flags.DEFINE_integer('process_count', 1, 'The processes that sh
 _STOP_AFTER = flags.DEFINE_float('stop_after_minutes', None, 'Start only the groups expected '
                                  'to finish within this many minutes from the start (module '
                                  'docstring).')
+_DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Check every row and print its changes and '
+                              'the plan; train nothing, write nothing.')
 _CONCURRENT = flags.DEFINE_integer('concurrent', None, 'Removed: the sweep trains its groups '
                                    'in its own process, side by side with --devices_per_group; '
                                    '--together trains rows as one program.')
@@ -107,7 +112,7 @@ def main():
                      'trains N rows as one program')
   run.run(os.path.abspath(_SWEEP.value), _WORKDIR.value, _ROWS.value, _RESULTS.value,
           _OVERRIDE.value, _TOGETHER.value, _STOP_AFTER.value, _DEVICES_PER_GROUP.value,
-          slots.SweepProcess(_PROCESS_INDEX.value, _PROCESS_COUNT.value))
+          slots.SweepProcess(_PROCESS_INDEX.value, _PROCESS_COUNT.value), _DRY_RUN.value)
 
 
 if __name__ == '__main__':

@@ -19,7 +19,7 @@ from typing import Any
 from etils import epath
 import jax
 
-from transformer_jax.config import loading
+from transformer_jax.config import fields, loading
 from transformer_jax.model import partitioning
 from transformer_jax.storage import buckets, workdirs
 from transformer_jax.sweep import claims, group as group_lib, plan, results as tables
@@ -29,14 +29,16 @@ from transformer_jax.sweep import slots as slots_lib
 def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
         results_dir: str | None = None, overrides: list[str] = (), together: int = 1,
         stop_after_minutes: float | None = None, devices_per_group: int | None = None,
-        process: slots_lib.SweepProcess = slots_lib.SweepProcess()) -> dict:
+        process: slots_lib.SweepProcess = slots_lib.SweepProcess(),
+        dry_run: bool = False) -> dict:
   """Runs the rows not finished yet (all of the sweep's, or `rows`) in groups of up to
   `together` rows, with `overrides` (`FIELD=VALUE`) in every row, each group on
   `devices_per_group` of this process's devices (default: all), groups side by side on the
   others; with `stop_after_minutes`, only the groups the plan expects to finish by then
   (`plan.plan`, printed before anything starts), each started only if its prediction still
   fits when it comes; with `process`, only this process's groups of the plan over every
-  process's slots. Returns every finished row's figures."""
+  process's slots; with `dry_run`, only checked and planned: the rows' changes and the plan
+  printed, nothing written. Returns every finished row's figures."""
   started = time.monotonic()
   if not 0 <= process.index < process.count:
     raise ValueError(f'--process_index={process.index} must be in [0, --process_count='
@@ -69,6 +71,9 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
     except ValueError as e:
       raise ValueError(f'row {row}, on {len(slots[0])} devices a group: {e}') from None
   results_dir = results_dir or os.path.join(workdir, 'rows')
+  if dry_run:
+    return _dry_run(sweep, configs, together, workdir, results_dir, overrides, slots, started,
+                    stop_after_minutes, process)
   buckets.check(workdir, '--workdir')  # both, before either is created
   buckets.check(results_dir, '--results')
   workdirs.check_writable(workdir, '--workdir')
@@ -93,6 +98,27 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
     tables.write_table(sweep_path, sweep, results, workdir)
     return results
   return _table_once(sweep_path, sweep, rows, workdir, results_dir, process)
+
+
+def _dry_run(sweep: Any, configs: dict, together: int, workdir: str, results_dir: str,
+             overrides: list[str], slots: list, started: float,
+             stop_after_minutes: float | None, process: slots_lib.SweepProcess) -> dict:
+  """Prints each row's fields that differ from the first row's and the plan of the rows not
+  finished (this process's own grouping); returns the finished rows' figures."""
+  results = _read_results(sweep.ROWS, results_dir)
+  first = fields.flatten(next(iter(configs.values())))
+  for row, config in configs.items():
+    changes = {field: value for field, value in fields.flatten(config).items()
+               if value != first.get(field)}
+    print(f'{row}: ' + (f'done already ({os.path.join(results_dir, row + ".json")})'
+                        if row in results else
+                        ', '.join(f'{field}={value}' for field, value in changes.items())
+                        or 'as the first row'), flush=True)
+  to_run = {row: config for row, config in configs.items() if row not in results}
+  side_by_side = slots_lib.SideBySide('', sweep, configs, workdir, results_dir, overrides,
+                                      results, slots, started, stop_after_minutes, process)
+  side_by_side.plan_groups(plan.groups(to_run, together))
+  return results
 
 
 def _groups(sweep_path: str, rows: list[str], together: int, overrides: list[str],

@@ -86,19 +86,25 @@ class SideBySide:
     ahead.start(group, [self._configs[row] for row in group],
                 [os.path.join(self._workdir, row) for row in group], devices)
 
+  def plan_groups(self, groups: list[list[str]]) -> plan.Plan:
+    """The plan of `groups` over every process's slots (`plan.plan`), printed."""
+    process = self._process
+    # Every process of a shared sweep plans from the deadline as given, not from its clock.
+    seconds_left = self._seconds_left() if process.count == 1 else self._budget
+    the_plan = plan.plan(groups, {tuple(g): self._predicted(g) for g in groups}, seconds_left,
+                         process.count * len(self._slots))
+    prefix = f'process {process.index} of {process.count}: ' if process.count > 1 else ''
+    print(prefix + the_plan.describe(seconds_left), flush=True)
+    return the_plan
+
   def train(self, groups: list[list[str]]) -> None:
     """Trains `groups` in the plan's order (printed first), each slot taking the next group
     that no process holds (`claims`) and none has finished, then waiting for those held by
     other processes (taking them over if their process ends before it finishes them); raises
     the first group's error after every slot has stopped (the groups in flight saved), or
     `group_lib.Preempted` if a SIGTERM or Ctrl-C stopped it."""
-    local, process = len(self._slots), self._process
-    # Every process of a shared sweep plans from the deadline as given, not from its clock.
-    seconds_left = self._seconds_left() if process.count == 1 else self._budget
-    the_plan = plan.plan(groups, {tuple(g): self._predicted(g) for g in groups}, seconds_left,
-                         process.count * local)
-    prefix = f'process {process.index} of {process.count}: ' if process.count > 1 else ''
-    print(prefix + the_plan.describe(seconds_left), flush=True)
+    local = len(self._slots)
+    the_plan = self.plan_groups(groups)
     self.passed_over += the_plan.passed_over
     self._queue = _Queue(the_plan.order)
     ahead = Ahead(self._data_cache, group_lib.TABLE3_DECODING, group_lib.SPLIT)
