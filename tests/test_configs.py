@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import re
 import shutil
 
@@ -382,20 +383,32 @@ def test_a_damaged_saved_config_is_an_error_naming_the_file(tmp_path, text):
     saved_config.load_config(str(tmp_path))
 
 
-def test_a_row_of_your_own_is_one_entry_in_table3(tmp_path, capsys):
-  """A row added to configs/table3.py as its docstring says, in a copy of the repository's
-  configs and Table 3 experiments: `summary` counts it, both miniature sweeps plan it (scaled
-  by their rule, with its seed) and the trends script tabulates it as not in the paper, in no
-  trend, though its BLEU beats big's."""
+def _table3_copy(tmp_path, entry: str) -> pathlib.Path:
+  """configs/ and the miniature sweeps and trends script copied under `tmp_path`, `entry` added
+  to the copy's configs/table3.py ROWS after A4; the copy's configs/table3.py."""
   shutil.copytree(os.path.join(REPO, 'configs'), tmp_path / 'configs')
   for script in ('table3_multi30k/sweep.py', 'table3_multi30k/trends.py',
                  'table3_regularised/sweep.py'):
     (tmp_path / 'experiments' / script).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(os.path.join(REPO, 'experiments', script), tmp_path / 'experiments' / script)
   copy = tmp_path / 'configs' / 'table3.py'
-  text = copy.read_text()
+  copy.write_text(copy.read_text().replace("    'B1': Row(", f"    {entry}\n    'B1': Row(", 1))
+  return copy
+
+
+def test_a_row_the_miniature_cannot_scale_is_refused_naming_it(tmp_path):
+  _table3_copy(tmp_path, "'C8': Row({'model.num_layers': 3}),")
+  with pytest.raises(ValueError, match=r'row C8: model.num_layers=3 times 0.5 is not a whole'):
+    loading.load_sweep(str(tmp_path / 'experiments' / 'table3_multi30k' / 'sweep.py'))
+
+
+def test_a_row_of_your_own_is_one_entry_in_table3(tmp_path, capsys):
+  """A row added to configs/table3.py as its docstring says, in a copy of the repository's
+  configs and Table 3 experiments: `summary` counts it, both miniature sweeps plan it (scaled
+  by their rule, with its seed) and the trends script tabulates it as not in the paper, in no
+  trend, though its BLEU beats big's."""
   entry = re.search(r"^ +('A5': Row\(.*\),)$", table3.__doc__, re.M).group(1)
-  copy.write_text(text.replace("    'B1': Row(", f"    {entry}\n    'B1': Row(", 1))
+  copy = _table3_copy(tmp_path, entry)
 
   rows = {r['row']: r for r in summary.sweep_rows(str(copy), [], 32)}
   assert list(rows) == [*list(table3.ROWS)[:5], 'A5', *list(table3.ROWS)[5:]]
