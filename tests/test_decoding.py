@@ -33,18 +33,18 @@ def test_cached_logits_equal_the_full_forward_pass(rng, options):
   three of the blocks that a step reads the cache by (attention.CACHE_BLOCK), the last one
   partial, one compiled step reading each."""
   cfg = tiny_config(max_len=48, **options)
-  model, params = Transformer(cfg), init_params(cfg)
+  module, params = Transformer(cfg), init_params(cfg)
   inputs = jnp.asarray(random_tokens(rng, (3, 6), cfg.vocab_size, lengths=[6, 3, 1]))
   target_length, cache_length = 2 * CACHE_BLOCK + 7, 2 * CACHE_BLOCK + 12
   decoder_inputs = jnp.asarray(
       random_tokens(rng, (3, target_length), cfg.vocab_size)).at[:, 0].set(PAD_ID)
   source_mask = inputs != PAD_ID
-  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-  full = model.apply({'params': params}, encoded, source_mask, decoder_inputs, method='decode')
+  encoded = module.apply({'params': params}, inputs, source_mask, method='encode')
+  full = module.apply({'params': params}, encoded, source_mask, decoder_inputs, method='decode')
 
-  _, variables = model.apply({'params': params}, encoded, source_mask, cache_length,
+  _, variables = module.apply({'params': params}, encoded, source_mask, cache_length,
                              method='init_cache', mutable=['cache'])
-  step = jax.jit(lambda cache, tokens, i: model.apply(
+  step = jax.jit(lambda cache, tokens, i: module.apply(
       {'params': params, 'cache': cache}, encoded, source_mask, tokens, incremental=True,
       position=i, method='decode', mutable=['cache']))
   cache, stepwise = variables['cache'], []
@@ -58,11 +58,11 @@ def test_cached_logits_equal_the_full_forward_pass(rng, options):
 @pytest.mark.slow
 def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesis():
   cfg = tiny_config(max_len=24)
-  model, params = Transformer(cfg), init_params(cfg)
+  module, params = Transformer(cfg), init_params(cfg)
   inputs = jnp.ones((2, 5), jnp.int32)
-  encoded = model.apply({'params': params}, inputs, inputs != 0, method='encode')
+  encoded = module.apply({'params': params}, inputs, inputs != 0, method='encode')
   length = CACHE_BLOCK + 4
-  _, variables = model.apply({'params': params}, encoded, inputs != 0, length, 3,
+  _, variables = module.apply({'params': params}, encoded, inputs != 0, length, 3,
                              method='init_cache', mutable=['cache'])
   decoder = variables['cache']['decoder']
   layer = decoder['layer_0']
@@ -87,17 +87,17 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
   some twice) while the cache stays where it was written: at every step, each row's
   logits are those of the full decoder over that row's own token history."""
   cfg = tiny_config(max_len=24, **options)
-  model, params = Transformer(cfg), init_params(cfg)
+  module, params = Transformer(cfg), init_params(cfg)
   copies, length = 3, CACHE_BLOCK + 4
   inputs = jnp.asarray(random_tokens(rng, (2, 6), cfg.vocab_size, lengths=[6, 2]))
   source_mask = inputs != PAD_ID
-  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-  scorer = batch_decode.model_scorer(model, params, encoded, source_mask, length, copies)
+  encoded = module.apply({'params': params}, inputs, source_mask, method='encode')
+  scorer = batch_decode.model_scorer(module, params, encoded, source_mask, length, copies)
   step, reorder = jax.jit(scorer.step), jax.jit(scorer.reorder)
   repeated = (jnp.repeat(encoded, copies, 0), jnp.repeat(source_mask, copies, 0))
   # The full decoder over each row's history, padded to `length` (one compiled shape; the
   # causal mask keeps the padding out of position i).
-  full_decoder = jax.jit(lambda history: model.apply(
+  full_decoder = jax.jit(lambda history: module.apply(
       {'params': params}, *repeated, history, method='decode'))
   state, history = scorer.state, np.zeros((2 * copies, 0), np.int32)
   for i in range(length):
@@ -122,12 +122,12 @@ def _without_eos(monkeypatch) -> None:
                       lambda logits: next_logits(logits.at[:, EOS_ID].set(-jnp.inf)))
 
 
-def _greedy_by_full_forward(model, params, inputs, length, ends=True):
+def _greedy_by_full_forward(module, params, inputs, length, ends=True):
   """Reference: at every step re-run the whole decoder and take the argmax (numpy loop); with
   `ends` False, EOS is never taken."""
   source_mask = inputs != PAD_ID
-  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-  full_decoder = jax.jit(lambda decoder_inputs: model.apply(
+  encoded = module.apply({'params': params}, inputs, source_mask, method='encode')
+  full_decoder = jax.jit(lambda decoder_inputs: module.apply(
       {'params': params}, encoded, source_mask, decoder_inputs, method='decode'))
   outputs = np.zeros((inputs.shape[0], length), np.int32)
   done = ~np.asarray(source_mask).any(1)
@@ -162,11 +162,11 @@ def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng, monkeypatch, 
   monkeypatch.setattr(jax, 'default_backend', lambda: backend)
   assert len(attention.cache_blocks(6 + 2 * CACHE_BLOCK)) == (3 if backend == 'cpu' else 1)
   cfg = tiny_config(share_embeddings=False, max_len=40)
-  model, params = Transformer(cfg), _lively_params(cfg)
+  module, params = Transformer(cfg), _lively_params(cfg)
   inputs = jnp.asarray(random_tokens(rng, (4, 6), cfg.vocab_size, lengths=[6, 4, 2, 0]))
   outputs = jax.jit(lambda p, x: batch_decode.decode(
-      model, p, x, beam_size=1, alpha=0.6, max_extra_length=2 * CACHE_BLOCK))(params, inputs)
-  expected = _greedy_by_full_forward(model, params, inputs, 6 + 2 * CACHE_BLOCK, ends=False)
+      module, p, x, beam_size=1, alpha=0.6, max_extra_length=2 * CACHE_BLOCK))(params, inputs)
+  expected = _greedy_by_full_forward(module, params, inputs, 6 + 2 * CACHE_BLOCK, ends=False)
   np.testing.assert_array_equal(outputs, expected)
   assert [len(batch_decode.strip(o)) for o in expected] == [6 + 2 * CACHE_BLOCK] * 3 + [0]
   assert not np.any(outputs[3])  # an empty input gives an empty output
@@ -179,10 +179,10 @@ def test_cached_and_uncached_translations_agree(rng, monkeypatch, beam_size):
   cap."""
   _without_eos(monkeypatch)
   cfg = tiny_config(share_embeddings=False, max_len=40)
-  model, params = Transformer(cfg), _lively_params(cfg, seed=3)
+  module, params = Transformer(cfg), _lively_params(cfg, seed=3)
   inputs = jnp.asarray(random_tokens(rng, (3, 5), cfg.vocab_size, lengths=[5, 2, 4]))
   run = {cached: jax.jit(lambda p, x, cached=cached: batch_decode.decode(
-      model, p, x, beam_size=beam_size, alpha=0.6, max_extra_length=2 * CACHE_BLOCK,
+      module, p, x, beam_size=beam_size, alpha=0.6, max_extra_length=2 * CACHE_BLOCK,
       cached=cached)) for cached in (True, False)}
   outputs = run[True](params, inputs)
   assert [len(batch_decode.strip(o)) for o in np.asarray(outputs)] == [5 + 2 * CACHE_BLOCK] * 3
@@ -218,7 +218,7 @@ def test_sentences_dropped_as_they_end_translate_as_when_kept(rng, cached, beam_
   every sentence, what the search keeping all of them to the end returns; the sentences end at
   steps set by construction, the last ones in the cache's second block."""
   cfg = tiny_config(share_embeddings=False, max_len=40)
-  model, params = Transformer(cfg), _lively_params(cfg, seed=5)
+  module, params = Transformer(cfg), _lively_params(cfg, seed=5)
   batch, length = 16, 5 + 2 * CACHE_BLOCK
   ends = np.array([1, 2, 3, 2, 9, 4, 1, 5, 3, CACHE_BLOCK + 3, 6, 2, 7, 1, 2, 8])
   inputs = jnp.asarray(random_tokens(rng, (batch, 5), cfg.vocab_size,
@@ -227,8 +227,8 @@ def test_sentences_dropped_as_they_end_translate_as_when_kept(rng, cached, beam_
 
   @functools.partial(jax.jit, static_argnames='widths')
   def run(params, widths):
-    encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-    scorer = _ending_scorer(batch_decode.model_scorer(model, params, encoded, source_mask,
+    encoded = module.apply({'params': params}, inputs, source_mask, method='encode')
+    scorer = _ending_scorer(batch_decode.model_scorer(module, params, encoded, source_mask,
                                                       length, beam_size, cached),
                             ends, beam_size)
     active = jnp.ones(batch, bool)

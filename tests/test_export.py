@@ -335,7 +335,7 @@ def test_the_trained_model_gives_our_logits_and_token_ids(hf_dir, run, multi30k_
   inputs, decoder_inputs = teacher_forced(list(zip(sources, targets))[:16])
   np.testing.assert_allclose(
       their_logits(load_exported(hf_dir), inputs, decoder_inputs),
-      our_logits(translator.model.eval_model.config, translator.params, inputs, decoder_inputs),
+      our_logits(translator.model.eval_module.config, translator.params, inputs, decoder_inputs),
       rtol=0, atol=1e-4)
 
 

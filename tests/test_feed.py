@@ -12,7 +12,7 @@ import pytest
 
 from conftest import train_config
 from transformer_jax.data import batching
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import feed
 
@@ -30,7 +30,7 @@ def _batcher() -> batching.Batcher:
 @pytest.fixture(scope='module')
 def model() -> ShardedModel:
   config = train_config(**{'parallel.data': 2})
-  return ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:2]))
+  return ShardedModel(config, sharding.make_mesh(config, jax.devices()[:2]))
 
 
 def _threads() -> list[str]:

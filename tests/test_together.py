@@ -10,12 +10,12 @@ import pytest
 
 from conftest import assert_trained_alike, random_tokens, train_config
 from transformer_jax.loop import group, runs
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import compilation, together
 from transformer_jax.training.trainer import TrainerProtocol, Trainer
 
-MESH = {'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.model': 2}
+MESH = {'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.tensor': 2}
 # Three runs differing in every traced field: the seed, the residual and attention dropout,
 # label smoothing, the learning rate's scale and warmup.
 RUNS = [
@@ -42,7 +42,7 @@ def _alone(run: int):
   """Each step's metrics and the final state of RUNS[run] trained by itself on BATCHES, with
   the logits whole (train.loss_chunk 0): the reference of every group below."""
   config = train_config(**MESH, **RUNS[run], **{'train.loss_chunk': 0})
-  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()))
+  model = ShardedModel(config, sharding.make_mesh(config, jax.devices()))
   trainer = Trainer(model)
   state, history = trainer.init_state(), []
   for batch in BATCHES:
@@ -54,7 +54,7 @@ def _alone(run: int):
 def _group(loss_chunk: int) -> tuple[list, ShardedModel]:
   """RUNS' configs on MESH with `train.loss_chunk`, and the model on that mesh."""
   configs = [train_config(**MESH, **run, **{'train.loss_chunk': loss_chunk}) for run in RUNS]
-  return configs, ShardedModel(configs[0], partitioning.make_mesh(configs[0], jax.devices()))
+  return configs, ShardedModel(configs[0], sharding.make_mesh(configs[0], jax.devices()))
 
 
 @pytest.mark.slow

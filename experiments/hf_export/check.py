@@ -110,7 +110,7 @@ def logit_differences(translator: Translator, model, pairs: list[tuple[str, str]
   inputs = _padded([sources[i].tolist() for i in keep])
   decoder_inputs = _padded([[PAD_ID] + targets[i][:-1].tolist() for i in keep])
   real = _padded([[1] * len(targets[i]) for i in keep]).astype(bool)
-  mine = np.asarray(translator.model.eval_model.apply(
+  mine = np.asarray(translator.model.eval_module.apply(
       {'params': translator.params}, inputs, decoder_inputs))[real]
   result = {'pairs': len(keep), 'positions': int(real.sum()),
             'logit_scale': float(np.abs(mine).max())}

@@ -1,13 +1,13 @@
 """Decoding a batch of source token ids with a Transformer: greedy or beam search (§6.1).
 
-  outputs = batch_decode.decode(model, params, inputs, beam_size=4, alpha=0.6, max_extra_length=50)
+  outputs = batch_decode.decode(module, params, inputs, beam_size=4, alpha=0.6, max_extra_length=50)
 
-`model` must be deterministic (dropout off). The source is encoded once. The incremental
+`module` must be deterministic (dropout off). The source is encoded once. The incremental
 decoder (the default) then keeps a key/value cache: the encoder-decoder attention keys and
 values are computed once per sentence and each decoder self-attention appends one position
 per step, so a step computes one new position, attending over the blocks of the cache written
 so far (on a CPU, attention.CACHE_BLOCK positions each). Beam search never moves the cache: it
-reorders a small table that says where each hypothesis's history lies (see `model.Decoder`).
+reorders a small table that says where each hypothesis's history lies (see `transformer.Decoder`).
 Both searches drop the sentences they have finished as they go (`widths`). `cached=False`
 re-runs the decoder over the whole output buffer at every step instead: the reference the
 cache is tested and timed against.
@@ -22,7 +22,7 @@ import numpy as np
 
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import search
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.model.transformer import Transformer
 
@@ -42,18 +42,18 @@ def _take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
   return jnp.take(x, rows, axis=0) if x.ndim else x
 
 
-def _init_cache(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+def _init_cache(module: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                 length: int, copies: int):
-  _, variables = model.apply({'params': params}, encoded, source_mask, length, copies,
+  _, variables = module.apply({'params': params}, encoded, source_mask, length, copies,
                              method='init_cache', mutable=['cache'])
   # The barrier keeps XLA from moving the encoder-decoder keys and values out of the cache's
   # layout (which it does to cancel transposes at creation, and then transposes every step).
   return jax.lax.optimization_barrier(variables['cache'])
 
 
-def _cached_step(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+def _cached_step(module: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                  cache, tokens: jax.Array, i: jax.Array):
-  logits, variables = model.apply({'params': params, 'cache': cache}, encoded, source_mask,
+  logits, variables = module.apply({'params': params, 'cache': cache}, encoded, source_mask,
                                   tokens[:, None], incremental=True, position=i,
                                   method='decode', mutable=['cache'])
   return _next_logits(logits[:, 0]), variables['cache']
@@ -61,30 +61,30 @@ def _cached_step(model: Transformer, params, encoded: jax.Array, source_mask: ja
 
 def _reorder_cache(cache, rows: jax.Array):
   # The cached keys and values stay where they were written; a hypothesis takes over the
-  # table of slots that holds its history (see `model.Decoder`).
+  # table of slots that holds its history (see `transformer.Decoder`).
   decoder = dict(cache['decoder'], slots=_take_rows(cache['decoder']['slots'], rows))
   return dict(cache, decoder=decoder)
 
 
-def _init_inputs(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+def _init_inputs(module: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                  length: int, copies: int) -> jax.Array:
-  del model, params, source_mask
+  del module, params, source_mask
   return jnp.full((encoded.shape[0] * copies, length), PAD_ID, jnp.int32)
 
 
-def _uncached_step(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+def _uncached_step(module: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                    decoder_inputs: jax.Array, tokens: jax.Array, i: jax.Array):
   # Every step runs the decoder over all `length` positions.
   copies = tokens.shape[0] // encoded.shape[0]
   encoded, source_mask = _repeat_rows((encoded, source_mask), copies)
   decoder_inputs = decoder_inputs.at[:, i].set(tokens)
-  logits = model.apply({'params': params}, encoded, source_mask, decoder_inputs,
+  logits = module.apply({'params': params}, encoded, source_mask, decoder_inputs,
                        method='decode')
   return _next_logits(logits[:, i]), decoder_inputs
 
 
-# A scorer's state, from (model, params, encoded, source_mask, length, copies); its step, from
-# (model, params, encoded, source_mask, state, tokens, i); its reorder (`search.Scorer`): with
+# A scorer's state, from (module, params, encoded, source_mask, length, copies); its step, from
+# (module, params, encoded, source_mask, state, tokens, i); its reorder (`search.Scorer`): with
 # the decoder's key/value cache (True), or re-running the decoder over the whole output (False).
 _SCORERS = {True: (_init_cache, _cached_step, _reorder_cache),
             False: (_init_inputs, _uncached_step, _take_rows)}
@@ -101,7 +101,7 @@ def _keep_sentences(state: Any, sentences: jax.Array, count: int) -> Any:
   return jax.tree.map(keep, state)
 
 
-def model_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+def model_scorer(module: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                  length: int, copies: int, cached: bool = True) -> search.Scorer:
   """A scorer of outputs up to `length` tokens, `copies` rows per sentence, with the decoder's
   key/value cache or (`cached=False`) re-running the decoder over all `length` positions at
@@ -110,7 +110,7 @@ def model_scorer(model: Transformer, params, encoded: jax.Array, source_mask: ja
   init, step, reorder = _SCORERS[cached]
 
   def step_sentences(state, tokens, i):
-    logits, decoder = step(model, params, state['encoded'], state['source_mask'],
+    logits, decoder = step(module, params, state['encoded'], state['source_mask'],
                            state['decoder'], tokens, i)
     return logits, dict(state, decoder=decoder)
 
@@ -123,22 +123,22 @@ def model_scorer(model: Transformer, params, encoded: jax.Array, source_mask: ja
         _keep_sentences(state, sentences, state['source_mask'].shape[0]))
 
   state = {'encoded': encoded, 'source_mask': source_mask,
-           'decoder': init(model, params, encoded, source_mask, length, copies)}
+           'decoder': init(module, params, encoded, source_mask, length, copies)}
   return search.Scorer(state, step_sentences, reorder_rows, keep)
 
 
-def runs_scorer(model: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
+def runs_scorer(module: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                 length: int, copies: int, cached: bool = True) -> search.Scorer:
-  """`model_scorer` of several runs of `model`: their parameters and encoded sources stacked on a
+  """`model_scorer` of several runs of `module`: their parameters and encoded sources stacked on a
   leading run axis, their rows run-major (run r's are rows r·n·copies ... of n sentences). The
-  model is vmapped over the runs, step by step; the search is not, so a step's position stays
+  module is vmapped over the runs, step by step; the search is not, so a step's position stays
   one number for every run (and a step reads only the cache blocks it needs)."""
   init, step, reorder = _SCORERS[cached]
   runs = encoded.shape[0]
-  state = jax.vmap(lambda p, e: init(model, p, e, source_mask, length, copies))(params, encoded)
+  state = jax.vmap(lambda p, e: init(module, p, e, source_mask, length, copies))(params, encoded)
 
   def step_runs(state, tokens, i):
-    logits, state = jax.vmap(lambda p, e, s, t: step(model, p, e, source_mask, s, t, i))(
+    logits, state = jax.vmap(lambda p, e, s, t: step(module, p, e, source_mask, s, t, i))(
         params, encoded, state, tokens.reshape(runs, -1))
     return logits.reshape(-1, logits.shape[-1]), state
 
@@ -168,7 +168,7 @@ def widths(sentences: int, shards: int = 1) -> tuple[int, ...]:
   return (sentences,)
 
 
-def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alpha: float,
+def decode(module: Transformer, params, inputs: jax.Array, *, beam_size: int, alpha: float,
            max_extra_length: int, cached: bool = True, stacked: bool = False, shards: int = 1
            ) -> jax.Array:
   """inputs: (b, s) source ids -> (b, s + max_extra_length) output ids, PAD_ID after EOS;
@@ -183,14 +183,14 @@ def decode(model: Transformer, params, inputs: jax.Array, *, beam_size: int, alp
   """
   length = inputs.shape[1] + max_extra_length
   source_mask = inputs != PAD_ID
-  encode = lambda p: model.apply({'params': p}, inputs, source_mask, method='encode')
+  encode = lambda p: module.apply({'params': p}, inputs, source_mask, method='encode')
   if stacked:
     runs, searched = jax.tree.leaves(params)[0].shape[0], ()
-    scorer = runs_scorer(model, params, jax.vmap(encode)(params), source_mask, length,
+    scorer = runs_scorer(module, params, jax.vmap(encode)(params), source_mask, length,
                          beam_size, cached)
   else:
     runs, searched = 1, widths(inputs.shape[0], shards)
-    scorer = model_scorer(model, params, encode(params), source_mask, length, beam_size, cached)
+    scorer = model_scorer(module, params, encode(params), source_mask, length, beam_size, cached)
   active = jnp.tile(jnp.any(source_mask, axis=1), runs)
   if beam_size == 1:
     outputs = search.greedy(scorer, length, active, searched)
@@ -223,7 +223,7 @@ def jit_decode(model: ShardedModel, beam_size: int, alpha: float, max_extra_leng
     params_sharding = stacked_params_sharding(model) if stacked else model.param_sharding
     # Stacked: sentences first, runs second, so that the batch axis stays the one the mesh
     # splits.
-    return jax.jit(functools.partial(decode, model.eval_model, beam_size=beam_size, alpha=alpha,
+    return jax.jit(functools.partial(decode, model.eval_module, beam_size=beam_size, alpha=alpha,
                                      max_extra_length=max_extra_length, cached=cached,
                                      stacked=stacked, shards=model.batch_shards),
                    in_shardings=(params_sharding, model.batch_sharding),
@@ -234,4 +234,4 @@ def jit_decode(model: ShardedModel, beam_size: int, alpha: float, max_extra_leng
 
 def stacked_params_sharding(model: ShardedModel):
   """Where the parameters of several runs of `model`, stacked on a leading axis, live."""
-  return jax.tree.map(partitioning.stacked, model.param_sharding)
+  return jax.tree.map(sharding.stacked, model.param_sharding)

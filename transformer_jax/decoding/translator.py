@@ -27,7 +27,7 @@ from transformer_jax.config import checks
 from transformer_jax.data import batching, pipeline, preprocessing, tokenizer
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import batch_decode
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import checkpointing, compilation, saved_config, together
 
@@ -83,7 +83,7 @@ def stacked_abstract_params(model: ShardedModel, runs: int):
   """The shapes and shardings of `runs` runs' parameters of `model`, stacked (`GroupTranslator`)."""
   return jax.tree.map(
       lambda p: jax.ShapeDtypeStruct((runs, *p.shape), p.dtype,
-                                     sharding=partitioning.stacked(p.sharding)),
+                                     sharding=sharding.stacked(p.sharding)),
       model.abstract_params)
 
 
@@ -233,7 +233,7 @@ class Translator:
         inputs[row, :len(sources[i])] = sources[i]
       with compilation.charged_to(caller):  # what it compiles, the caller's (`evaluate` says)
         placed = self.model.put_whole_batch({'inputs': inputs})
-        return partitioning.gather_rows(self._decode(self.params, placed['inputs']))
+        return sharding.gather_sequences(self._decode(self.params, placed['inputs']))
 
     batches = list(decode_batches(self.lengths, sizes, self.batch_rows))
     with tqdm.tqdm(total=len(sources), disable=not progress, unit='sentence',

@@ -29,7 +29,7 @@ from transformer_jax.config import fields, platforms
 from transformer_jax.data import datasets, pipeline, tokenizer
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import runs, train_loop, train_metrics
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import buckets, workdirs
 from transformer_jax.training import checkpointing, metrics_log, preemption
@@ -172,7 +172,7 @@ class Group(runs.Runs):
     if self._ahead is not None:
       programs = self._ahead.programs
     else:
-      model = ShardedModel(self.config, partitioning.make_mesh(self.config, self._devices))
+      model = ShardedModel(self.config, sharding.make_mesh(self.config, self._devices))
       # A sweep's group of one row trains as one run would.
       trainer = (Trainer(model) if len(self.configs) == 1
                  else together.TogetherTrainer(model, self.configs, self.dirs))

@@ -20,7 +20,6 @@ from transformer_jax.config import platforms
 from transformer_jax.data import datasets, pipeline, tokenizer
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import train_metrics
-from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
 from transformer_jax.training import checkpointing, compilation, metrics_log, preemption
@@ -181,7 +180,7 @@ class OneRun(Runs):
     return max(checkpointing.saved_steps(self.workdir), default=None)
 
   def programs(self) -> Programs:
-    model = ShardedModel(self.config, partitioning.make_mesh(self.config))
+    model = ShardedModel(self.config)  # on every device
     trainer = Trainer(model)
     data = load_data([self.config], [self.workdir], lambda: pipeline.load(
         self.config, self.workdir, trainer.rows_multiple))

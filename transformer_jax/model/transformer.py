@@ -2,9 +2,9 @@
 
 Parameters live outside the modules:
 
-  model = Transformer(cfg)
-  params = model.init(jax.random.key(0), inputs, decoder_inputs)['params']
-  logits = model.apply({'params': params}, inputs, decoder_inputs, rngs={'dropout': key})
+  module = Transformer(cfg)
+  params = module.init(jax.random.key(0), inputs, decoder_inputs)['params']
+  logits = module.apply({'params': params}, inputs, decoder_inputs, rngs={'dropout': key})
 
 `inputs` are source token ids (b, s); `decoder_inputs` are the target ids shifted right by one
 with PAD_ID (0) in front, tensor2tensor's convention (b, t); logits are (b, t, vocab) float32.
@@ -36,15 +36,15 @@ from transformer_jax.model.model_config import TransformerConfig
 def _layer_drop(module: nn.Module, cfg: TransformerConfig, x: jax.Array, *args) -> jax.Array:
   """Applies one layer; with LayerDrop (Fan et al., 2019; option, default off) the whole layer
   is skipped with probability `layerdrop_rate` during training."""
-  y = split_rows(cfg, module(x, *args))
+  y = split_sequences(cfg, module(x, *args))
   if cfg.deterministic or cfg.layerdrop_rate == 0.0:
     return y
   keep = jax.random.bernoulli(module.make_rng('dropout'), 1.0 - cfg.layerdrop_rate)
   return jnp.where(keep, y, x)
 
 
-def split_rows(cfg: TransformerConfig, x: jax.Array) -> jax.Array:
-  """x (b, length, d_model) constrained to rows split as `cfg.axis_rules` split 'batch', the
+def split_sequences(cfg: TransformerConfig, x: jax.Array) -> jax.Array:
+  """x (b, length, d_model) constrained to sequences split as `cfg.axis_rules` split 'batch', the
   other dimensions whole, when a mesh is in context (`ShardedModel.on_mesh`); else x."""
   return nn.with_logical_constraint(x, ('batch', None, None), rules=cfg.axis_rules)
 
@@ -54,7 +54,7 @@ def _prepare(cfg: TransformerConfig, embedded: jax.Array, name: str,
   """Positional encoding, then dropout on the sum (§3.5, §5.4)."""
   positions = None if segments is None else segment_positions(segments)
   x = PositionalEncoding(cfg, name=name)(embedded, offset, positions)
-  return split_rows(cfg, Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic))
+  return split_sequences(cfg, Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic))
 
 
 class Encoder(nn.Module):

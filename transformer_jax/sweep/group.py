@@ -25,7 +25,7 @@ import jax
 from transformer_jax.decoding import scoring
 from transformer_jax.decoding.translator import GroupTranslator, Translator
 from transformer_jax.loop.group import train_together
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, buckets, provenance
 from transformer_jax.sweep import claims
@@ -80,7 +80,7 @@ def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides
       programs.wait_for_evaluation()
     model = (training_programs.programs.model if training_programs is not None else
              ShardedModel(saved_config.read_config(dirs[0]),
-                          partitioning.make_mesh(configs[group[0]], devices)))
+                          sharding.make_mesh(configs[group[0]], devices)))
     translator = (Translator(dirs[0], **TABLE3_DECODING, model=model) if len(group) == 1
                   else GroupTranslator(dirs, **TABLE3_DECODING, model=model))
     figures = scoring.evaluate_runs(translator, SPLIT)

@@ -20,7 +20,7 @@ from etils import epath
 import jax
 
 from transformer_jax.config import loading
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.storage import buckets, workdirs
 from transformer_jax.sweep import claims, group as group_lib, plan, results as tables
 from transformer_jax.sweep import slots as slots_lib
@@ -65,7 +65,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
                        'only); to share the groups among processes, start the sweep in each '
                        'with --process_index=i --process_count=N')
     try:
-      partitioning.mesh_shape(config, len(slots[0]))
+      sharding.mesh_shape(config, len(slots[0]))
     except ValueError as e:
       raise ValueError(f'row {row}, on {len(slots[0])} devices a group: {e}') from None
   results_dir = results_dir or os.path.join(workdir, 'rows')

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from transformer_jax.model import loss, partitioning
+from transformer_jax.model import loss, sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.model.transformer import Transformer
 from transformer_jax.training import optimizer
@@ -139,8 +139,8 @@ class Trainer(TrainerProtocol):
     self.schedule = optimizer.schedule(self.config)
     self.dropout_prng_impl = self.config.train.dropout_prng_impl
     abstract_state = jax.eval_shape(self._boxed_state)
-    self.state_sharding = partitioning.state_shardings(abstract_state, model.mesh, model.rules)
-    self.run_abstract_state = partitioning.placed_shapes(abstract_state, self.state_sharding)
+    self.state_sharding = sharding.state_shardings(abstract_state, model.mesh, model.rules)
+    self.run_abstract_state = sharding.placed_shapes(abstract_state, self.state_sharding)
     self._init = jax.jit(self.initial_state, out_shardings=self.state_sharding)
     self.train_step, self.train_steps = jit_steps(model, self.step, self.state_sharding)
 
@@ -157,7 +157,7 @@ class Trainer(TrainerProtocol):
     if self.dropout_prng_impl != 'threefry2x32':  # that generator's key, seeded from the split
       shape = jax.random.key_data(jax.random.key(0, impl=self.dropout_prng_impl)).shape
       dropout_data = jax.random.bits(dropout_key, shape, jnp.uint32)
-    return TrainState.create(apply_fn=self.model.model.apply,
+    return TrainState.create(apply_fn=self.model.module.apply,
                              params=self.model.boxed_params(params_key), tx=self.tx,
                              dropout_key=dropout_data)
 
@@ -186,10 +186,10 @@ class Trainer(TrainerProtocol):
     """The model, ε_ls, optimizer and schedule of a step: the config's, with the traced values
     of `hyper` (fields of `TRACEABLE`)."""
     if not hyper:
-      return self.model.model, self.config.train.label_smoothing, self.tx, self.schedule
+      return self.model.module, self.config.train.label_smoothing, self.tx, self.schedule
     fields = {name.split('.')[1]: value for name, value in hyper.items()
               if name.startswith('model.')}
-    module = Transformer(self.model.model_config.replace(**fields)) if fields else self.model.model
+    module = Transformer(self.model.model_config.replace(**fields)) if fields else self.model.module
     schedule = optimizer.schedule(self.config, hyper.get('train.warmup_steps'),
                                   hyper.get('train.lr_scale'))
     return (module, hyper.get('train.label_smoothing', self.config.train.label_smoothing),
