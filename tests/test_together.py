@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_trained_alike, random_tokens, train_config
-from transformer_jax.loop import group, runs
+from transformer_jax.loop import runs, runs_together
 from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import compilation, together
@@ -133,7 +133,7 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
 
 def test_one_run_and_a_group_offer_every_member_of_the_loops_runs_interface(tmp_path):
   # The loop (`loop.train_loop`) reaches workdirs through `runs.Runs` alone: one run
-  # (`runs.OneRun`) and a group (`group.Group`) both define each member it names, their own
+  # (`runs.OneRun`) and a group (`runs_together.Group`) both define each member it names, their own
   # (not the protocol's empty bodies).
   members = sorted({*runs.Runs.__annotations__,
                     *(name for name in vars(runs.Runs) if not name.startswith('_'))})
@@ -142,8 +142,8 @@ def test_one_run_and_a_group_offer_every_member_of_the_loops_runs_interface(tmp_
                      'stop_notice', 'wait']
   configs = [train_config(**run) for run in RUNS]
   one = runs.OneRun(configs[0], str(tmp_path / 'one'))
-  grouped = group.Group(configs, [str(tmp_path / f'run{i}') for i in range(len(configs))], {},
-                        None, None, None)
+  grouped = runs_together.Group(configs, [str(tmp_path / f'run{i}') for i in range(len(configs))],
+                               {}, None, None, None)
   for kind in (one, grouped):
     assert runs.Runs in type(kind).__mro__
     inherited = [name for name in members

@@ -1,5 +1,6 @@
 """What the training loop trains and where it writes: `Runs`, the interface, and `OneRun`, one
-run in one workdir (the other kind, several runs trained as one program, is `loop.group.Group`).
+run in one workdir (the other kind, several runs trained as one program, is
+`loop.runs_together.Group`).
 
 The loop (`loop.train_loop`) tells one run's story, build, restore, step, log, save, evaluate,
 stop, and calls a `Runs` for everything that depends on how many runs share the program: their
@@ -40,7 +41,7 @@ class Programs:
 
 class Runs(Protocol):
   """What the training loop needs of the runs it trains (one, `OneRun`, or a group,
-  `group.Group`); the loop's body is the same for both.
+  `runs_together.Group`); the loop's body is the same for both.
 
     config   the config every run shares (model, data, schedule; the first run's)
     name     the workdirs, for messages

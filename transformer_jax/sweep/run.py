@@ -5,7 +5,7 @@ Each group trains as one program and is evaluated as Table 3 was (`group`); the 
 `<results>/<row>.json`, and the table beside the paper's (`results`).
 
 The data and vocabulary are loaded once for every group of one data config and seed
-(`loop.group.data_key`). A row whose JSON exists is skipped, so a sweep that crashed, was
+(`loop.runs_together.data_key`). A row whose JSON exists is skipped, so a sweep that crashed, was
 killed (at any moment) or was stopped resumes where it was: each group in flight from its last
 checkpoint, a group killed while its rows' files were written from its results file
 (`group.recover`).

@@ -56,14 +56,14 @@ _DATA_FIELDS = ('data.dataset', 'data.source_lang', 'data.target_lang', 'data.pr
 def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Checks `config` against the config saved in `workdir`, if there is one.
 
-  With checkpoints: raises ValueError naming the differing fields if the model's parameters
-  have other shapes, if a data field that defines the vocabulary or the language pair differs,
-  or if `data.spm_model` is another file than the workdir's vocabulary. Other changes (steps,
-  learning rate, dropout, ...) are allowed and logged as a warning, naming them.
-  Without checkpoints (a run that stopped before its first one), the saved config binds only
-  the vocabulary it left behind: if training would reuse the workdir's vocabulary, a data
-  field that defines it must not differ. `config` is a validated one (`loop.group.train_together`
-  validates it); the saved one is validated here before its parameter shapes are compared."""
+  With checkpoints: raises ValueError naming the differing fields if the model's parameters have
+  other shapes, if a data field that defines the vocabulary or the language pair differs, or if
+  `data.spm_model` is another file than the workdir's vocabulary. Other changes (steps, learning
+  rate, dropout, ...) are allowed and logged as a warning, naming them. Without checkpoints (a run
+  that stopped before its first one), the saved config binds only the vocabulary it left behind: if
+  training would reuse the workdir's vocabulary, a data field that defines it must not differ.
+  `config` is a validated one (`loop.runs_together.train_together` validates it); the saved one is
+  validated here before its parameter shapes are compared."""
   _refuse_exports(workdir)
   config = platforms.resolved(config)  # as the run writes it (`write_config`)
   path = os.path.join(workdir, CONFIG_FILENAME)

@@ -49,7 +49,7 @@ class TrainState(train_state.TrainState):
 class TrainerProtocol(Protocol):
   """What the training loop (`loop.train_loop`) needs of a trainer: `Trainer` trains one run,
   `together.TogetherTrainer` several as one program. It keeps one state, whatever that holds;
-  but each run has its own checkpoints, so a group (`loop.group`) saves the runs' states
+  but each run has its own checkpoints, so a group (`loop.runs_together`) saves the runs' states
   `split` from it and resumes from their checkpoints `join`ed into it, each restored into
   `run_abstract_state` (for one run both are the identity).
 
