@@ -56,7 +56,7 @@ def test_cached_logits_equal_the_full_forward_pass(rng, options):
 
 
 @pytest.mark.slow
-def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesis():
+def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_copy_per_hypothesis():
   cfg = tiny_config(max_len=24)
   module, params = Transformer(cfg), init_params(cfg)
   inputs = jnp.ones((2, 5), jnp.int32)
@@ -69,14 +69,14 @@ def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesi
   # Keys heads-major and transposed, values heads-major: the layouts of eq. (1)'s products.
   assert layer['encoder_attention']['key'].shape == (2, cfg.num_heads, cfg.d_k, 5)
   assert layer['encoder_attention']['value'].shape == (2, cfg.num_heads, 5, cfg.d_v)
-  # Self-attention: blocks of CACHE_BLOCK positions (the last one shorter), 3 slots each.
+  # Self-attention: blocks of CACHE_BLOCK positions (the last one shorter), 3 copies each.
   assert [k.shape for k in layer['self_attention']['key']] == [
       (2, cfg.num_heads, cfg.d_k, CACHE_BLOCK * 3), (2, cfg.num_heads, cfg.d_k, 4 * 3)]
   assert [v.shape for v in layer['self_attention']['value']] == [
       (2, cfg.num_heads, CACHE_BLOCK * 3, cfg.d_v), (2, cfg.num_heads, 4 * 3, cfg.d_v)]
   assert not any(np.any(k) for k in layer['self_attention']['key'])
-  # Every hypothesis starts in its own slot.
-  np.testing.assert_array_equal(decoder['slots'],
+  # Every hypothesis starts in its own copy.
+  np.testing.assert_array_equal(decoder['history'],
                                 np.broadcast_to([[0], [1], [2]] * 2, (6, length)))
 
 

@@ -115,8 +115,8 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
   # checkpoint into one run's state.
   members = sorted({*TrainerProtocol.__annotations__,
                     *(name for name in vars(TrainerProtocol) if not name.startswith('_'))})
-  assert members == ['compile', 'init_state', 'join', 'model', 'rows_multiple',
-                     'run_abstract_state', 'split', 'train_step', 'train_steps']
+  assert members == ['compile', 'init_state', 'join', 'model', 'run_abstract_state',
+                     'sequences_multiple', 'split', 'train_step', 'train_steps']
   configs = [train_config(**run) for run in RUNS]
   model = ShardedModel(configs[0])
   single, group = Trainer(model), together.TogetherTrainer(model, configs)
@@ -128,7 +128,7 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
           for leaf in jax.tree.leaves(group.run_abstract_state)] == [
               (leaf.shape, leaf.dtype, leaf.sharding)
               for leaf in jax.tree.leaves(single.run_abstract_state)]
-  assert group.rows_multiple == single.rows_multiple
+  assert group.sequences_multiple == single.sequences_multiple
 
 
 def test_one_run_and_a_group_offer_every_member_of_the_loops_runs_interface(tmp_path):

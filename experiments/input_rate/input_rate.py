@@ -12,7 +12,7 @@ factor in [0.8, 1.3], both clipped to [1, --pack_length]; random 16-bit ids), ba
 as base trains on WMT (§5.1's 25000 source and 25000 target tokens, packed into rows of
 --pack_length tokens; a batch's rows a multiple of --process_count). A real
 `batching.TrainIterator` (seed 0) yields this host's block of each batch's rows
-(--process_index of --process_count, `batching.process_rows`). The script waits for the first
+(--process_index of --process_count, `batching.process_sequences`). The script waits for the first
 plan (`first_plan_seconds`: epoch 0's packing and plan, once a run), then takes every batch of
 epochs 0 to --epochs, timing each `next()`, while the iterator plans each next epoch in its
 background thread, as in training. It writes the batches a second over all of them
@@ -67,8 +67,8 @@ class _TimedBatcher(batching.Batcher):
 
   seconds: dict = dataclasses.field(default_factory=dict)
 
-  def packed_rows(self, seed, cancel=None):
-    return self._timed('packing', super().packed_rows, seed, cancel)
+  def packed_sequences(self, seed, cancel=None):
+    return self._timed('packing', super().packed_sequences, seed, cancel)
 
   def plan(self, seed, epoch=0, cancel=None, packed=None):
     return self._timed(str(epoch), super().plan, seed, epoch, cancel, packed)
@@ -86,7 +86,7 @@ def _input_rate() -> dict:
   split = synthetic.wmt_like_split(_PAIRS.value, _MEDIAN.value, length)
   batcher = _TimedBatcher(split, max_length=length,
                           tokens_per_batch=_TOKENS_PER_BATCH.value,
-                          rows_multiple=_PROCESS_COUNT.value, pack_length=length)
+                          sequences_multiple=_PROCESS_COUNT.value, pack_length=length)
   start = time.perf_counter()
   with batching.TrainIterator(batcher, seed=0, process_index=_PROCESS_INDEX.value,
                               process_count=_PROCESS_COUNT.value) as iterator:
@@ -104,7 +104,8 @@ def _input_rate() -> dict:
     assert (state['epoch'], state['index']) == (_EPOCHS.value, per_epoch)  # every batch taken
   return {
       'pairs': len(batcher.split), 'pack_length': length,
-      'tokens_per_batch': batcher.tokens_per_batch, 'rows_multiple': batcher.rows_multiple,
+      # Keys as in the earlier records, which experiments/tables.py reads ('rows': sequences).
+      'tokens_per_batch': batcher.tokens_per_batch, 'rows_multiple': batcher.sequences_multiple,
       'process_index': _PROCESS_INDEX.value, 'process_count': _PROCESS_COUNT.value,
       'cores': len(os.sched_getaffinity(0)), 'batches_per_epoch': per_epoch,
       'rows_per_batch': sorted(rows), 'first_plan_seconds': first_plan,

@@ -61,8 +61,8 @@ def _cached_step(module: Transformer, params, encoded: jax.Array, source_mask: j
 
 def _reorder_cache(cache, rows: jax.Array):
   # The cached keys and values stay where they were written; a hypothesis takes over the
-  # table of slots that holds its history (see `transformer.Decoder`).
-  decoder = dict(cache['decoder'], slots=_take_rows(cache['decoder']['slots'], rows))
+  # table of copies that holds its history (see `transformer.Decoder`).
+  decoder = dict(cache['decoder'], history=_take_rows(cache['decoder']['history'], rows))
   return dict(cache, decoder=decoder)
 
 

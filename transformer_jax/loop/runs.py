@@ -184,7 +184,7 @@ class OneRun(Runs):
     model = ShardedModel(self.config)  # on every device
     trainer = Trainer(model)
     data = load_data([self.config], [self.workdir], lambda: pipeline.load(
-        self.config, self.workdir, trainer.rows_multiple))
+        self.config, self.workdir, trainer.sequences_multiple))
     return Programs(model, trainer, data, [DevEvaluator(model, data)])
 
   def open(self, cleanup: contextlib.ExitStack) -> None:

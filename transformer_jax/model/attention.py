@@ -251,7 +251,7 @@ class MultiHeadAttention(nn.Module):
 
   def _create_cache(self, key, value, copies):
     """The self-attention cache, zeros, for as many positions as `key` and `value` (b, t, h, d)
-    hold: per name a tuple of blocks (`cache_blocks`) of k positions, `copies` slots each, keys
+    hold: per name a tuple of blocks (`cache_blocks`) of k positions, `copies` copies each, keys
     (n, h, d_k, k·copies) and values (n, h, k·copies, d_v): the layouts
     the products of eq. (1) read, so that a step never transposes the cache."""
     rows = key.shape[0]
@@ -263,19 +263,19 @@ class MultiHeadAttention(nn.Module):
           for first, end in cache_blocks(length)))
 
   def _attend_step(self, query, key, value, mask, step):
-    """A step of self-attention while decoding: each row's new key and value (one position)
-    go into its slot of the cache, and its query attends over the blocks so far.
+    """A step of self-attention while decoding: each hypothesis's new key and value (one
+    position) go into its copy of the cache, and its query attends over the blocks so far.
 
-    Slot j of position t holds the key written by the row that was its sentence's j-th at
-    step t; `mask` (n, 1, copies, length·copies), built by the decoder, picks each row's
-    slot at each earlier position."""
-    # Beam search reorders hypotheses, so a row's history lies in any of its sentence's slots;
-    # the mask picks it out and no step moves the cache (FasterTransformer's "cache
+    Copy j of position t holds the key written by the hypothesis that was its sentence's j-th
+    at step t; `mask` (n, 1, copies, length·copies), built by the decoder from its `history`,
+    picks each hypothesis's copy at each earlier position."""
+    # Beam search reorders hypotheses, so a hypothesis's history lies in any of its sentence's
+    # copies; the mask picks it out and no step moves the cache (FasterTransformer's "cache
     # indirection").
     spans = cache_blocks(mask.shape[-1] // step.copies)  # each block's (first, end) position
     stored, block_now = {}, step.position // spans[0][1]  # all blocks but the last one size
     for name, new in (('key', key), ('value', value)):
-      # Position t of slot j is entry (t - first)·copies + j of the block whose first
+      # Position t of copy j is entry (t - first)·copies + j of the block whose first
       # position is `first`: a step writes one contiguous run of entries, in place, into the
       # block of its position (a branch a block, the others passing their blocks through).
       axis, blocks = _CACHE_LAYOUT[name].index(1), []

@@ -96,34 +96,36 @@ class Decoder(nn.Module):
     project=False returns the decoder stack's output y (b, t, d_model) instead, before the
     pre-softmax projection (`Transformer.fused_loss_sums`).
 
-    incremental: decoding with a 'cache' collection, the decoder's rows coming `copies`
-    to each of the n rows of `encoded` (the hypotheses of beam search; `copies` is the ratio of
-    the two batch sizes). The first call creates the cache for t positions (see
-    `Transformer.init_cache`); each later call takes the one next input token per row (t = 1)
-    at `position` (0, 1, ... in turn) and returns the logits of the next position. The
-    decoder's cache holds `slots` (n·copies, t): for every row and earlier position, which of
-    its sentence's cache slots holds that position's keys and values (see
-    MultiHeadAttention). A row writes its new position into its own slot; beam search,
-    reordering hypotheses, reorders only `slots`. A step reads the blocks of the
-    self-attention cache up to its position's only (see MultiHeadAttention).
+    incremental: decoding with a 'cache' collection, the decoder's hypotheses coming `copies`
+    to each of the n sentences of `encoded` (the hypotheses of beam search; `copies` is the
+    ratio of the two batch sizes). The first call creates the cache for t positions (see
+    `Transformer.init_cache`); each later call takes the one next input token per hypothesis
+    (t = 1) at `position` (0, 1, ... in turn) and returns the logits of the next position. The
+    self-attention cache keeps `copies` copies of each sentence's positions, and the decoder's
+    cache holds `history` (n·copies, t): for every hypothesis and earlier position, which copy
+    holds that position's keys and values (see MultiHeadAttention). A hypothesis writes its
+    new position into its own copy; beam search, reordering hypotheses, reorders only
+    `history`. A step reads the blocks of the self-attention cache up to its position's only
+    (see MultiHeadAttention).
     """
     cfg = self.config
     offset, step, self_mask = 0, None, causal_mask(decoder_inputs.shape[1])
     if incremental:
-      rows = decoder_inputs.shape[0]
-      copies = rows // encoded.shape[0]
-      own = jnp.arange(rows, dtype=jnp.int32) % copies
-      creating = not self.has_variable('cache', 'slots')
-      slots = self.variable('cache', 'slots',
-                            lambda: jnp.broadcast_to(own[:, None], decoder_inputs.shape))
+      hypotheses = decoder_inputs.shape[0]
+      copies = hypotheses // encoded.shape[0]
+      own = jnp.arange(hypotheses, dtype=jnp.int32) % copies
+      creating = not self.has_variable('cache', 'history')
+      history = self.variable('cache', 'history',
+                              lambda: jnp.broadcast_to(own[:, None], decoder_inputs.shape))
       if not creating:
         if position is None:
           raise ValueError('a decoding step needs the position of its inputs')
         offset = position
-        slots.value = jax.lax.dynamic_update_slice_in_dim(slots.value, own[:, None], offset, 1)
-        length = slots.value.shape[1]
-        visible = ((slots.value[:, :, None] == jnp.arange(copies))
-                   & (jnp.arange(length) <= offset)[:, None])  # (rows, position, slot)
+        history.value = jax.lax.dynamic_update_slice_in_dim(history.value, own[:, None],
+                                                            offset, 1)
+        length = history.value.shape[1]
+        visible = ((history.value[:, :, None] == jnp.arange(copies))
+                   & (jnp.arange(length) <= offset)[:, None])  # (hypothesis, position, copy)
         self_mask = visible.reshape(-1, 1, copies, length * copies)
       step = DecodeStep(offset, copies)
     y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position', offset,
@@ -142,7 +144,7 @@ class Decoder(nn.Module):
 
 class Transformer(nn.Module):
   """Encoder, decoder and their shared embeddings. `encode` and `decode` can be applied
-  separately (`model.apply(variables, ..., method='encode')`), as decoding needs."""
+  separately (`module.apply(variables, ..., method='encode')`), as decoding needs."""
 
   config: TransformerConfig
 

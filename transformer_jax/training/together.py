@@ -92,7 +92,7 @@ class TogetherTrainer(TrainerProtocol):
     self.run_abstract_state = trainer.run_abstract_state
     self._stack = jax.jit(lambda states: jax.tree.map(lambda *leaves: jnp.stack(leaves), *states),
                           out_shardings=self.state_sharding)
-    self.rows_multiple = trainer.rows_multiple
+    self.sequences_multiple = trainer.sequences_multiple
     replicated = jax.sharding.NamedSharding(model.mesh, jax.sharding.PartitionSpec())
     self._init = jax.jit(jax.vmap(trainer.initial_state), out_shardings=self.state_sharding)
     # Every run's slice in one program: slicing leaf by leaf would dispatch runs x leaves

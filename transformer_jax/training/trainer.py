@@ -4,7 +4,7 @@ on a `ShardedModel`.
   trainer = trainer.Trainer(sharded_model.ShardedModel(config))
   state = trainer.init_state()          # created already sharded, never whole on one device
   state, metrics = trainer.train_step(state, batch)
-  state, metrics = trainer.train_steps(state, batches)   # K steps, batches stacked: (K, rows, ..)
+  state, metrics = trainer.train_steps(state, batches)  # K steps, batches stacked (K, ...)
 
 `step` is the optimizer step itself, a pure function of the state and a batch; the jitted
 `train_step` and `train_steps` run it on the mesh (`jit_steps`), and `together.TogetherTrainer`
@@ -54,12 +54,12 @@ class TrainerProtocol(Protocol):
   `run_abstract_state` (for one run both are the identity).
 
     model                the `ShardedModel` the runs share
-    rows_multiple        a training batch's rows are a multiple of this
+    sequences_multiple   a training batch's sequences are a multiple of this
     run_abstract_state   one run's state: shapes, dtypes and shardings, what a checkpoint holds
   """
 
   model: ShardedModel
-  rows_multiple: int
+  sequences_multiple: int
   run_abstract_state: TrainState
 
   def init_state(self) -> TrainState:
@@ -121,9 +121,9 @@ def compile_steps(init: Callable, init_args: tuple, train_step: Callable, train_
 
 
 def _micro_batches(batch: dict, k: int) -> dict:
-  """(rows, length) -> (k, rows / k, length), micro-batch i holding rows i, i + k, i + 2k, ...
-  Every device's block of rows then holds its share of each micro-batch, so the split moves
-  no data between devices."""
+  """(sequences, length) -> (k, sequences / k, length), micro-batch i holding sequences i,
+  i + k, i + 2k, ... Every device's block of sequences then holds its share of each
+  micro-batch, so the split moves no data between devices."""
   return {name: jnp.swapaxes(value.reshape(-1, k, *value.shape[1:]), 0, 1)
           for name, value in batch.items()}
 
@@ -145,8 +145,9 @@ class Trainer(TrainerProtocol):
     self.train_step, self.train_steps = jit_steps(model, self.step, self.state_sharding)
 
   @property
-  def rows_multiple(self) -> int:
-    """Batch rows must be a multiple of this: every micro-batch splits over the batch axes."""
+  def sequences_multiple(self) -> int:
+    """A batch's sequences are a multiple of this: every micro-batch splits over the batch
+    axes."""
     return self.model.batch_shards * self.config.train.grad_accum_steps
 
   def _boxed_state(self, seed: int | jax.Array | None = None) -> TrainState:
