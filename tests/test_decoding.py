@@ -83,9 +83,9 @@ def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_copy_per_hypothesi
 @pytest.mark.slow
 @pytest.mark.parametrize('options', MODEL_OPTIONS[:2])
 def test_reordered_hypotheses_score_their_own_history(rng, options):
-  """Beam search reorders hypotheses (a sentence's rows take over each other's histories,
-  some twice) while the cache stays where it was written: at every step, each row's
-  logits are those of the full decoder over that row's own token history."""
+  """Beam search reorders hypotheses (a sentence's hypotheses take over each other's
+  histories, some twice) while the cache stays where it was written: at every step, each
+  hypothesis's logits are those of the full decoder over its own token history."""
   cfg = tiny_config(max_len=24, **options)
   module, params = Transformer(cfg), init_params(cfg)
   copies, length = 3, CACHE_BLOCK + 4
@@ -95,7 +95,7 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
   scorer = batch_decode.model_scorer(module, params, encoded, source_mask, length, copies)
   step, reorder = jax.jit(scorer.step), jax.jit(scorer.reorder)
   repeated = (jnp.repeat(encoded, copies, 0), jnp.repeat(source_mask, copies, 0))
-  # The full decoder over each row's history, padded to `length` (one compiled shape; the
+  # The full decoder over each hypothesis's history, padded to `length` (one compiled shape; the
   # causal mask keeps the padding out of position i).
   full_decoder = jax.jit(lambda history: module.apply(
       {'params': params}, *repeated, history, method='decode'))
@@ -108,9 +108,10 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
     full = full_decoder(np.pad(history, ((0, 0), (0, length - history.shape[1]))))
     expected = full[:, i].at[:, PAD_ID].set(-jnp.inf)
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
-    # Each row takes the history of a random row of its own sentence.
-    rows = (rng.integers(0, copies, 2 * copies) + np.repeat([0, copies], copies)).astype(np.int32)
-    state, history = reorder(state, jnp.asarray(rows)), history[rows]
+    # Each hypothesis takes the history of a random hypothesis of its own sentence.
+    parents = (rng.integers(0, copies, 2 * copies)
+               + np.repeat([0, copies], copies)).astype(np.int32)
+    state, history = reorder(state, jnp.asarray(parents)), history[parents]
 
 
 def _without_eos(monkeypatch) -> None:
@@ -195,17 +196,18 @@ A, B = 2, 3
 
 
 def _ending_scorer(scorer: search.Scorer, ends: np.ndarray, copies: int) -> search.Scorer:
-  """`scorer` with every row of sentence s forced to EOS at position ends[s], the ends kept
+  """`scorer` with every hypothesis of sentence s forced to EOS at position ends[s], the ends kept
   with the sentences (`Scorer.keep`): sentences that end when the test says."""
 
   def step(state, tokens, i):
-    inner, row_ends = state
+    inner, hypothesis_ends = state
     logits, inner = scorer.step(inner, tokens, i)
-    return jnp.where((i == row_ends)[:, None] & (jnp.arange(logits.shape[1]) == EOS_ID),
-                     1e9, logits), (inner, row_ends)
+    return jnp.where((i == hypothesis_ends)[:, None] & (jnp.arange(logits.shape[1]) == EOS_ID),
+                     1e9, logits), (inner, hypothesis_ends)
 
   return search.Scorer((scorer.state, jnp.repeat(jnp.asarray(ends, jnp.int32), copies)), step,
-                       lambda state, rows: (scorer.reorder(state[0], rows), state[1][rows]),
+                       lambda state, parents: (scorer.reorder(state[0], parents),
+                                               state[1][parents]),
                        lambda state, kept: (scorer.keep(state[0], kept),
                                             state[1].reshape(-1, copies)[kept].reshape(-1)))
 
@@ -266,15 +268,15 @@ def _table(rows: dict) -> np.ndarray:
   return table
 
 
-def _table_scorer(table: np.ndarray, rows: int, copies: int = 1) -> search.Scorer:
+def _table_scorer(table: np.ndarray, hypotheses: int, copies: int = 1) -> search.Scorer:
   """Scores from a table indexed by the previous token, or with tables (sentences, 4, 4) one a
-  sentence of `copies` rows."""
+  sentence of `copies` hypotheses."""
   tables = jnp.asarray(table).reshape(-1, *table.shape[-2:])
-  # The state: each row's table.
-  sentence = jnp.arange(rows, dtype=jnp.int32) // copies % tables.shape[0]
+  # The state: each hypothesis's table.
+  sentence = jnp.arange(hypotheses, dtype=jnp.int32) // copies % tables.shape[0]
   return search.Scorer(state=sentence,
                        step=lambda state, tokens, i: (tables[state, tokens], state),
-                       reorder=lambda state, rows: state[rows],
+                       reorder=lambda state, parents: state[parents],
                        keep=lambda state, kept: state.reshape(-1, copies)[kept].reshape(-1))
 
 
@@ -394,18 +396,18 @@ def test_beam_of_one_is_greedy_without_length_penalty(seed):
 def test_dropping_sentences_as_they_end_changes_no_result(seed, beam_size):
   """Sentences of their own tables (ending at different steps) searched with the batch halved
   as they end get the tokens and scores they get searched to the end; the steps run on fewer
-  rows once half are done."""
+  hypotheses once half are done."""
   rng = np.random.default_rng(seed)
   batch, length = 8, 12
   tables = np.log(rng.dirichlet(np.full(3, 0.4), size=(batch, 4))).astype(np.float32)
   tables = np.concatenate([np.full((batch, 4, 1), -np.inf, np.float32), tables], 2)
-  rows_per_step = []
+  hypotheses_per_step = []
 
   def search_with(widths):
     scorer = _table_scorer(tables, batch * beam_size, copies=beam_size)
 
     def step(state, tokens, i):
-      jax.debug.callback(lambda i, rows=tokens.shape[0]: rows_per_step.append(rows), i)
+      jax.debug.callback(lambda i, n=tokens.shape[0]: hypotheses_per_step.append(n), i)
       return scorer.step(state, tokens, i)
 
     counted = dataclasses.replace(scorer, step=step)
@@ -417,13 +419,14 @@ def test_dropping_sentences_as_they_end_changes_no_result(seed, beam_size):
 
   kept = search_with(())
   jax.effects_barrier()
-  steps, rows_per_step[:] = len(rows_per_step), []
+  steps, hypotheses_per_step[:] = len(hypotheses_per_step), []
   dropped = search_with((8, 4, 2))
   jax.effects_barrier()
   for got, want in zip(dropped, kept):
     np.testing.assert_array_equal(got, want)
-  assert len(rows_per_step) == steps and rows_per_step[0] == batch * beam_size
-  assert rows_per_step[-1] < batch * beam_size and rows_per_step == sorted(rows_per_step)[::-1]
+  assert len(hypotheses_per_step) == steps and hypotheses_per_step[0] == batch * beam_size
+  assert hypotheses_per_step[-1] < batch * beam_size
+  assert hypotheses_per_step == sorted(hypotheses_per_step)[::-1]
 
 
 def test_sentences_are_searched_independently():
@@ -502,32 +505,32 @@ def test_the_top_of_each_beam_first_is_the_top_of_all_ties_included(seed):
 
 def test_a_buckets_sources_go_to_its_batches_by_length():
   """`translator.decode_batches`: every non-empty source once, in the shortest bucket that
-  holds it, at most `rows` a batch, the longest bucket first; within a bucket, by length (equal
+  holds it, at most `most` a batch, the longest bucket first; within a bucket, by length (equal
   lengths in input order), so that a batch's sources, and so its outputs, are alike in length."""
   rng = np.random.default_rng(0)
-  lengths, rows = [8, 16, 24], 5
+  lengths, most = [8, 16, 24], 5
   sizes = rng.integers(0, 25, size=60)
-  batches = list(translator.decode_batches(lengths, sizes, rows))
+  batches = list(translator.decode_batches(lengths, sizes, most))
   placed = [i for _, chunk in batches for i in chunk]
   assert sorted(placed) == [i for i in range(len(sizes)) if sizes[i]]
   assert [length for length, _ in batches] == sorted((length for length, _ in batches),
                                                      reverse=True)
   for length, chunk in batches:
-    assert 0 < len(chunk) <= rows
+    assert 0 < len(chunk) <= most
     assert all(lengths[np.searchsorted(lengths, sizes[i])] == length for i in chunk)
   for length in lengths:
     members = [i for bucket, chunk in batches if bucket == length for i in chunk]
     assert members == sorted(members, key=lambda i: (sizes[i], i))
 
 
-@pytest.mark.parametrize('shards, rows', [(1, 64), (2, 64), (3, 48), (8, 64)])
-def test_a_last_batch_runs_few_rows_that_carry_nothing_in_few_shapes(shards, rows):
-  """`translator.rows_for`: every batch holds its sentences, splits over the batch shards, is
-  at most the full batch and less than twice what it needs (the shards' own minimum apart);
+@pytest.mark.parametrize('shards, most', [(1, 64), (2, 64), (3, 48), (8, 64)])
+def test_a_last_batch_runs_few_padding_sentences_in_few_shapes(shards, most):
+  """`translator.sentences_for`: every batch holds its sentences, splits over the batch shards,
+  is at most the full batch and less than twice what it needs (the shards' own minimum apart);
   the sizes over every count are few."""
-  sizes = {translator.rows_for(n, rows, shards) for n in range(1, rows + 1)}
-  for n in range(1, rows + 1):
-    size = translator.rows_for(n, rows, shards)
-    assert n <= size <= rows and size % shards == 0
+  sizes = {translator.sentences_for(n, most, shards) for n in range(1, most + 1)}
+  for n in range(1, most + 1):
+    size = translator.sentences_for(n, most, shards)
+    assert n <= size <= most and size % shards == 0
     assert size < 2 * n or size == shards
-  assert len(sizes) <= int(np.log2(rows / shards)) + 2
+  assert len(sizes) <= int(np.log2(most / shards)) + 2

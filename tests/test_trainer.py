@@ -17,13 +17,13 @@ from transformer_jax.training import saved_config
 from transformer_jax.training.trainer import Trainer
 
 
-def _batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict:
-  """Rows of different lengths, and two empty rows, so per-token normalisation matters."""
+def _batch(sequences: int, length: int, vocab: int, seed: int = 0) -> dict:
+  """Sequences of different lengths, and two empty ones, so per-token normalisation matters."""
   rng = np.random.default_rng(seed)
-  lengths = rng.integers(1, length + 1, size=rows)
+  lengths = rng.integers(1, length + 1, size=sequences)
   lengths[-2:] = 0
-  inputs = random_tokens(rng, (rows, length), vocab, lengths)
-  targets = random_tokens(rng, (rows, length), vocab, lengths[::-1])
+  inputs = random_tokens(rng, (sequences, length), vocab, lengths)
+  targets = random_tokens(rng, (sequences, length), vocab, lengths[::-1])
   decoder_inputs = np.pad(targets[:, :-1], ((0, 0), (1, 0)))
   return {'inputs': inputs, 'targets': targets, 'decoder_inputs': decoder_inputs}
 
@@ -130,10 +130,10 @@ def test_any_mesh_gives_the_single_device_update(data, fsdp, tensor):
 
 @pytest.mark.slow
 def test_fsdp_splits_the_step_and_gathers_parameters():
-  # Pure FSDP over 8 devices: each device computes the layers for its eighth of the rows, so a
-  # step's FLOPs per device (XLA's cost analysis of the compiled step) are close to an eighth
-  # of one device's. When the activations' rows were left for XLA to place, it gathered them
-  # onto every device and computed parts of each layer redundantly: 1.31 times an eighth.
+  # Pure FSDP over 8 devices: each device computes the layers for its eighth of the sequences, so a
+  # step's FLOPs per device (XLA's cost analysis of the compiled step) are close to an eighth of one
+  # device's. When the activations' sequences were left for XLA to place, it gathered them onto
+  # every device and computed parts of each layer redundantly: 1.31 times an eighth.
   def flops(config, devices):
     model = ShardedModel(config, sharding.make_mesh(config, devices))
     trainer = Trainer(model)
@@ -149,7 +149,7 @@ def test_fsdp_splits_the_step_and_gathers_parameters():
 @pytest.mark.slow
 def test_the_fused_loss_gives_the_unfused_update():
   # train.loss_chunk 5 over targets of 12 positions (the last chunk padded), on a mesh that
-  # splits rows, the embedding width and the vocabulary, with dropout: the same masks, losses
+  # splits sequences, the embedding width and the vocabulary, with dropout: the same masks, losses
   # and parameters as the whole logits on one device.
   overrides = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1}
   batches = [_batch(16, 12, 64, seed) for seed in range(2)]
@@ -164,7 +164,7 @@ def test_the_fused_loss_gives_the_unfused_update():
 
 @pytest.mark.slow
 def test_evaluation_with_the_fused_loss_gives_the_whole_logits_sums():
-  # train.loss_chunk 5 over 12 target positions (the last chunk padded), rows split over two
+  # train.loss_chunk 5 over 12 target positions (the last chunk padded), sequences split over two
   # devices: the sums of the whole logits, at no more FLOPs (the fused loss's gradient half,
   # unused in evaluation, is not computed).
   batch = _batch(16, 12, 64)
@@ -187,7 +187,7 @@ def test_evaluation_with_the_fused_loss_gives_the_whole_logits_sums():
 @pytest.mark.parametrize('accumulate', [1, 2])
 def test_k_steps_in_one_call_equal_k_single_steps(accumulate):
   # train.steps_per_call: three steps as one compiled call (batches stacked) on a mesh that
-  # splits rows, the embedding width and the vocabulary, with every dropout site on: each
+  # splits sequences, the embedding width and the vocabulary, with every dropout site on: each
   # step's metrics, and the parameters, optimizer state, step and dropout key after them, are
   # those of three calls of one step.
   overrides = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1,

@@ -404,7 +404,7 @@ from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.model import sharding
 # The data axis alternates between the processes, as a pod's topology-ordered mesh may:
-# process 0's devices hold global rows 0 and 2 of every four.
+# process 0's devices hold global sequences 0 and 2 of every four.
 by_process = [[d for d in jax.devices() if d.process_index == p] for p in (0, 1)]
 devices = [device for pair in zip(*by_process) for device in pair]
 make_mesh = sharding.make_mesh

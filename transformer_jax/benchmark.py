@@ -175,7 +175,7 @@ if __name__ == '__main__':
   _STEPS = flags.DEFINE_integer('steps', 20, 'Timed calls in each round.', lower_bound=1)
   _WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed calls first (compilation included).',
                                  lower_bound=1)
-  _PACKED = flags.DEFINE_bool('packed', False, 'Rows of two pairs each, with segment ids, as '
+  _PACKED = flags.DEFINE_bool('packed', False, 'Sequences of two pairs each, with segment ids, as '
                               'packed training batches (data.pack_length) come.')
   _JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.')
   flags.mark_flag_as_required('config')

@@ -7,14 +7,14 @@ and in the checkout after, then compare the two files.
 
 Three runs of `configs/tiny.py` on the built-in corpus, each a fresh workdir, 12 steps: one run
 alone (batches of several shapes, one step a call); two runs trained together
-(`runs_together.train_together`, seeds 0 and 1, ε_ls 0.1 and 0.2); one run with packed rows, two
-micro-batches a step and four steps a call. For each run the file holds a SHA-256 of every leaf
-of the final checkpoint's train state (parameters, Adam's moments, step, dropout key), read
-with orbax alone (so the digest does not depend on the package's layout), and the dev split's
-loss, nll and accuracy at step 12, and the logged training loss, nll, accuracy, gradient norm
-and learning rate (`train.log_every_steps` 1: each record is one step's, but in the packed run
-one call's four). Those are reports derived from the state's steps, compared as well: a change
-in how several steps are summarised shows there only.
+(`runs_together.train_together`, seeds 0 and 1, ε_ls 0.1 and 0.2); one run with packed sequences,
+two micro-batches a step and four steps a call. For each run the file holds a SHA-256 of every leaf
+of the final checkpoint's train state (parameters, Adam's moments, step, dropout key), read with
+orbax alone (so the digest does not depend on the package's layout), and the dev split's loss, nll
+and accuracy at step 12, and the logged training loss, nll, accuracy, gradient norm and learning
+rate (`train.log_every_steps` 1: each record is one step's, but in the packed run one call's four).
+Those are reports derived from the state's steps, compared as well: a change in how several steps
+are summarised shows there only.
 """
 
 import hashlib

@@ -27,19 +27,20 @@ from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.model.transformer import Transformer
 
 
-def _repeat_rows(tree: Any, copies: int) -> Any:
-  """Each row of every leaf with a leading batch axis, `copies` times (sentence-major)."""
+def _per_hypothesis(tree: Any, copies: int) -> Any:
+  """Each sentence's entry of every leaf with a leading batch axis, `copies` times (one per
+  hypothesis, sentence-major)."""
   return jax.tree.map(lambda x: jnp.repeat(x, copies, axis=0) if x.ndim else x, tree)
 
 
 def _next_logits(logits: jax.Array) -> jax.Array:
-  """The next token's logits, (rows, vocab) float32, as a `search.Scorer` gives them. PAD_ID is
-  the decoder's start symbol, never a target, so it is excluded from the outputs."""
+  """The next token's logits, (hypotheses, vocab) float32, as a `search.Scorer` gives them. PAD_ID
+  is the decoder's start symbol, never a target, so it is excluded from the outputs."""
   return logits.at[:, PAD_ID].set(-jnp.inf)
 
 
-def _take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
-  return jnp.take(x, rows, axis=0) if x.ndim else x
+def _take_parents(x: jax.Array, parents: jax.Array) -> jax.Array:
+  return jnp.take(x, parents, axis=0) if x.ndim else x
 
 
 def _init_cache(module: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
@@ -59,10 +60,10 @@ def _cached_step(module: Transformer, params, encoded: jax.Array, source_mask: j
   return _next_logits(logits[:, 0]), variables['cache']
 
 
-def _reorder_cache(cache, rows: jax.Array):
+def _reorder_cache(cache, parents: jax.Array):
   # The cached keys and values stay where they were written; a hypothesis takes over the
   # table of copies that holds its history (see `transformer.Decoder`).
-  decoder = dict(cache['decoder'], history=_take_rows(cache['decoder']['history'], rows))
+  decoder = dict(cache['decoder'], history=_take_parents(cache['decoder']['history'], parents))
   return dict(cache, decoder=decoder)
 
 
@@ -76,7 +77,7 @@ def _uncached_step(module: Transformer, params, encoded: jax.Array, source_mask:
                    decoder_inputs: jax.Array, tokens: jax.Array, i: jax.Array):
   # Every step runs the decoder over all `length` positions.
   copies = tokens.shape[0] // encoded.shape[0]
-  encoded, source_mask = _repeat_rows((encoded, source_mask), copies)
+  encoded, source_mask = _per_hypothesis((encoded, source_mask), copies)
   decoder_inputs = decoder_inputs.at[:, i].set(tokens)
   logits = module.apply({'params': params}, encoded, source_mask, decoder_inputs,
                        method='decode')
@@ -87,11 +88,11 @@ def _uncached_step(module: Transformer, params, encoded: jax.Array, source_mask:
 # (module, params, encoded, source_mask, state, tokens, i); its reorder (`search.Scorer`): with
 # the decoder's key/value cache (True), or re-running the decoder over the whole output (False).
 _SCORERS = {True: (_init_cache, _cached_step, _reorder_cache),
-            False: (_init_inputs, _uncached_step, _take_rows)}
+            False: (_init_inputs, _uncached_step, _take_parents)}
 
 
 def _keep_sentences(state: Any, sentences: jax.Array, count: int) -> Any:
-  """`search.KeepFn` for a state whose every leaf has a row or several (`copies`,
+  """`search.KeepFn` for a state whose every leaf has an entry or several (`copies`,
   sentence-major) for each of `count` sentences: those of `sentences` only."""
 
   def keep(x):
@@ -103,7 +104,7 @@ def _keep_sentences(state: Any, sentences: jax.Array, count: int) -> Any:
 
 def model_scorer(module: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                  length: int, copies: int, cached: bool = True) -> search.Scorer:
-  """A scorer of outputs up to `length` tokens, `copies` rows per sentence, with the decoder's
+  """A scorer of outputs up to `length` tokens, `copies` hypotheses per sentence, with the decoder's
   key/value cache or (`cached=False`) re-running the decoder over all `length` positions at
   every step. Its state holds the sentences' encoded sources and masks, which the sentences
   dropped as they end (`search.Scorer.keep`) take with them."""
@@ -114,8 +115,8 @@ def model_scorer(module: Transformer, params, encoded: jax.Array, source_mask: j
                            state['decoder'], tokens, i)
     return logits, dict(state, decoder=decoder)
 
-  def reorder_rows(state, rows):
-    return dict(state, decoder=reorder(state['decoder'], rows))
+  def reorder_hypotheses(state, parents):
+    return dict(state, decoder=reorder(state['decoder'], parents))
 
   def keep(state, sentences):
     # The barrier as `_init_cache`'s: the cache kept in its layout.
@@ -124,13 +125,14 @@ def model_scorer(module: Transformer, params, encoded: jax.Array, source_mask: j
 
   state = {'encoded': encoded, 'source_mask': source_mask,
            'decoder': init(module, params, encoded, source_mask, length, copies)}
-  return search.Scorer(state, step_sentences, reorder_rows, keep)
+  return search.Scorer(state, step_sentences, reorder_hypotheses, keep)
 
 
 def runs_scorer(module: Transformer, params, encoded: jax.Array, source_mask: jax.Array,
                 length: int, copies: int, cached: bool = True) -> search.Scorer:
   """`model_scorer` of several runs of `module`: their parameters and encoded sources stacked on a
-  leading run axis, their rows run-major (run r's are rows r·n·copies ... of n sentences). The
+  leading run axis, their hypotheses run-major (run r's are hypotheses r·n·copies ... of n
+  sentences). The
   module is vmapped over the runs, step by step; the search is not, so a step's position stays
   one number for every run (and a step reads only the cache blocks it needs)."""
   init, step, reorder = _SCORERS[cached]
@@ -142,19 +144,19 @@ def runs_scorer(module: Transformer, params, encoded: jax.Array, source_mask: ja
         params, encoded, state, tokens.reshape(runs, -1))
     return logits.reshape(-1, logits.shape[-1]), state
 
-  def reorder_runs(state, rows):
-    rows = rows.reshape(runs, -1)  # a row stays within its sentence, so within its run
-    return jax.vmap(reorder)(state, rows - jnp.arange(runs)[:, None] * rows.shape[1])
+  def reorder_runs(state, parents):
+    parents = parents.reshape(runs, -1)  # a parent is of its sentence, so of its run
+    return jax.vmap(reorder)(state, parents - jnp.arange(runs)[:, None] * parents.shape[1])
 
   return search.Scorer(state, step_runs, reorder_runs)
 
 
-# A search's batch goes on at 1/NARROWING of its width once no more than that many of its
-# sentences are still searching (`widths`), where those are at least FEWEST_SENTENCES and split
-# over the batch's shards: a batch's last sentences are the few with its longest outputs, and a
-# step's cost is close to proportional to its rows down to about 16 of them. Once only, and not
-# for a bucket's small last batch: each width is one more loop to compile, about as long to
-# compile as the rest of the program (experiments/decoding_vs_ct2/README.md).
+# A search's batch goes on at 1/NARROWING of its width once no more than that many of its sentences
+# are still searching (`widths`), where those are at least FEWEST_SENTENCES and split over the
+# batch's shards: a batch's last sentences are the few with its longest outputs, and a step's cost
+# is close to proportional to its hypotheses down to about 16 of them. Once only, and not for a
+# bucket's small last batch: each width is one more loop to compile, about as long to compile as the
+# rest of the program (experiments/decoding_vs_ct2/README.md).
 NARROWING, FEWEST_SENTENCES = 4, 16
 
 
@@ -177,7 +179,7 @@ def decode(module: Transformer, params, inputs: jax.Array, *, beam_size: int, al
 
   beam_size 1 is greedy decoding (α unused), larger sizes beam search, as in tensor2tensor.
   The output may hold s + max_extra_length tokens (§6.1: input length + 50, with the padded
-  input length as in tensor2tensor). All-padding rows give empty outputs. Unless `stacked`, the
+  input length as in tensor2tensor). All-padding sources give empty outputs. Unless `stacked`, the
   sentences that are done are dropped as the search goes where `widths` narrows the batch, each
   width a number of sentences that splits over the batch's `shards`.
   """
@@ -202,7 +204,7 @@ def decode(module: Transformer, params, inputs: jax.Array, *, beam_size: int, al
 
 
 def strip(tokens: np.ndarray) -> list[int]:
-  """A row of output ids up to (not including) its first EOS or padding."""
+  """One output's ids up to (not including) its first EOS or padding."""
   ids = []
   for token in tokens.tolist():
     if token in (EOS_ID, PAD_ID):

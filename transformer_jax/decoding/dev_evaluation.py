@@ -78,7 +78,7 @@ class DevEvaluator:
         outputs = sharding.gather_sequences(self._decode(params, batch['inputs']))
         targets = sharding.gather_sequences(batch['targets'])
         for output, target in zip(outputs, targets):
-          if target[0] != PAD_ID:  # skip the empty rows that fill a bucket's last batch
+          if target[0] != PAD_ID:  # skip the empty sequences that fill a bucket's last batch
             hypotheses.append(tokenizer.decode(self._data.tokenizer, output))
             references.append(tokenizer.decode(self._data.tokenizer, target))
     metrics = per_token(totals)

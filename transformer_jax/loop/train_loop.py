@@ -176,7 +176,7 @@ def steps_per_call(config: ml_collections.ConfigDict, data: pipeline.Data, lead:
   k, lengths = config.train.steps_per_call, data.batchers['train'].train_lengths()
   if k > 1 and len(lengths) > 1:
     if lead:
-      print(f'train.steps_per_call={k} runs one step a call: training batches have rows of '
+      print(f'train.steps_per_call={k} runs one step a call: training batches have sequences of '
             f'{len(lengths)} lengths ({", ".join(map(str, lengths))}); with '
             'data.pack_length=data.max_length they have one', flush=True)
     return 1

@@ -33,9 +33,9 @@ def cache_blocks(length: int) -> list[tuple[int, int]]:
 
 @dataclasses.dataclass(frozen=True)
 class DecodeStep:
-  """A call of incremental decoding (`MultiHeadAttention`'s `step`): the one new input of every row
-  is at `position`, and the rows come `copies` to a source sentence, consecutively (beam
-  search's hypotheses; 1 for greedy decoding)."""
+  """A call of incremental decoding (`MultiHeadAttention`'s `step`): the one new input of every
+  hypothesis is at `position`, and the hypotheses come `copies` to a source sentence,
+  consecutively (beam search's; 1 for greedy decoding)."""
 
   position: jax.Array | int
   copies: int
@@ -81,7 +81,7 @@ def causal_mask(length: int) -> jax.Array:
 
 
 def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
-  """Mask of packed rows, several sentences per row: (b, q) and (b, k) segment ids, 0 on
+  """Mask of packed sequences, several sentences per sequence: (b, q) and (b, k) segment ids, 0 on
   padding -> (b, 1, q, k), True where the key is real and in the query's own sentence."""
   same = query_segments[:, :, None] == key_segments[:, None, :]
   return (same & (key_segments != 0)[:, None, :])[:, None]
@@ -161,10 +161,10 @@ class MultiHeadAttention(nn.Module):
   `attention_impl`.
 
   With `step` (a `DecodeStep`), incremental decoding: keys and values are kept in the 'cache'
-  collection, created by the first such call; later calls take one new position per row (q =
-  1). The weights (b, h, q, k) are sown as 'intermediates'/'attention_weights'; while
-  decoding, those of the encoder-decoder attention only, (n, h, copies·q, k), the `copies` rows
-  of each of n sentences as its queries.
+  collection, created by the first such call; later calls take one new position per hypothesis
+  (q = 1). The weights (b, h, q, k) are sown as 'intermediates'/'attention_weights'; while
+  decoding, those of the encoder-decoder attention only, (n, h, copies·q, k), the `copies`
+  hypotheses of each of n sentences as its queries.
   """
 
   config: TransformerConfig
@@ -239,7 +239,7 @@ class MultiHeadAttention(nn.Module):
   def _attend_to_cached_source(self, query, keys_values, mask):
     """Encoder-decoder attention (§3.2.3) while decoding: the keys and values of the encoder
     output (`keys_values()`) are computed when the cache is created, once per sentence,
-    (n, h, s, d) for n source sentences, and the `copies` rows of a sentence attend to them
+    (n, h, s, d) for n source sentences, and the `copies` hypotheses of a sentence attend to them
     together, as `copies` queries of one sentence."""
     if not self.has_variable('cache', 'key'):
       for name, x in zip(('key', 'value'), keys_values()):
@@ -254,11 +254,11 @@ class MultiHeadAttention(nn.Module):
     hold: per name a tuple of blocks (`cache_blocks`) of k positions, `copies` copies each, keys
     (n, h, d_k, k·copies) and values (n, h, k·copies, d_v): the layouts
     the products of eq. (1) read, so that a step never transposes the cache."""
-    rows = key.shape[0]
+    hypotheses = key.shape[0]
     for name, x in (('key', key), ('value', value)):
       _, length, heads, depth = x.shape
       self.put_variable('cache', name, tuple(
-          _to_cache(name, jnp.zeros((rows // copies, (end - first) * copies, heads, depth),
+          _to_cache(name, jnp.zeros((hypotheses // copies, (end - first) * copies, heads, depth),
                                     x.dtype))
           for first, end in cache_blocks(length)))
 
@@ -290,7 +290,7 @@ class MultiHeadAttention(nn.Module):
             block_now == i, write, lambda block, _: block, block, offset))
       stored[name] = tuple(blocks)
       self.put_variable('cache', name, stored[name])
-    # The rows of a sentence are its queries: (n·copies, 1) -> (n, copies).
+    # The hypotheses of a sentence are its queries: (n·copies, 1) -> (n, copies).
     query = query.reshape(query.shape[0] // step.copies, -1, *query.shape[2:])
 
     def attend(block):

@@ -84,7 +84,7 @@ def batch_shards(mesh: Mesh, rules) -> int:
 
 
 def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
-  """Rows over the batch axes, the length dimension whole."""
+  """Sequences over the batch axes, the length dimension whole."""
   return nn.logical_to_mesh_sharding(PartitionSpec('batch', None), mesh, rules)
 
 

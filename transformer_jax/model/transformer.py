@@ -12,11 +12,11 @@ Positions holding PAD_ID in `inputs` are masked out of every attention over the 
 decoder needs only the causal mask: padding at the end of a target can never be attended to by
 an earlier, real position.
 
-Packed rows (an option of the data pipeline, as tensor2tensor and the Flax examples pack)
+Packed sequences (an option of the data pipeline, as tensor2tensor and the Flax examples pack)
 hold several sentence pairs each, told apart by `source_segments` (b, s) and
 `target_segments` (b, t): 1, 2, ... per pair, 0 on padding. Every attention then stays within
 its own pair and positions restart at 0 for each sentence, so a packed pair's logits are those
-it has alone in a row.
+it has alone in a sequence.
 """
 
 import flax.linen as nn
@@ -168,7 +168,7 @@ class Transformer(nn.Module):
   def init_cache(self, encoded: jax.Array, source_mask: jax.Array, length: int,
                  copies: int = 1) -> None:
     """Creates the incremental-decoding cache for outputs of up to `length` tokens, `copies`
-    rows (hypotheses) per sentence; apply with `mutable=['cache']` and keep the 'cache'
+    hypotheses per sentence; apply with `mutable=['cache']` and keep the 'cache'
     collection. The encoder-decoder attention keys and values of `encoded` are computed here,
     once per sentence. The decoder's output over the placeholder inputs is discarded (under
     jit, never computed)."""
