@@ -17,10 +17,12 @@ of rules thus gives data parallelism, FSDP or tensor parallelism depending only 
 shape: an axis of size 1 leaves its dimensions whole.
 
 What a user chooses is `config.parallel` (configs/base.py): the axes' sizes `data`, `fsdp` and
-`tensor` (one may be -1, the devices left; by default every device on `data`) and the rules,
-`axis_rules`. `config/checks.py` holds them to the names above where a config enters, before
-anything is built; the names live in `config/choices.py`, the layer every other imports, for
-that check.
+`tensor` (one may be -1, the devices left; by default every device on `data`, data parallelism as
+the paper trained on 8 GPUs, §5.2) and the rules, `axis_rules`. `config/checks.py` holds them to the
+names above where a config enters, before anything is built; the names live in `config/choices.py`,
+the layer every other imports, for that check. The `tensor` axis was once named `model`: that name
+is refused naming the new one, and a workdir saved with it resumes under the new one
+(`fields.RENAMED`, `choices.RENAMED_MESH_AXES`).
 
 The mesh is built by `make_mesh(config, devices)`: over every device for a run
 (`sharded_model.ShardedModel`, the Transformer applied on the mesh, builds it unless given one),
