@@ -214,22 +214,24 @@ def get_config() -> ml_collections.ConfigDict:
   # (transformer_jax/training/checkpointing.py).
   config.train.keep_checkpoints = auto()
 
+  # How the run is spread over the devices: the mesh's axes, the logical axes and the rules
+  # between them are explained in transformer_jax/model/sharding.py.
   config.parallel = ml_collections.ConfigDict()
-  # Device mesh (data, fsdp, model); -1 takes the remaining devices. The default is pure
+  # The mesh's sizes (data, fsdp, tensor); -1 takes the remaining devices. The default is pure
   # data parallelism over every device.
   config.parallel.data = -1
   config.parallel.fsdp = 1
-  config.parallel.model = 1
-  # Logical axis -> mesh axes. The batch is split over data and fsdp; parameters and optimizer
-  # state are sharded over fsdp along 'embed' (FSDP) and over model along heads, d_ff and the
-  # vocabulary (tensor parallelism). Mesh axes of size 1 leave a dimension replicated.
+  config.parallel.tensor = 1
+  # Logical axis -> mesh axes: the batch split over data and fsdp (data parallelism), parameters
+  # and Adam's moments over fsdp along 'embed' (FSDP) and over tensor along heads, d_ff and the
+  # vocabulary (tensor parallelism). A mesh axis of size 1 leaves its dimensions whole.
   config.parallel.axis_rules = (
       ('batch', ('data', 'fsdp')),
-      ('vocab', 'model'),
+      ('vocab', 'tensor'),
       ('embed', 'fsdp'),
-      ('heads', 'model'),
+      ('heads', 'tensor'),
       ('kv', None),
-      ('mlp', 'model'),
+      ('mlp', 'tensor'),
       ('position', None),
   )
   # Multi-host: call jax.distributed.initialize() first. The three values may stay None on

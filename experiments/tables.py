@@ -555,7 +555,7 @@ def input_rate(page: str) -> str:
         ', '.join(f'{k}: {ms(seconds)}'
                   for k, seconds in dispatch['host_seconds_per_call'].items()),
         link(page, path)])
-  return markdown(['CPU', 'pairs', 'batches an epoch, rows a batch (this host\'s)',
+  return markdown(['CPU', 'pairs', 'batches an epoch, sequences a batch (this host\'s)',
                    'first plan', 'a later epoch\'s plan (the planner\'s CPU time)', 'batches/s',
                    'longest `next()`: at an epoch boundary; any',
                    'a call of K steps returns after (K: time)', 'file'], rows)

@@ -115,7 +115,7 @@ def test_fully_masked_row_is_finite_and_has_finite_gradients(rng):
 @pytest.mark.slow
 def test_jax_attention_equals_eq_1_written_out_and_leaves_the_pictures_to_it(rng):
   """attention_impl='xla' (jax.nn.dot_product_attention, as 'cudnn' calls it): the outputs and
-  gradients of eq. (1) written out, an all-padding row included; applied to collect the
+  gradients of eq. (1) written out, an all-padding sequence included; applied to collect the
   attention weights, it computes them as written out."""
   cfg = tiny_config(d_k=6, d_v=6)
   x = rng.normal(size=(3, 5, cfg.d_model)).astype(np.float32)

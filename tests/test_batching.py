@@ -31,7 +31,7 @@ def _all_ids(split):
 
 
 def _pair_ids(batch):
-  """The pairs of a batch, packed or not, by their tags, row after row."""
+  """The pairs of a batch, packed or not, by their tags, sequence after sequence."""
   ids = batch['inputs'].ravel()
   return (ids[ids >= 1000] - 1000).tolist()
 
@@ -60,42 +60,43 @@ def test_long_pairs_are_dropped_and_counted():
 
 def test_batches_respect_tokens_per_batch_and_bucket_shapes():
   split = _split()
-  batcher = Batcher(split, max_length=64, tokens_per_batch=300, rows_multiple=2)
+  batcher = Batcher(split, max_length=64, tokens_per_batch=300, sequences_multiple=2)
   shapes = set()
   seen = []
   for length, indices in batcher.plan(seed=3):
     batch = batcher.assemble(length, indices)
-    rows, width = batch['inputs'].shape
+    sequences, width = batch['inputs'].shape
     assert width in bucket_lengths(64)
-    assert rows * width <= 300 and rows % 2 == 0 and rows == batcher.rows(width)
-    assert batch['targets'].shape == batch['decoder_inputs'].shape == (rows, width)
+    assert sequences * width <= 300 and sequences % 2 == 0
+    assert sequences == batcher.sequences_per_batch(width)
+    assert batch['targets'].shape == batch['decoder_inputs'].shape == (sequences, width)
     for i in indices[indices >= 0]:  # each pair is in the smallest bucket holding both sides
       longest = max(len(split.sources[i]), len(split.targets[i]))
       assert width == min(L for L in bucket_lengths(64) if L >= longest)
-    shapes.add((rows, width))
+    shapes.add((sequences, width))
     seen += _pair_ids(batch)
   assert sorted(seen) == _all_ids(split)
   assert len(shapes) <= len(bucket_lengths(64))
 
 
-def test_rows_hold_their_pairs_and_decoder_inputs_are_targets_shifted_right():
+def test_sequences_hold_their_pairs_and_decoder_inputs_are_targets_shifted_right():
   split = _split(n=50)
   batcher = Batcher(split, max_length=64, tokens_per_batch=256)
   for length, indices in batcher.plan(seed=0):
     batch = batcher.assemble(length, indices)
     np.testing.assert_array_equal(batch['decoder_inputs'][:, 0], 0)
     np.testing.assert_array_equal(batch['decoder_inputs'][:, 1:], batch['targets'][:, :-1])
-    for row, i in enumerate(indices):
+    for sequence, i in enumerate(indices):
       for name, side in (('inputs', split.sources), ('targets', split.targets)):
-        ids = side[i] if i >= 0 else []  # -1: an empty row filling up the last batch
-        np.testing.assert_array_equal(batch[name][row, :len(ids)], ids)
-        assert not batch[name][row, len(ids):].any()
+        ids = side[i] if i >= 0 else []  # -1: an empty sequence filling up the last batch
+        np.testing.assert_array_equal(batch[name][sequence, :len(ids)], ids)
+        assert not batch[name][sequence, len(ids):].any()
 
 
 @pytest.mark.parametrize('pack_length', [0, 32])
 def test_restored_iterator_continues_with_exactly_the_next_batch(pack_length):
   batcher = Batcher(_split(), max_length=64, tokens_per_batch=400, pack_length=pack_length)
-  epoch_length = len(batcher.plan(seed=7))  # every epoch's (packed: epoch 0's rows refilled)
+  epoch_length = len(batcher.plan(seed=7))  # every epoch's (packed: epoch 0's sequences refilled)
   reference = TrainIterator(batcher, seed=7)
   stream = [next(reference) for _ in range(3 * epoch_length + 5)]  # into epoch 3
   for stop in (0, 3, epoch_length - 1, epoch_length + 2, 3 * epoch_length + 2):
@@ -148,13 +149,13 @@ def test_epochs_are_shuffled_differently_and_deterministically(pack_length):
 @pytest.mark.parametrize('process_count, pack_length', [(2, 0), (4, 0), (2, 32), (4, 32)])
 def test_process_shards_are_disjoint_and_cover_every_batch(process_count, pack_length):
   split = _split()
-  batcher = Batcher(split, max_length=64, tokens_per_batch=512, rows_multiple=4,
+  batcher = Batcher(split, max_length=64, tokens_per_batch=512, sequences_multiple=4,
                     pack_length=pack_length)
   iterators = [TrainIterator(batcher, seed=5, process_index=p, process_count=process_count)
                for p in range(process_count)]
   whole = TrainIterator(batcher, seed=5)
   epoch_length = len(batcher.plan(seed=5))
-  for _ in range(2):  # epoch 0, and epoch 1 (packed: epoch 0's rows refilled)
+  for _ in range(2):  # epoch 0, and epoch 1 (packed: epoch 0's sequences refilled)
     seen = []
     for _ in range(epoch_length):
       parts = [next(it) for it in iterators]
@@ -176,27 +177,27 @@ def test_eval_batches_see_every_pair_once_in_length_order():
   assert widths == sorted(widths)
 
 
-def test_padding_fraction_counts_empty_slots():
+def test_padding_fraction_counts_empty_positions():
   sources = [np.ones(8, np.int32) * 5] * 4 + [np.ones(4, np.int32) * 5] * 4
   targets = [np.ones(8, np.int32) * 5] * 4 + [np.ones(2, np.int32) * 5] * 4
   split = TokenizedSplit.from_pairs(sources, targets, max_length=8)
   batcher = Batcher(split, max_length=8, tokens_per_batch=64)
   plan = batcher.plan(seed=None)
-  # One bucket of length 8 with 8 rows: 4 full pairs, 4 pairs half-full on the source side
-  # (16 of 64 slots empty) and a quarter full on the target side (24 of 64 empty).
+  # One bucket of length 8 with 8 sequences: 4 full pairs, 4 pairs half-full on the source side
+  # (16 of 64 positions empty) and a quarter full on the target side (24 of 64 empty).
   assert padding_fraction(batcher, plan, ('sources',)) == pytest.approx(16 / 64)
   assert padding_fraction(batcher, plan, ('targets',)) == pytest.approx(24 / 64)
   assert padding_fraction(batcher, plan) == pytest.approx(40 / 128)
 
 
 def test_too_small_token_budget_is_an_error_naming_the_fields():
-  with pytest.raises(ValueError, match=r'100 tokens \(config.data.tokens_per_batch.*2 row\(s\) '
-                     'of config.data.max_length=64'):
-    Batcher(_split(), max_length=64, tokens_per_batch=100, rows_multiple=2)
+  with pytest.raises(ValueError, match=r'100 tokens \(config.data.tokens_per_batch.*2 '
+                     r'sequence\(s\) of config.data.max_length=64'):
+    Batcher(_split(), max_length=64, tokens_per_batch=100, sequences_multiple=2)
 
 
-def test_rows_that_processes_cannot_share_evenly_are_an_error_naming_the_fields():
-  batcher = Batcher(_split(), max_length=64, tokens_per_batch=512, rows_multiple=4)
+def test_sequences_that_processes_cannot_share_evenly_are_an_error_naming_the_fields():
+  batcher = Batcher(_split(), max_length=64, tokens_per_batch=512, sequences_multiple=4)
   with pytest.raises(ValueError, match='multiples of 4 .*config.parallel.*grad_accum_steps.*3 '
                      'processes'):
     TrainIterator(batcher, seed=0, process_index=0, process_count=3)
@@ -255,7 +256,7 @@ def test_planning_ahead_yields_exactly_the_planned_batches(pack_length, monkeypa
         assert iterator.get_state()['index'] == index + 1
         assert iterator.get_state()['batches'] == len(plan)
   assert len(started) >= 4  # the epochs were planned in threads: the checks below are not empty
-  # The iterator packed epoch 0's rows once, in its planner; each `plan` above, for itself.
+  # The iterator packed epoch 0's sequences once, in its planner; each `plan` above, for itself.
   assert packing_threads.count(PLANNER_THREAD) == (1 if pack_length else 0)
   assert len(packing_threads) == (5 if pack_length else 0)
   assert all(thread.daemon for thread in started)  # never holds up the interpreter's exit

@@ -134,16 +134,16 @@ def test_summary_rejects_bad_overrides_naming_the_field(override, message):
 
 
 def test_benchmark_refuses_a_batch_smaller_than_its_data_shards():
-  # 4 rows cannot be split over the 8 test devices; rounding down would time an empty batch.
-  with pytest.raises(ValueError, match='--batch_size .* at least 8 rows'):
+  # 4 sequences cannot be split over the 8 test devices; rounding down would time an empty batch.
+  with pytest.raises(ValueError, match='--batch_size .* at least 8 sequences'):
     benchmark.run(train_config(), batch_size=4, length=8, num_steps=1, warmup=1)
 
 
 @pytest.mark.slow
 def test_benchmark_times_packed_batches_k_steps_a_call_per_step(monkeypatch):
-  # Two steps a call on packed rows: the model FLOPs are one step's (3x the forward of 8 rows
-  # of 8 + 8 tokens), and the figures are given per step: with every call (run for real)
-  # timed at 1.0 s, a step takes 0.5 s. (The matmul peak is not measured.)
+  # Two steps a call on packed sequences: the model FLOPs are one step's (3x the forward of 8
+  # sequences of 8 + 8 tokens), and the figures are given per step: with every call (run for
+  # real) timed at 1.0 s, a step takes 0.5 s. (The matmul peak is not measured.)
   monkeypatch.setattr(benchmark, 'matmul_peak', lambda dtype: 1e9)
 
   def one_second_a_call(fn, *_):

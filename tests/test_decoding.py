@@ -33,18 +33,18 @@ def test_cached_logits_equal_the_full_forward_pass(rng, options):
   three of the blocks that a step reads the cache by (attention.CACHE_BLOCK), the last one
   partial, one compiled step reading each."""
   cfg = tiny_config(max_len=48, **options)
-  model, params = Transformer(cfg), init_params(cfg)
+  module, params = Transformer(cfg), init_params(cfg)
   inputs = jnp.asarray(random_tokens(rng, (3, 6), cfg.vocab_size, lengths=[6, 3, 1]))
   target_length, cache_length = 2 * CACHE_BLOCK + 7, 2 * CACHE_BLOCK + 12
   decoder_inputs = jnp.asarray(
       random_tokens(rng, (3, target_length), cfg.vocab_size)).at[:, 0].set(PAD_ID)
   source_mask = inputs != PAD_ID
-  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-  full = model.apply({'params': params}, encoded, source_mask, decoder_inputs, method='decode')
+  encoded = module.apply({'params': params}, inputs, source_mask, method='encode')
+  full = module.apply({'params': params}, encoded, source_mask, decoder_inputs, method='decode')
 
-  _, variables = model.apply({'params': params}, encoded, source_mask, cache_length,
+  _, variables = module.apply({'params': params}, encoded, source_mask, cache_length,
                              method='init_cache', mutable=['cache'])
-  step = jax.jit(lambda cache, tokens, i: model.apply(
+  step = jax.jit(lambda cache, tokens, i: module.apply(
       {'params': params, 'cache': cache}, encoded, source_mask, tokens, incremental=True,
       position=i, method='decode', mutable=['cache']))
   cache, stepwise = variables['cache'], []
@@ -56,48 +56,48 @@ def test_cached_logits_equal_the_full_forward_pass(rng, options):
 
 
 @pytest.mark.slow
-def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_slot_per_hypothesis():
+def test_cache_holds_the_encoder_keys_once_per_sentence_and_a_copy_per_hypothesis():
   cfg = tiny_config(max_len=24)
-  model, params = Transformer(cfg), init_params(cfg)
+  module, params = Transformer(cfg), init_params(cfg)
   inputs = jnp.ones((2, 5), jnp.int32)
-  encoded = model.apply({'params': params}, inputs, inputs != 0, method='encode')
+  encoded = module.apply({'params': params}, inputs, inputs != 0, method='encode')
   length = CACHE_BLOCK + 4
-  _, variables = model.apply({'params': params}, encoded, inputs != 0, length, 3,
+  _, variables = module.apply({'params': params}, encoded, inputs != 0, length, 3,
                              method='init_cache', mutable=['cache'])
   decoder = variables['cache']['decoder']
   layer = decoder['layer_0']
   # Keys heads-major and transposed, values heads-major: the layouts of eq. (1)'s products.
   assert layer['encoder_attention']['key'].shape == (2, cfg.num_heads, cfg.d_k, 5)
   assert layer['encoder_attention']['value'].shape == (2, cfg.num_heads, 5, cfg.d_v)
-  # Self-attention: blocks of CACHE_BLOCK positions (the last one shorter), 3 slots each.
+  # Self-attention: blocks of CACHE_BLOCK positions (the last one shorter), 3 copies each.
   assert [k.shape for k in layer['self_attention']['key']] == [
       (2, cfg.num_heads, cfg.d_k, CACHE_BLOCK * 3), (2, cfg.num_heads, cfg.d_k, 4 * 3)]
   assert [v.shape for v in layer['self_attention']['value']] == [
       (2, cfg.num_heads, CACHE_BLOCK * 3, cfg.d_v), (2, cfg.num_heads, 4 * 3, cfg.d_v)]
   assert not any(np.any(k) for k in layer['self_attention']['key'])
-  # Every hypothesis starts in its own slot.
-  np.testing.assert_array_equal(decoder['slots'],
+  # Every hypothesis starts in its own copy.
+  np.testing.assert_array_equal(decoder['history'],
                                 np.broadcast_to([[0], [1], [2]] * 2, (6, length)))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('options', MODEL_OPTIONS[:2])
 def test_reordered_hypotheses_score_their_own_history(rng, options):
-  """Beam search reorders hypotheses (a sentence's rows take over each other's histories,
-  some twice) while the cache stays where it was written: at every step, each row's
-  logits are those of the full decoder over that row's own token history."""
+  """Beam search reorders hypotheses (a sentence's hypotheses take over each other's
+  histories, some twice) while the cache stays where it was written: at every step, each
+  hypothesis's logits are those of the full decoder over its own token history."""
   cfg = tiny_config(max_len=24, **options)
-  model, params = Transformer(cfg), init_params(cfg)
+  module, params = Transformer(cfg), init_params(cfg)
   copies, length = 3, CACHE_BLOCK + 4
   inputs = jnp.asarray(random_tokens(rng, (2, 6), cfg.vocab_size, lengths=[6, 2]))
   source_mask = inputs != PAD_ID
-  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-  scorer = batch_decode.model_scorer(model, params, encoded, source_mask, length, copies)
+  encoded = module.apply({'params': params}, inputs, source_mask, method='encode')
+  scorer = batch_decode.model_scorer(module, params, encoded, source_mask, length, copies)
   step, reorder = jax.jit(scorer.step), jax.jit(scorer.reorder)
   repeated = (jnp.repeat(encoded, copies, 0), jnp.repeat(source_mask, copies, 0))
-  # The full decoder over each row's history, padded to `length` (one compiled shape; the
+  # The full decoder over each hypothesis's history, padded to `length` (one compiled shape; the
   # causal mask keeps the padding out of position i).
-  full_decoder = jax.jit(lambda history: model.apply(
+  full_decoder = jax.jit(lambda history: module.apply(
       {'params': params}, *repeated, history, method='decode'))
   state, history = scorer.state, np.zeros((2 * copies, 0), np.int32)
   for i in range(length):
@@ -108,9 +108,10 @@ def test_reordered_hypotheses_score_their_own_history(rng, options):
     full = full_decoder(np.pad(history, ((0, 0), (0, length - history.shape[1]))))
     expected = full[:, i].at[:, PAD_ID].set(-jnp.inf)
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
-    # Each row takes the history of a random row of its own sentence.
-    rows = (rng.integers(0, copies, 2 * copies) + np.repeat([0, copies], copies)).astype(np.int32)
-    state, history = reorder(state, jnp.asarray(rows)), history[rows]
+    # Each hypothesis takes the history of a random hypothesis of its own sentence.
+    parents = (rng.integers(0, copies, 2 * copies)
+               + np.repeat([0, copies], copies)).astype(np.int32)
+    state, history = reorder(state, jnp.asarray(parents)), history[parents]
 
 
 def _without_eos(monkeypatch) -> None:
@@ -122,12 +123,12 @@ def _without_eos(monkeypatch) -> None:
                       lambda logits: next_logits(logits.at[:, EOS_ID].set(-jnp.inf)))
 
 
-def _greedy_by_full_forward(model, params, inputs, length, ends=True):
+def _greedy_by_full_forward(module, params, inputs, length, ends=True):
   """Reference: at every step re-run the whole decoder and take the argmax (numpy loop); with
   `ends` False, EOS is never taken."""
   source_mask = inputs != PAD_ID
-  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-  full_decoder = jax.jit(lambda decoder_inputs: model.apply(
+  encoded = module.apply({'params': params}, inputs, source_mask, method='encode')
+  full_decoder = jax.jit(lambda decoder_inputs: module.apply(
       {'params': params}, encoded, source_mask, decoder_inputs, method='decode'))
   outputs = np.zeros((inputs.shape[0], length), np.int32)
   done = ~np.asarray(source_mask).any(1)
@@ -162,11 +163,11 @@ def test_cached_greedy_equals_argmax_of_the_full_forward_pass(rng, monkeypatch, 
   monkeypatch.setattr(jax, 'default_backend', lambda: backend)
   assert len(attention.cache_blocks(6 + 2 * CACHE_BLOCK)) == (3 if backend == 'cpu' else 1)
   cfg = tiny_config(share_embeddings=False, max_len=40)
-  model, params = Transformer(cfg), _lively_params(cfg)
+  module, params = Transformer(cfg), _lively_params(cfg)
   inputs = jnp.asarray(random_tokens(rng, (4, 6), cfg.vocab_size, lengths=[6, 4, 2, 0]))
   outputs = jax.jit(lambda p, x: batch_decode.decode(
-      model, p, x, beam_size=1, alpha=0.6, max_extra_length=2 * CACHE_BLOCK))(params, inputs)
-  expected = _greedy_by_full_forward(model, params, inputs, 6 + 2 * CACHE_BLOCK, ends=False)
+      module, p, x, beam_size=1, alpha=0.6, max_extra_length=2 * CACHE_BLOCK))(params, inputs)
+  expected = _greedy_by_full_forward(module, params, inputs, 6 + 2 * CACHE_BLOCK, ends=False)
   np.testing.assert_array_equal(outputs, expected)
   assert [len(batch_decode.strip(o)) for o in expected] == [6 + 2 * CACHE_BLOCK] * 3 + [0]
   assert not np.any(outputs[3])  # an empty input gives an empty output
@@ -179,10 +180,10 @@ def test_cached_and_uncached_translations_agree(rng, monkeypatch, beam_size):
   cap."""
   _without_eos(monkeypatch)
   cfg = tiny_config(share_embeddings=False, max_len=40)
-  model, params = Transformer(cfg), _lively_params(cfg, seed=3)
+  module, params = Transformer(cfg), _lively_params(cfg, seed=3)
   inputs = jnp.asarray(random_tokens(rng, (3, 5), cfg.vocab_size, lengths=[5, 2, 4]))
   run = {cached: jax.jit(lambda p, x, cached=cached: batch_decode.decode(
-      model, p, x, beam_size=beam_size, alpha=0.6, max_extra_length=2 * CACHE_BLOCK,
+      module, p, x, beam_size=beam_size, alpha=0.6, max_extra_length=2 * CACHE_BLOCK,
       cached=cached)) for cached in (True, False)}
   outputs = run[True](params, inputs)
   assert [len(batch_decode.strip(o)) for o in np.asarray(outputs)] == [5 + 2 * CACHE_BLOCK] * 3
@@ -195,17 +196,18 @@ A, B = 2, 3
 
 
 def _ending_scorer(scorer: search.Scorer, ends: np.ndarray, copies: int) -> search.Scorer:
-  """`scorer` with every row of sentence s forced to EOS at position ends[s], the ends kept
+  """`scorer` with every hypothesis of sentence s forced to EOS at position ends[s], the ends kept
   with the sentences (`Scorer.keep`): sentences that end when the test says."""
 
   def step(state, tokens, i):
-    inner, row_ends = state
+    inner, hypothesis_ends = state
     logits, inner = scorer.step(inner, tokens, i)
-    return jnp.where((i == row_ends)[:, None] & (jnp.arange(logits.shape[1]) == EOS_ID),
-                     1e9, logits), (inner, row_ends)
+    return jnp.where((i == hypothesis_ends)[:, None] & (jnp.arange(logits.shape[1]) == EOS_ID),
+                     1e9, logits), (inner, hypothesis_ends)
 
   return search.Scorer((scorer.state, jnp.repeat(jnp.asarray(ends, jnp.int32), copies)), step,
-                       lambda state, rows: (scorer.reorder(state[0], rows), state[1][rows]),
+                       lambda state, parents: (scorer.reorder(state[0], parents),
+                                               state[1][parents]),
                        lambda state, kept: (scorer.keep(state[0], kept),
                                             state[1].reshape(-1, copies)[kept].reshape(-1)))
 
@@ -218,7 +220,7 @@ def test_sentences_dropped_as_they_end_translate_as_when_kept(rng, cached, beam_
   every sentence, what the search keeping all of them to the end returns; the sentences end at
   steps set by construction, the last ones in the cache's second block."""
   cfg = tiny_config(share_embeddings=False, max_len=40)
-  model, params = Transformer(cfg), _lively_params(cfg, seed=5)
+  module, params = Transformer(cfg), _lively_params(cfg, seed=5)
   batch, length = 16, 5 + 2 * CACHE_BLOCK
   ends = np.array([1, 2, 3, 2, 9, 4, 1, 5, 3, CACHE_BLOCK + 3, 6, 2, 7, 1, 2, 8])
   inputs = jnp.asarray(random_tokens(rng, (batch, 5), cfg.vocab_size,
@@ -227,8 +229,8 @@ def test_sentences_dropped_as_they_end_translate_as_when_kept(rng, cached, beam_
 
   @functools.partial(jax.jit, static_argnames='widths')
   def run(params, widths):
-    encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-    scorer = _ending_scorer(batch_decode.model_scorer(model, params, encoded, source_mask,
+    encoded = module.apply({'params': params}, inputs, source_mask, method='encode')
+    scorer = _ending_scorer(batch_decode.model_scorer(module, params, encoded, source_mask,
                                                       length, beam_size, cached),
                             ends, beam_size)
     active = jnp.ones(batch, bool)
@@ -266,15 +268,15 @@ def _table(rows: dict) -> np.ndarray:
   return table
 
 
-def _table_scorer(table: np.ndarray, rows: int, copies: int = 1) -> search.Scorer:
+def _table_scorer(table: np.ndarray, hypotheses: int, copies: int = 1) -> search.Scorer:
   """Scores from a table indexed by the previous token, or with tables (sentences, 4, 4) one a
-  sentence of `copies` rows."""
+  sentence of `copies` hypotheses."""
   tables = jnp.asarray(table).reshape(-1, *table.shape[-2:])
-  # The state: each row's table.
-  sentence = jnp.arange(rows, dtype=jnp.int32) // copies % tables.shape[0]
+  # The state: each hypothesis's table.
+  sentence = jnp.arange(hypotheses, dtype=jnp.int32) // copies % tables.shape[0]
   return search.Scorer(state=sentence,
                        step=lambda state, tokens, i: (tables[state, tokens], state),
-                       reorder=lambda state, rows: state[rows],
+                       reorder=lambda state, parents: state[parents],
                        keep=lambda state, kept: state.reshape(-1, copies)[kept].reshape(-1))
 
 
@@ -394,18 +396,18 @@ def test_beam_of_one_is_greedy_without_length_penalty(seed):
 def test_dropping_sentences_as_they_end_changes_no_result(seed, beam_size):
   """Sentences of their own tables (ending at different steps) searched with the batch halved
   as they end get the tokens and scores they get searched to the end; the steps run on fewer
-  rows once half are done."""
+  hypotheses once half are done."""
   rng = np.random.default_rng(seed)
   batch, length = 8, 12
   tables = np.log(rng.dirichlet(np.full(3, 0.4), size=(batch, 4))).astype(np.float32)
   tables = np.concatenate([np.full((batch, 4, 1), -np.inf, np.float32), tables], 2)
-  rows_per_step = []
+  hypotheses_per_step = []
 
   def search_with(widths):
     scorer = _table_scorer(tables, batch * beam_size, copies=beam_size)
 
     def step(state, tokens, i):
-      jax.debug.callback(lambda i, rows=tokens.shape[0]: rows_per_step.append(rows), i)
+      jax.debug.callback(lambda i, n=tokens.shape[0]: hypotheses_per_step.append(n), i)
       return scorer.step(state, tokens, i)
 
     counted = dataclasses.replace(scorer, step=step)
@@ -417,13 +419,14 @@ def test_dropping_sentences_as_they_end_changes_no_result(seed, beam_size):
 
   kept = search_with(())
   jax.effects_barrier()
-  steps, rows_per_step[:] = len(rows_per_step), []
+  steps, hypotheses_per_step[:] = len(hypotheses_per_step), []
   dropped = search_with((8, 4, 2))
   jax.effects_barrier()
   for got, want in zip(dropped, kept):
     np.testing.assert_array_equal(got, want)
-  assert len(rows_per_step) == steps and rows_per_step[0] == batch * beam_size
-  assert rows_per_step[-1] < batch * beam_size and rows_per_step == sorted(rows_per_step)[::-1]
+  assert len(hypotheses_per_step) == steps and hypotheses_per_step[0] == batch * beam_size
+  assert hypotheses_per_step[-1] < batch * beam_size
+  assert hypotheses_per_step == sorted(hypotheses_per_step)[::-1]
 
 
 def test_sentences_are_searched_independently():
@@ -502,32 +505,32 @@ def test_the_top_of_each_beam_first_is_the_top_of_all_ties_included(seed):
 
 def test_a_buckets_sources_go_to_its_batches_by_length():
   """`translator.decode_batches`: every non-empty source once, in the shortest bucket that
-  holds it, at most `rows` a batch, the longest bucket first; within a bucket, by length (equal
+  holds it, at most `most` a batch, the longest bucket first; within a bucket, by length (equal
   lengths in input order), so that a batch's sources, and so its outputs, are alike in length."""
   rng = np.random.default_rng(0)
-  lengths, rows = [8, 16, 24], 5
+  lengths, most = [8, 16, 24], 5
   sizes = rng.integers(0, 25, size=60)
-  batches = list(translator.decode_batches(lengths, sizes, rows))
+  batches = list(translator.decode_batches(lengths, sizes, most))
   placed = [i for _, chunk in batches for i in chunk]
   assert sorted(placed) == [i for i in range(len(sizes)) if sizes[i]]
   assert [length for length, _ in batches] == sorted((length for length, _ in batches),
                                                      reverse=True)
   for length, chunk in batches:
-    assert 0 < len(chunk) <= rows
+    assert 0 < len(chunk) <= most
     assert all(lengths[np.searchsorted(lengths, sizes[i])] == length for i in chunk)
   for length in lengths:
     members = [i for bucket, chunk in batches if bucket == length for i in chunk]
     assert members == sorted(members, key=lambda i: (sizes[i], i))
 
 
-@pytest.mark.parametrize('shards, rows', [(1, 64), (2, 64), (3, 48), (8, 64)])
-def test_a_last_batch_runs_few_rows_that_carry_nothing_in_few_shapes(shards, rows):
-  """`translator.rows_for`: every batch holds its sentences, splits over the batch shards, is
-  at most the full batch and less than twice what it needs (the shards' own minimum apart);
+@pytest.mark.parametrize('shards, most', [(1, 64), (2, 64), (3, 48), (8, 64)])
+def test_a_last_batch_runs_few_padding_sentences_in_few_shapes(shards, most):
+  """`translator.sentences_for`: every batch holds its sentences, splits over the batch shards,
+  is at most the full batch and less than twice what it needs (the shards' own minimum apart);
   the sizes over every count are few."""
-  sizes = {translator.rows_for(n, rows, shards) for n in range(1, rows + 1)}
-  for n in range(1, rows + 1):
-    size = translator.rows_for(n, rows, shards)
-    assert n <= size <= rows and size % shards == 0
+  sizes = {translator.sentences_for(n, most, shards) for n in range(1, most + 1)}
+  for n in range(1, most + 1):
+    size = translator.sentences_for(n, most, shards)
+    assert n <= size <= most and size % shards == 0
     assert size < 2 * n or size == shards
-  assert len(sizes) <= int(np.log2(rows / shards)) + 2
+  assert len(sizes) <= int(np.log2(most / shards)) + 2

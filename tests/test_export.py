@@ -93,10 +93,10 @@ def our_logits(cfg: TransformerConfig, params, inputs, decoder_inputs) -> np.nda
                                            jnp.asarray(decoder_inputs)))
 
 
-def padded(rows: list[list[int]]) -> np.ndarray:
-  out = np.full((len(rows), max(map(len, rows))), PAD_ID, np.int32)
-  for i, row in enumerate(rows):
-    out[i, :len(row)] = row
+def padded(sequences: list[list[int]]) -> np.ndarray:
+  out = np.full((len(sequences), max(map(len, sequences))), PAD_ID, np.int32)
+  for i, sequence in enumerate(sequences):
+    out[i, :len(sequence)] = sequence
   return out
 
 
@@ -335,7 +335,7 @@ def test_the_trained_model_gives_our_logits_and_token_ids(hf_dir, run, multi30k_
   inputs, decoder_inputs = teacher_forced(list(zip(sources, targets))[:16])
   np.testing.assert_allclose(
       their_logits(load_exported(hf_dir), inputs, decoder_inputs),
-      our_logits(translator.model.eval_model.config, translator.params, inputs, decoder_inputs),
+      our_logits(translator.model.eval_module.config, translator.params, inputs, decoder_inputs),
       rtol=0, atol=1e-4)
 
 
@@ -358,8 +358,8 @@ def _generate_like_translate(translator: Translator, hf_dir: str, texts: list[st
       generated = model.generate(**batch, num_beams=beam_size, max_length=cap + 1,
                                  **generation)
     ours = to_ours(generated.numpy(), model.config.vocab_size)
-    for i, row in zip(members, ours):
-      outputs[i] = batch_decode.strip(row[1:])  # after the start symbol, up to EOS
+    for i, output in zip(members, ours):
+      outputs[i] = batch_decode.strip(output[1:])  # after the start symbol, up to EOS
   return outputs
 
 

@@ -12,25 +12,25 @@ import pytest
 
 from conftest import train_config
 from transformer_jax.data import batching
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import feed
 
 
 def _batcher() -> batching.Batcher:
-  """Random pairs packed into one row length, 8 rows a batch."""
+  """Random pairs packed into sequences of one length, 8 sequences a batch."""
   rng = np.random.default_rng(0)
   sides = [[rng.integers(1, 64, rng.integers(1, 12)).astype(np.int32) for _ in range(300)]
            for _ in range(2)]
   split = batching.TokenizedSplit.from_pairs(*sides, max_length=16)
-  return batching.Batcher(split, max_length=16, tokens_per_batch=128, rows_multiple=2,
+  return batching.Batcher(split, max_length=16, tokens_per_batch=128, sequences_multiple=2,
                           pack_length=16)
 
 
 @pytest.fixture(scope='module')
 def model() -> ShardedModel:
   config = train_config(**{'parallel.data': 2})
-  return ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:2]))
+  return ShardedModel(config, sharding.make_mesh(config, jax.devices()[:2]))
 
 
 def _threads() -> list[str]:
@@ -43,7 +43,7 @@ def _threads() -> list[str]:
 def test_calls_stack_the_iterators_batches_and_end_at_multiples_of_k(model, ahead):
   # Resumed at step 6 of a 13-step run with K = 4: steps 7 and 8 alone, 9-12 in one call,
   # then 13 alone (fewer than K left). Each call holds the next batches of an iterator
-  # restored to the same position, placed with the rows over the batch axis.
+  # restored to the same position, placed with the sequences over the batch axis.
   batcher = _batcher()
   reference = batching.TrainIterator(batcher, seed=1)
   for _ in range(6):

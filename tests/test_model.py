@@ -124,7 +124,7 @@ def test_padded_source_tokens_do_not_influence_anything_real(rng):
   output stay the same."""
   cfg = tiny_config()
   params = init_params(cfg)
-  model = Transformer(cfg)
+  module = Transformer(cfg)
   inputs = random_tokens(rng, (1, 6), cfg.vocab_size)
   source_mask = np.array([[True, True, True, True, False, False]])
   changed = inputs.copy()
@@ -132,8 +132,8 @@ def test_padded_source_tokens_do_not_influence_anything_real(rng):
   decoder_inputs = random_tokens(rng, (1, 4), cfg.vocab_size)
 
   def run(tokens):
-    encoded = model.apply({'params': params}, tokens, source_mask, method='encode')
-    logits = model.apply({'params': params}, encoded, source_mask, decoder_inputs,
+    encoded = module.apply({'params': params}, tokens, source_mask, method='encode')
+    logits = module.apply({'params': params}, encoded, source_mask, decoder_inputs,
                          method='decode')
     return np.asarray(encoded), np.asarray(logits)
 
@@ -158,12 +158,12 @@ def test_extra_padding_changes_nothing(rng):
 def test_call_equals_encode_then_decode(rng):
   cfg = tiny_config()
   params = init_params(cfg)
-  model = Transformer(cfg)
+  module = Transformer(cfg)
   inputs = random_tokens(rng, (2, 5), cfg.vocab_size, lengths=[5, 2])
   decoder_inputs = random_tokens(rng, (2, 3), cfg.vocab_size)
   source_mask = inputs != 0
-  encoded = model.apply({'params': params}, inputs, source_mask, method='encode')
-  separate = model.apply({'params': params}, encoded, source_mask, decoder_inputs,
+  encoded = module.apply({'params': params}, inputs, source_mask, method='encode')
+  separate = module.apply({'params': params}, encoded, source_mask, decoder_inputs,
                          method='decode')
   np.testing.assert_array_equal(separate, _logits(cfg, params, inputs, decoder_inputs))
 

@@ -141,15 +141,15 @@ def test_base_batch_fits_1_4_or_8_cores(devices):
   # Each core holds what each of the paper's 8 GPUs did: the cores times the micro-batches
   # are 8.
   assert devices * k == 8
-  # The batcher of that layout (a micro-batch's rows split over the cores) takes the batch,
-  # and a core's share of a micro-batch of full-length rows (packed, as on a TPU) is at most
+  # The batcher of that layout (a micro-batch's sequences split over the cores) takes the batch,
+  # and a core's share of a micro-batch of full-length sequences (packed, as on a TPU) is at most
   # TOKENS_PER_DEVICE tokens.
   train = batching.Batcher(None, data.max_length, data.tokens_per_batch, devices * k)
   evaluation = batching.Batcher(None, data.max_length, data.tokens_per_batch // k, devices)
-  rows = train.rows(data.max_length)
-  assert rows % (devices * k) == 0
-  assert 0 < rows // (devices * k) * data.max_length <= tokens_per_device
-  assert evaluation.rows(data.max_length) // devices == rows // (devices * k)
+  sequences = train.sequences_per_batch(data.max_length)
+  assert sequences % (devices * k) == 0
+  assert 0 < sequences // (devices * k) * data.max_length <= tokens_per_device
+  assert evaluation.sequences_per_batch(data.max_length) // devices == sequences // (devices * k)
 
 
 @pytest.mark.slow  # end-to-end: trains models (`pytest -m "not slow"` leaves it out)

@@ -1,9 +1,9 @@
-"""Packed rows (several sentence pairs per row, told apart by segment ids): each pair's logits
-are those it has alone, so no attention crosses a pair and positions restart per sentence; a
-packed epoch holds every pair once within the row length, placed first-fit decreasing (and
-stops when cancelled); a packed batch holds exactly the rows built pair by pair, and has the
+"""Packed sequences (several sentence pairs per sequence, told apart by segment ids): each pair's
+logits are those it has alone, so no attention crosses a pair and positions restart per sentence; a
+packed epoch holds every pair once within the sequence length, placed first-fit decreasing (and
+stops when cancelled); a packed batch holds exactly the sequences built pair by pair, and has the
 loss and gradients of its pairs unpacked. Epoch 0 packs first-fit decreasing; each later epoch
-refills epoch 0's rows, every slot with a pair of the lengths of the one it held."""
+refills epoch 0's sequences, every place with a pair of the lengths of the one it held."""
 
 import threading
 import time
@@ -17,7 +17,7 @@ from conftest import init_params, tiny_config, train_config
 from transformer_jax.data import batching
 from transformer_jax.data.batching import (Batcher, PlanCancelled, Sequences, TokenizedSplit,
                                            first_fit_decreasing, padding_fraction,
-                                           process_rows)
+                                           process_sequences)
 from transformer_jax.loop import train_loop
 from transformer_jax.model import loss
 from transformer_jax.model.attention import segment_positions
@@ -32,18 +32,18 @@ def _pairs(rng, vocab, lengths):
 
 
 def _pack(pairs, length):
-  """One row: the pairs side by side, their segment ids, decoder inputs shifted per pair."""
-  row = {name: np.zeros(length, np.int32) for name in
+  """One sequence: the pairs side by side, their segment ids, decoder inputs shifted per pair."""
+  sequence = {name: np.zeros(length, np.int32) for name in
          ('inputs', 'targets', 'decoder_inputs', 'source_segments', 'target_segments')}
   s = t = 0
   for segment, (source, target) in enumerate(pairs, start=1):
-    row['inputs'][s:s + len(source)] = source
-    row['targets'][t:t + len(target)] = target
-    row['source_segments'][s:s + len(source)] = segment
-    row['decoder_inputs'][t + 1:t + len(target)] = target[:-1]  # PAD (0) starts each pair
-    row['target_segments'][t:t + len(target)] = segment
+    sequence['inputs'][s:s + len(source)] = source
+    sequence['targets'][t:t + len(target)] = target
+    sequence['source_segments'][s:s + len(source)] = segment
+    sequence['decoder_inputs'][t + 1:t + len(target)] = target[:-1]  # PAD (0) starts each pair
+    sequence['target_segments'][t:t + len(target)] = segment
     s, t = s + len(source), t + len(target)
-  return row
+  return sequence
 
 
 def test_segment_positions_restart_for_every_sentence():
@@ -58,20 +58,21 @@ def test_segment_positions_restart_for_every_sentence():
     ('sinusoid', {'attention_impl': 'xla', 'd_k': 6, 'd_v': 6})])  # jax's, with segment masks
 def test_packed_pairs_get_the_logits_they_have_alone(position_encoding, attention):
   cfg = tiny_config(position_encoding=position_encoding, max_len=32, **attention)
-  model, params = Transformer(cfg), init_params(cfg)
+  module, params = Transformer(cfg), init_params(cfg)
   rng = np.random.default_rng(0)
-  rows = [_pairs(rng, cfg.vocab_size, [(4, 3), (2, 5), (3, 2)]),
-          _pairs(rng, cfg.vocab_size, [(7, 6)])]
+  sequences = [_pairs(rng, cfg.vocab_size, [(4, 3), (2, 5), (3, 2)]),
+               _pairs(rng, cfg.vocab_size, [(7, 6)])]
   length = 16
-  packed = [_pack(row, length) for row in rows]
-  batch = {name: jnp.array(np.stack([row[name] for row in packed])) for name in packed[0]}
-  logits = model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
+  packed = [_pack(sequence, length) for sequence in sequences]
+  batch = {name: jnp.array(np.stack([sequence[name] for sequence in packed]))
+           for name in packed[0]}
+  logits = module.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
                        batch['source_segments'], batch['target_segments'])
-  for r, row in enumerate(rows):
+  for r, sequence in enumerate(sequences):
     start = 0
-    for pair in row:
+    for pair in sequence:
       alone = _pack([pair], length)
-      expected = model.apply({'params': params}, jnp.array(alone['inputs'])[None],
+      expected = module.apply({'params': params}, jnp.array(alone['inputs'])[None],
                              jnp.array(alone['decoder_inputs'])[None])[0]
       t = len(pair[1])
       np.testing.assert_allclose(logits[r, start:start + t], expected[:t], rtol=1e-5,
@@ -88,37 +89,40 @@ def _split(rng, count=600):
       [np.append(rng.integers(3, 50, t - 1), 1).astype(np.int32) for _, t in lengths], 30)
 
 
-def _packed_rows(plan, length):
-  """The pairs of each row of a plan's batches of `length`, in row order, empty rows left out."""
-  return [tuple(row[row >= 0].tolist()) for row_length, indices in plan
-          if row_length == length for row in indices if (row >= 0).any()]
+def _packed(plan, length):
+  """The pairs of each sequence of a plan's batches of `length`, in sequence order, empty
+  sequences left out."""
+  return [tuple(sequence[sequence >= 0].tolist()) for sequence_length, indices in plan
+          if sequence_length == length for sequence in indices if (sequence >= 0).any()]
 
 
 @pytest.mark.parametrize('epoch', [0, 1, 2])
-def test_a_packed_epoch_holds_every_pair_once_within_the_row_length(epoch):
+def test_a_packed_epoch_holds_every_pair_once_within_the_sequence_length(epoch):
   rng = np.random.default_rng(0)
   split = _split(rng)
-  batcher = Batcher(split, max_length=32, tokens_per_batch=256, rows_multiple=2, pack_length=24)
+  batcher = Batcher(split, max_length=32, tokens_per_batch=256, sequences_multiple=2,
+                    pack_length=24)
   plan = batcher.plan(seed=3, epoch=epoch)
   seen = []
   for length, indices in plan:
     batch = batcher.assemble(length, indices)
-    assert batch['inputs'].shape == (batcher.rows(length), length)
-    for row in indices:
-      members = row[row >= 0]
+    assert batch['inputs'].shape == (batcher.sequences_per_batch(length), length)
+    for sequence in indices:
+      members = sequence[sequence >= 0]
       seen += members.tolist()
-      if len(members) > 1:  # only pairs within pack_length share a row
+      if len(members) > 1:  # only pairs within pack_length share a sequence
         assert length == 24
         assert sum(len(split.sources[i]) for i in members) <= 24
         assert sum(len(split.targets[i]) for i in members) <= 24
   assert sorted(seen) == list(range(len(split)))
   assert {length for length, _ in plan} <= {24, 32}
-  # Packing leaves less than half the padding of one pair per row.
-  unpacked = Batcher(split, max_length=32, tokens_per_batch=256, rows_multiple=2)
+  # Packing leaves less than half the padding of one pair per sequence.
+  unpacked = Batcher(split, max_length=32, tokens_per_batch=256, sequences_multiple=2)
   assert (padding_fraction(batcher, plan)
           < padding_fraction(unpacked, unpacked.plan(seed=3, epoch=epoch)) / 2)
   # Deterministic, also from a Batcher of its own.
-  again = Batcher(split, max_length=32, tokens_per_batch=256, rows_multiple=2, pack_length=24)
+  again = Batcher(split, max_length=32, tokens_per_batch=256, sequences_multiple=2,
+                  pack_length=24)
   assert [indices.tolist() for _, indices in again.plan(seed=3, epoch=epoch)] == [
       indices.tolist() for _, indices in plan]
 
@@ -132,102 +136,105 @@ def test_epoch_0_packs_first_fit_decreasing_in_the_order_its_seed_shuffles():
   fits = order[np.maximum(sources[order], targets[order]) <= 24]
   assert 0 < len(fits) < len(split)  # some pairs too long to pack
   expected = _first_fit_by_definition(fits, sources, targets, 24)
-  assert sorted(_packed_rows(batcher.plan(seed=5, epoch=0), 24)) == sorted(map(tuple, expected))
+  assert sorted(_packed(batcher.plan(seed=5, epoch=0), 24)) == sorted(map(tuple, expected))
 
 
-def test_later_epochs_refill_epoch_0s_rows_with_other_row_mates():
+def test_later_epochs_refill_epoch_0s_sequences_with_other_sequence_mates():
   rng = np.random.default_rng(5)
   split = _split(rng)
   batcher = Batcher(split, max_length=32, tokens_per_batch=256, pack_length=24)
   lengths = np.stack([split.sources.lengths, split.targets.lengths], 1)
 
-  def shapes(rows):  # each row's pairs' (source, target) lengths, as a multiset
-    return sorted(sorted(map(tuple, lengths[list(row)].tolist())) for row in rows)
+  def shapes(sequences):  # each sequence's pairs' (source, target) lengths, as a multiset
+    return sorted(sorted(map(tuple, lengths[list(sequence)].tolist())) for sequence in sequences)
 
-  epochs = [_packed_rows(batcher.plan(seed=2, epoch=epoch), 24) for epoch in range(4)]
-  shared = [row for row in epochs[0] if len(row) > 1]
-  assert len(shared) > 50  # rows of several pairs, whose members can change
-  for epoch, rows in enumerate(epochs[1:], start=1):
-    assert shapes(rows) == shapes(epochs[0]), epoch  # every row as full as in epoch 0
-    for earlier in epochs[:epoch]:  # row-mates change: few rows of several pairs stay as they were
-      kept = {frozenset(row) for row in earlier} & {frozenset(row) for row in rows}
-      assert len([row for row in kept if len(row) > 1]) < len(shared) / 4, (earlier, epoch)
+  epochs = [_packed(batcher.plan(seed=2, epoch=epoch), 24) for epoch in range(4)]
+  shared = [sequence for sequence in epochs[0] if len(sequence) > 1]
+  assert len(shared) > 50  # sequences of several pairs, whose members can change
+  for epoch, sequences in enumerate(epochs[1:], start=1):
+    assert shapes(sequences) == shapes(epochs[0]), epoch  # every sequence as full as in epoch 0
+    # Sequence-mates change: few sequences of several pairs stay as they were.
+    for earlier in epochs[:epoch]:
+      kept = {frozenset(pairs) for pairs in earlier} & {frozenset(pairs) for pairs in sequences}
+      assert len([pairs for pairs in kept if len(pairs) > 1]) < len(shared) / 4, (earlier, epoch)
 
 
-def test_a_later_epoch_needs_only_epoch_0s_rows_and_stops_when_cancelled(monkeypatch):
+def test_a_later_epoch_needs_only_epoch_0s_sequences_and_stops_when_cancelled(monkeypatch):
   rng = np.random.default_rng(6)
   batcher = Batcher(_split(rng), max_length=32, tokens_per_batch=256, pack_length=24)
-  rows = batcher.packed_rows(seed=1)
+  sequences = batcher.packed_sequences(seed=1)
   expected = [indices.tolist() for _, indices in batcher.plan(seed=1, epoch=3)]
 
   def packing(*args):
     raise AssertionError('a later epoch packed anew')
 
   monkeypatch.setattr(batching, 'first_fit_decreasing', packing)
-  assert [indices.tolist() for _, indices in batcher.plan(seed=1, epoch=3, packed=rows)] == \
+  assert [indices.tolist() for _, indices in batcher.plan(seed=1, epoch=3, packed=sequences)] == \
       expected
   cancel = threading.Event()
   cancel.set()
   with pytest.raises(PlanCancelled):
-    batcher.plan(seed=1, epoch=3, cancel=cancel, packed=rows)
+    batcher.plan(seed=1, epoch=3, cancel=cancel, packed=sequences)
 
 
-def _assert_rows_built_pair_by_pair(batcher, length, indices):
-  """The batch of `indices` (rows, pairs per row; -1 anywhere is no pair) is `_pack` of each
-  row's pairs: every key, dtype and shape."""
+def _assert_sequences_built_pair_by_pair(batcher, length, indices):
+  """The batch of `indices` (sequences, pairs per sequence; -1 anywhere is no pair) is `_pack`
+  of each sequence's pairs: every key, dtype and shape."""
   split = batcher.split
   batch = batcher.assemble(length, indices)
-  rows = [_pack([(split.sources[i], split.targets[i]) for i in row if i >= 0], length)
-          for row in indices.tolist()]
-  assert set(batch) == set(rows[0])
+  sequences = [_pack([(split.sources[i], split.targets[i]) for i in pairs if i >= 0], length)
+               for pairs in indices.tolist()]
+  assert set(batch) == set(sequences[0])
   for name, value in batch.items():
     assert value.dtype == np.int32 and value.shape == (len(indices), length), name
-    np.testing.assert_array_equal(value, np.stack([row[name] for row in rows]), err_msg=name)
+    np.testing.assert_array_equal(value, np.stack([sequence[name] for sequence in sequences]),
+                                  err_msg=name)
 
 
 @pytest.mark.parametrize('ids_dtype', [np.int32, np.uint16])  # uint16: the token store's ids
-def test_a_packed_batch_holds_the_rows_built_pair_by_pair(ids_dtype):
+def test_a_packed_batch_holds_the_sequences_built_pair_by_pair(ids_dtype):
   rng = np.random.default_rng(2)
   split = _split(rng)
   split = TokenizedSplit(*(Sequences(side.ids.astype(ids_dtype), side.starts, side.ends)
                            for side in (split.sources, split.targets)), 0)
-  batcher = Batcher(split, max_length=32, tokens_per_batch=256, rows_multiple=4, pack_length=24)
+  batcher = Batcher(split, max_length=32, tokens_per_batch=256, sequences_multiple=4,
+                    pack_length=24)
   plan = batcher.plan(seed=1, epoch=2)
   padded = [indices for _, indices in plan if (indices < 0).all(1).any()]
-  assert padded  # a last batch filled up with empty rows
+  assert padded  # a last batch filled up with empty sequences
   assert any(((indices < 0) & (indices >= 0).any(1, keepdims=True)).any()
-             for length, indices in plan if length == 24)  # -1 after a row's pairs
-  assert {length for length, _ in plan} == {24, 32}  # packed rows and one long pair a row
+             for length, indices in plan if length == 24)  # -1 after a sequence's pairs
+  assert {length for length, _ in plan} == {24, 32}  # packed sequences and one long pair a sequence
   for length, indices in plan:
-    _assert_rows_built_pair_by_pair(batcher, length, indices)
-    for process in range(4):  # each process's block of rows
-      _assert_rows_built_pair_by_pair(batcher, length, process_rows(indices, process, 4))
+    _assert_sequences_built_pair_by_pair(batcher, length, indices)
+    for process in range(4):  # each process's block of sequences
+      _assert_sequences_built_pair_by_pair(batcher, length, process_sequences(indices, process, 4))
 
 
-def test_a_packed_batch_skips_minus_ones_anywhere_in_a_row():
+def test_a_packed_batch_skips_minus_ones_anywhere_in_a_sequence():
   rng = np.random.default_rng(3)
   batcher = Batcher(_split(rng), max_length=32, tokens_per_batch=256, pack_length=32)
   lengths = np.maximum(batcher.split.sources.lengths, batcher.split.targets.lengths)
   short = np.flatnonzero(lengths <= 10)[:5]
   indices = np.array([[short[0], -1, short[1]], [-1, -1, -1], [-1, short[2], -1],
                       [short[3], short[4], -1]])
-  _assert_rows_built_pair_by_pair(batcher, 32, indices)
-  _assert_rows_built_pair_by_pair(batcher, 32, np.full((3, 2), -1))  # no pair at all
+  _assert_sequences_built_pair_by_pair(batcher, 32, indices)
+  _assert_sequences_built_pair_by_pair(batcher, 32, np.full((3, 2), -1))  # no pair at all
 
 
 def _first_fit_by_definition(order, sources, targets, length):
-  """The definition, scanning every row: longest pairs first (a stable sort keeps ties in the
-  given order), each into the first row with room on both sides, else into a new row."""
-  rows, used = [], []
+  """The definition, scanning every sequence: longest pairs first (a stable sort keeps ties in the
+  given order), each into the first sequence with room on both sides, else into a new sequence."""
+  sequences, used = [], []
   for i in sorted(order.tolist(), key=lambda i: -(sources[i] + targets[i])):
     r = next((r for r, (s, t) in enumerate(used)
               if s + sources[i] <= length and t + targets[i] <= length), len(used))
     if r == len(used):
-      rows.append([])
+      sequences.append([])
       used.append((0, 0))
-    rows[r].append(i)
+    sequences[r].append(i)
     used[r] = (used[r][0] + sources[i], used[r][1] + targets[i])
-  return rows
+  return sequences
 
 
 @pytest.mark.parametrize('length', [6, 24, 64])
@@ -261,7 +268,7 @@ def test_packing_stops_soon_after_it_is_cancelled(monkeypatch):
 @pytest.mark.slow
 def test_a_packed_batch_has_the_loss_and_gradients_of_its_pairs_unpacked():
   cfg = tiny_config(vocab_size=50, max_len=32)
-  model, params = Transformer(cfg), init_params(cfg)
+  module, params = Transformer(cfg), init_params(cfg)
   rng = np.random.default_rng(1)
   split = _split(rng, count=40)
   packed = Batcher(split, max_length=32, tokens_per_batch=512, pack_length=32)
@@ -272,12 +279,12 @@ def test_a_packed_batch_has_the_loss_and_gradients_of_its_pairs_unpacked():
   alone = unpacked.assemble(32, pairs)
 
   def total(params, batch):
-    logits = model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
+    logits = module.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
                          batch.get('source_segments'), batch.get('target_segments'))
     return loss.loss_sums(logits, batch['targets'], 0.1)['loss']
 
   def fused_total(params, batch):  # train.loss_chunk 5
-    return model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
+    return module.apply({'params': params}, batch['inputs'], batch['decoder_inputs'],
                        batch['targets'], 0.1, 5, batch.get('source_segments'),
                        batch.get('target_segments'), method='fused_loss_sums')['loss']
 

@@ -30,7 +30,7 @@ def workdir(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def data(config, workdir):
-  return pipeline.load(config, workdir, rows_multiple=2)
+  return pipeline.load(config, workdir, sequences_multiple=2)
 
 
 def test_vocabulary_is_saved_in_the_workdir_and_reused(config, workdir, data, monkeypatch):
@@ -65,8 +65,8 @@ def test_train_iterator_respects_the_token_budget(config, data):
   iterator = data.train_iterator(seed=0)
   for _ in range(20):
     batch = next(iterator)
-    rows, length = batch['inputs'].shape
-    assert rows * length <= config.data.tokens_per_batch and length <= config.data.max_length
+    sequences, length = batch['inputs'].shape
+    assert sequences * length <= config.data.tokens_per_batch and length <= config.data.max_length
     np.testing.assert_array_equal(batch['decoder_inputs'][:, 1:], batch['targets'][:, :-1])
 
 
@@ -76,13 +76,13 @@ def _shapes(batches) -> set:
 
 @pytest.mark.parametrize('accelerator', [False, True])
 def test_the_platform_picks_the_batch_shapes(config, workdir, data, accelerator, monkeypatch):
-  """By default a CPU batches by the fine buckets; an accelerator trains on packed rows of one
+  """By default a CPU batches by the fine buckets; an accelerator trains on packed sequences of one
   shape and evaluates in at most three bucket shapes."""
   monkeypatch.setattr(pipeline, 'on_accelerator', lambda platform=None: accelerator)
   assert (config.data.buckets, config.data.pack_length) == ('auto', None)
   reused = config.copy_and_resolve_references()
   reused.data.spm_model = os.path.join(workdir, tokenizer.MODEL_FILENAME)
-  loaded = pipeline.load(reused, workdir, rows_multiple=2)
+  loaded = pipeline.load(reused, workdir, sequences_multiple=2)
   iterator = loaded.train_iterator(seed=0)
   epoch = [next(iterator) for _ in range(iterator.get_state()['batches'])]
   validation = _shapes(loaded.eval_batches('validation'))
@@ -99,16 +99,16 @@ def test_the_platform_picks_the_batch_shapes(config, workdir, data, accelerator,
 
 def test_evaluation_batches_are_one_micro_batch(config, workdir, data):
   """With gradient accumulation a training batch holds grad_accum_steps micro-batches; an
-  evaluation batch holds one: a k-th of the tokens, its rows a multiple of the batch shards."""
+  evaluation batch holds one: a k-th of the tokens, its sequences a multiple of the batch shards."""
   accumulating = config.copy_and_resolve_references()
   accumulating.train.grad_accum_steps = 2
   accumulating.data.spm_model = os.path.join(workdir, tokenizer.MODEL_FILENAME)
-  batchers = pipeline.load(accumulating, workdir, rows_multiple=4).batchers  # 2 shards x 2
+  batchers = pipeline.load(accumulating, workdir, sequences_multiple=4).batchers  # 2 shards x 2
   assert batchers['train'].tokens_per_batch == config.data.tokens_per_batch
-  assert batchers['train'].rows_multiple == 4
+  assert batchers['train'].sequences_multiple == 4
   for split in ('validation', 'test'):
     assert batchers[split].tokens_per_batch == config.data.tokens_per_batch // 2
-    assert batchers[split].rows_multiple == 2
+    assert batchers[split].sequences_multiple == 2
     assert data.batchers[split].tokens_per_batch == config.data.tokens_per_batch
 
 
@@ -174,7 +174,7 @@ def test_encoded_splits_are_the_tokenizer_ids_and_a_second_load_reads_no_text(
 
   monkeypatch.setattr(tokenizer, 'encode_flat', must_not_read)
   monkeypatch.setattr(pipeline.datasets, 'load_split', must_not_read)
-  again = pipeline.load(config, workdir, rows_multiple=2)
+  again = pipeline.load(config, workdir, sequences_multiple=2)
   assert 'open_tokens' in again.seconds and 'encode' not in again.seconds
   assert isinstance(again.batchers['train'].split.sources.ids.base, np.memmap)
   first, second = data.train_iterator(seed=3), again.train_iterator(seed=3)
@@ -312,12 +312,12 @@ _PROCESS = textwrap.dedent("""
     encode = tokenizer.encode_flat
     tokenizer.encode_flat = lambda *args, **kwargs: (encoded.append(len(args[1])),
                                                      encode(*args, **kwargs))[1]
-    gather = batching._rows  # what reads a batch's ids
+    gather = batching._padded  # what reads a batch's ids
     def recording(side, indices, length):
       read.update((id(side), int(i)) for i in indices if i >= 0)
       return gather(side, indices, length)
-    batching._rows = recording
-    data = pipeline.load(config, workdir, rows_multiple=2)
+    batching._padded = recording
+    data = pipeline.load(config, workdir, sequences_multiple=2)
     iterator = data.train_iterator(seed=0, process_index=process, process_count=2)
     for _ in range(iterator.get_state()['batches']):
       next(iterator)
@@ -328,9 +328,9 @@ _PROCESS = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_two_processes_encode_once_and_each_reads_its_own_rows(config, tmp_path):
+def test_two_processes_encode_once_and_each_reads_its_own_sequences(config, tmp_path):
   """As `train` runs them: process 0 loads the data first (and encodes it), then process 1,
-  which finds the encoded splits; in an epoch each reads the ids of its own rows only, and
+  which finds the encoded splits; in an epoch each reads the ids of its own sequences only, and
   together they read every training pair."""
   script = _PROCESS.format(repo=REPO)
   results = []

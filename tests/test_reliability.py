@@ -231,7 +231,7 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
 def test_a_data_error_on_process_0_stops_the_other_process_too(tmp_path):
   """Process 0 prepares the data first; when that fails the other process is told and stops
   with an error, instead of waiting for process 0 in a collective that never comes."""
-  overrides = {**_overrides(tmp_path, 4), 'data.tokens_per_batch': 48}  # < 4 rows of 16
+  overrides = {**_overrides(tmp_path, 4), 'data.tokens_per_batch': 48}  # < 4 sequences of 16
   env = {**os.environ, 'XLA_FLAGS': xla_flags(2)}
   processes = [subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -242,7 +242,7 @@ def test_a_data_error_on_process_0_stops_the_other_process_too(tmp_path):
     for process in processes:
       process.kill()
   assert [process.returncode != 0 for process in processes] == [True, True]
-  assert 'cannot hold 4 row(s) of config.data.max_length=16' in outputs[0].splitlines()[-1]
+  assert 'cannot hold 4 sequence(s) of config.data.max_length=16' in outputs[0].splitlines()[-1]
   assert outputs[1].splitlines()[-1] == ('error: process 0 could not prepare the data and '
                                          'vocabulary; see its error')
 

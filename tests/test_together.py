@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from conftest import assert_trained_alike, random_tokens, train_config
-from transformer_jax.loop import group, runs
-from transformer_jax.model import partitioning
+from transformer_jax.loop import runs, runs_together
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import compilation, together
 from transformer_jax.training.trainer import TrainerProtocol, Trainer
 
-MESH = {'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.model': 2}
+MESH = {'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.tensor': 2}
 # Three runs differing in every traced field: the seed, the residual and attention dropout,
 # label smoothing, the learning rate's scale and warmup.
 RUNS = [
@@ -42,7 +42,7 @@ def _alone(run: int):
   """Each step's metrics and the final state of RUNS[run] trained by itself on BATCHES, with
   the logits whole (train.loss_chunk 0): the reference of every group below."""
   config = train_config(**MESH, **RUNS[run], **{'train.loss_chunk': 0})
-  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()))
+  model = ShardedModel(config, sharding.make_mesh(config, jax.devices()))
   trainer = Trainer(model)
   state, history = trainer.init_state(), []
   for batch in BATCHES:
@@ -54,7 +54,7 @@ def _alone(run: int):
 def _group(loss_chunk: int) -> tuple[list, ShardedModel]:
   """RUNS' configs on MESH with `train.loss_chunk`, and the model on that mesh."""
   configs = [train_config(**MESH, **run, **{'train.loss_chunk': loss_chunk}) for run in RUNS]
-  return configs, ShardedModel(configs[0], partitioning.make_mesh(configs[0], jax.devices()))
+  return configs, ShardedModel(configs[0], sharding.make_mesh(configs[0], jax.devices()))
 
 
 @pytest.mark.slow
@@ -115,8 +115,8 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
   # checkpoint into one run's state.
   members = sorted({*TrainerProtocol.__annotations__,
                     *(name for name in vars(TrainerProtocol) if not name.startswith('_'))})
-  assert members == ['compile', 'init_state', 'join', 'model', 'rows_multiple',
-                     'run_abstract_state', 'split', 'train_step', 'train_steps']
+  assert members == ['compile', 'init_state', 'join', 'model', 'run_abstract_state',
+                     'sequences_multiple', 'split', 'train_step', 'train_steps']
   configs = [train_config(**run) for run in RUNS]
   model = ShardedModel(configs[0])
   single, group = Trainer(model), together.TogetherTrainer(model, configs)
@@ -128,12 +128,12 @@ def test_both_trainers_offer_every_member_of_the_loops_contract():
           for leaf in jax.tree.leaves(group.run_abstract_state)] == [
               (leaf.shape, leaf.dtype, leaf.sharding)
               for leaf in jax.tree.leaves(single.run_abstract_state)]
-  assert group.rows_multiple == single.rows_multiple
+  assert group.sequences_multiple == single.sequences_multiple
 
 
 def test_one_run_and_a_group_offer_every_member_of_the_loops_runs_interface(tmp_path):
   # The loop (`loop.train_loop`) reaches workdirs through `runs.Runs` alone: one run
-  # (`runs.OneRun`) and a group (`group.Group`) both define each member it names, their own
+  # (`runs.OneRun`) and a group (`runs_together.Group`) both define each member it names, their own
   # (not the protocol's empty bodies).
   members = sorted({*runs.Runs.__annotations__,
                     *(name for name in vars(runs.Runs) if not name.startswith('_'))})
@@ -142,8 +142,8 @@ def test_one_run_and_a_group_offer_every_member_of_the_loops_runs_interface(tmp_
                      'stop_notice', 'wait']
   configs = [train_config(**run) for run in RUNS]
   one = runs.OneRun(configs[0], str(tmp_path / 'one'))
-  grouped = group.Group(configs, [str(tmp_path / f'run{i}') for i in range(len(configs))], {},
-                        None, None, None)
+  grouped = runs_together.Group(configs, [str(tmp_path / f'run{i}') for i in range(len(configs))],
+                               {}, None, None, None)
   for kind in (one, grouped):
     assert runs.Runs in type(kind).__mro__
     inherited = [name for name in members

@@ -231,7 +231,7 @@ def _feed_threads() -> list[str]:
 
 @pytest.fixture(scope='module')
 def packed(overrides) -> dict:
-  """`overrides` with every training batch of one shape (packed rows of max_length), so that
+  """`overrides` with every training batch of one shape (packed sequences of max_length), so that
   steps can be stacked into one call, logged every 4 steps; the dev evaluation without BLEU
   (its loss is compared)."""
   return {**overrides, 'data.pack_length': 16, 'train.log_every_steps': 4,

@@ -1,5 +1,5 @@
-"""Runs trained together end to end (`group.train_together`): each workdir is its run's as if
-trained alone on the same batches, the group resumes exactly, and a NaN in one run stops the
+"""Runs trained together end to end (`runs_together.train_together`): each workdir is its run's as
+if trained alone on the same batches, the group resumes exactly, and a NaN in one run stops the
 group naming that run."""
 
 import json
@@ -16,7 +16,7 @@ from conftest import assert_trained_alike, metrics_lines, short_run, train_confi
 from transformer_jax.config import platforms
 from transformer_jax.decoding import scoring
 from transformer_jax.decoding.translator import GroupTranslator, Translator
-from transformer_jax.loop import group, train_loop
+from transformer_jax.loop import runs_together, train_loop
 from transformer_jax.training import checkpointing, compilation, metrics_log, saved_config
 from transformer_jax.training.trainer import Trainer
 
@@ -51,7 +51,7 @@ def _params(workdir: str, step: int):
 @pytest.fixture(scope='module')
 def together(overrides, tmp_path_factory) -> list[str]:
   dirs = [str(tmp_path_factory.mktemp(f'run{i}')) for i in range(2)]
-  group.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+  runs_together.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
   return dirs
 
 
@@ -98,7 +98,7 @@ def test_runs_interrupted_together_resume_exactly(together, overrides, tmp_path)
     shutil.copytree(source, workdir)
   shutil.rmtree(os.path.join(dirs[1], 'checkpoints', str(STEPS)))
   logged = [len(metrics_lines(workdir)) for workdir in dirs]
-  group.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+  runs_together.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
   assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished', '8']
   for workdir, uninterrupted, before in zip(dirs, together, logged):
     # The call went on from step 8's checkpoint, not from the start.
@@ -128,9 +128,9 @@ def test_a_group_that_keeps_one_checkpoint_resumes_after_a_crash_between_its_sav
   with monkeypatch.context() as patch:
     patch.setattr(checkpointing.Checkpoints, 'save', crashing)
     with pytest.raises(OSError, match='disk gone'):
-      group.train_together(configs, dirs)
+      runs_together.train_together(configs, dirs)
   assert [checkpointing.saved_steps(workdir) for workdir in dirs] == [[8, STEPS], [4, 8]]
-  group.train_together(configs, dirs)
+  runs_together.train_together(configs, dirs)
   assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished',
                                                                        '8']
   assert sorted(os.listdir(os.path.join(dirs[1], 'checkpoints'))) == ['12', '8']
@@ -155,7 +155,7 @@ def test_a_step_one_run_cannot_read_is_trained_again_by_every_run(together, over
         open(os.path.join(root, name), 'w').close()
   logged = [len(metrics_lines(workdir)) for workdir in dirs]
   further = {**overrides, 'train.num_train_steps': STEPS + 4}  # step 12 is not the last
-  group.train_together([train_config(**further, **run) for run in RUNS], dirs)
+  runs_together.train_together([train_config(**further, **run) for run in RUNS], dirs)
   assert sorted(os.listdir(os.path.join(dirs[0], 'checkpoints'))) == ['12', '12.unfinished',
                                                                        '16']
   assert sorted(os.listdir(os.path.join(dirs[1], 'checkpoints'))) == ['12', '12.corrupt', '16']
@@ -178,7 +178,7 @@ def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeyp
   monkeypatch.setattr(Trainer, 'step', poisoned)
   dirs = [str(tmp_path / f'run{i}') for i in range(2)]
   with pytest.raises(FloatingPointError, match=f'at step 6 of {dirs[1]}'):
-    group.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
+    runs_together.train_together([train_config(**overrides, **run) for run in RUNS], dirs)
   for workdir in dirs:
     assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['4']
 
@@ -186,7 +186,7 @@ def test_a_nan_in_one_run_stops_the_group_naming_it(overrides, tmp_path, monkeyp
 def test_runs_saved_at_different_steps_are_refused(together, overrides, tmp_path):
   fresh = str(tmp_path / 'fresh')
   with pytest.raises(ValueError, match=f'checkpoints are at {together[0]}: 12, {fresh}: none'):
-    group.train_together([train_config(**overrides, **run) for run in RUNS],
+    runs_together.train_together([train_config(**overrides, **run) for run in RUNS],
                          [together[0], fresh])
   assert not os.path.exists(os.path.join(fresh, 'config.json'))  # refused before any work
 

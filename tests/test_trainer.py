@@ -2,6 +2,7 @@
 any mesh, gradient accumulation, clear errors."""
 
 import functools
+import json
 
 import jax
 import numpy as np
@@ -9,24 +10,26 @@ import pytest
 
 from conftest import assert_close_to_scale, random_tokens, train_config
 from reference import adam_updates
-from transformer_jax.model import loss, partitioning
+from transformer_jax.config import checks, fields, platforms
+from transformer_jax.model import loss, sharding
 from transformer_jax.model.sharded_model import ShardedModel
+from transformer_jax.training import saved_config
 from transformer_jax.training.trainer import Trainer
 
 
-def _batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict:
-  """Rows of different lengths, and two empty rows, so per-token normalisation matters."""
+def _batch(sequences: int, length: int, vocab: int, seed: int = 0) -> dict:
+  """Sequences of different lengths, and two empty ones, so per-token normalisation matters."""
   rng = np.random.default_rng(seed)
-  lengths = rng.integers(1, length + 1, size=rows)
+  lengths = rng.integers(1, length + 1, size=sequences)
   lengths[-2:] = 0
-  inputs = random_tokens(rng, (rows, length), vocab, lengths)
-  targets = random_tokens(rng, (rows, length), vocab, lengths[::-1])
+  inputs = random_tokens(rng, (sequences, length), vocab, lengths)
+  targets = random_tokens(rng, (sequences, length), vocab, lengths[::-1])
   decoder_inputs = np.pad(targets[:, :-1], ((0, 0), (1, 0)))
   return {'inputs': inputs, 'targets': targets, 'decoder_inputs': decoder_inputs}
 
 
 def _train(config, devices, batches):
-  model = ShardedModel(config, partitioning.make_mesh(config, devices))
+  model = ShardedModel(config, sharding.make_mesh(config, devices))
   trainer = Trainer(model)
   state = trainer.init_state()
   losses = []
@@ -52,14 +55,14 @@ def test_a_step_is_adam_on_the_loss_per_target_token():
   # batch's summed loss over its number of target tokens. The batches' token counts differ, so
   # a gradient normalised otherwise (or not at all) changes the second update and the norm.
   config = train_config(**{'model.dropout_rate': 0.0, 'parallel.data': 1})
-  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  model = ShardedModel(config, sharding.make_mesh(config, jax.devices()[:1]))
   trainer = Trainer(model)
   state = trainer.init_state()
   batches = [_batch(16, 12, 64, seed) for seed in range(2)]
   assert len({np.count_nonzero(b['targets']) for b in batches}) == 2
 
   def loss_per_token(params, batch):
-    logits = model.model.apply({'params': params}, batch['inputs'], batch['decoder_inputs'])
+    logits = model.module.apply({'params': params}, batch['inputs'], batch['decoder_inputs'])
     sums = loss.loss_sums(logits, batch['targets'], config.train.label_smoothing)
     return sums['loss'] / sums['tokens']
 
@@ -103,36 +106,36 @@ def test_another_dropout_generator_changes_only_the_masks(impl):
 
 
 # (2, 2, 2) uses every mesh axis at once; the fast tier runs only it.
-@pytest.mark.parametrize('data,fsdp,model', [
+@pytest.mark.parametrize('data,fsdp,tensor', [
     pytest.param(*shape, marks=pytest.mark.slow)
     for shape in ((8, 1, 1), (4, 1, 2), (2, 1, 4), (1, 8, 1))] + [(2, 2, 2)])
-def test_any_mesh_gives_the_single_device_update(data, fsdp, model):
+def test_any_mesh_gives_the_single_device_update(data, fsdp, tensor):
   # Every dropout site on: the masks must not depend on how the arrays are split.
   overrides = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1,
                'model.relu_dropout_rate': 0.1, 'model.drophead_rate': 0.1}
   batches = [_batch(16, 12, 64, seed) for seed in range(2)]
   one_losses, one_params = _one_device(*overrides.items())
   config = train_config(**overrides, **{'parallel.data': data, 'parallel.fsdp': fsdp,
-                                        'parallel.model': model})
+                                        'parallel.tensor': tensor})
   losses, params, state = _train(config, jax.devices(), batches)
   np.testing.assert_allclose(losses, one_losses, rtol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), params,
                one_params)
   # The parameters really are split as the rules say.
   kernel = state.params['decoder']['layer_0']['ffn']['inner']['kernel']  # (embed, mlp)
-  assert kernel.sharding.shard_shape(kernel.shape) == (32 // fsdp, 64 // model)
+  assert kernel.sharding.shard_shape(kernel.shape) == (32 // fsdp, 64 // tensor)
   mu = state.opt_state[0].mu['decoder']['layer_0']['ffn']['inner']['kernel']
   assert mu.sharding == kernel.sharding
 
 
 @pytest.mark.slow
 def test_fsdp_splits_the_step_and_gathers_parameters():
-  # Pure FSDP over 8 devices: each device computes the layers for its eighth of the rows, so a
-  # step's FLOPs per device (XLA's cost analysis of the compiled step) are close to an eighth
-  # of one device's. When the activations' rows were left for XLA to place, it gathered them
-  # onto every device and computed parts of each layer redundantly: 1.31 times an eighth.
+  # Pure FSDP over 8 devices: each device computes the layers for its eighth of the sequences, so a
+  # step's FLOPs per device (XLA's cost analysis of the compiled step) are close to an eighth of one
+  # device's. When the activations' sequences were left for XLA to place, it gathered them onto
+  # every device and computed parts of each layer redundantly: 1.31 times an eighth.
   def flops(config, devices):
-    model = ShardedModel(config, partitioning.make_mesh(config, devices))
+    model = ShardedModel(config, sharding.make_mesh(config, devices))
     trainer = Trainer(model)
     compiled = trainer.train_step.lower(trainer.run_abstract_state,
                                         model.put_batch(_batch(16, 12, 64))).compile()
@@ -146,13 +149,13 @@ def test_fsdp_splits_the_step_and_gathers_parameters():
 @pytest.mark.slow
 def test_the_fused_loss_gives_the_unfused_update():
   # train.loss_chunk 5 over targets of 12 positions (the last chunk padded), on a mesh that
-  # splits rows, the embedding width and the vocabulary, with dropout: the same masks, losses
+  # splits sequences, the embedding width and the vocabulary, with dropout: the same masks, losses
   # and parameters as the whole logits on one device.
   overrides = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1}
   batches = [_batch(16, 12, 64, seed) for seed in range(2)]
   want_losses, want_params = _one_device(*overrides.items())
   config = train_config(**overrides, **{'train.loss_chunk': 5, 'parallel.data': 2,
-                                        'parallel.fsdp': 2, 'parallel.model': 2})
+                                        'parallel.fsdp': 2, 'parallel.tensor': 2})
   losses, params, _ = _train(config, jax.devices(), batches)
   np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), params,
@@ -161,14 +164,14 @@ def test_the_fused_loss_gives_the_unfused_update():
 
 @pytest.mark.slow
 def test_evaluation_with_the_fused_loss_gives_the_whole_logits_sums():
-  # train.loss_chunk 5 over 12 target positions (the last chunk padded), rows split over two
+  # train.loss_chunk 5 over 12 target positions (the last chunk padded), sequences split over two
   # devices: the sums of the whole logits, at no more FLOPs (the fused loss's gradient half,
   # unused in evaluation, is not computed).
   batch = _batch(16, 12, 64)
   sums, flops = {}, {}
   for chunk in (0, 5):
     config = train_config(**{'train.loss_chunk': chunk, 'parallel.data': 2})
-    model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:2]))
+    model = ShardedModel(config, sharding.make_mesh(config, jax.devices()[:2]))
     params = Trainer(model).init_state().params
     sums[chunk] = {name: float(value)
                    for name, value in model.eval_step(params, model.put_batch(batch)).items()}
@@ -184,14 +187,14 @@ def test_evaluation_with_the_fused_loss_gives_the_whole_logits_sums():
 @pytest.mark.parametrize('accumulate', [1, 2])
 def test_k_steps_in_one_call_equal_k_single_steps(accumulate):
   # train.steps_per_call: three steps as one compiled call (batches stacked) on a mesh that
-  # splits rows, the embedding width and the vocabulary, with every dropout site on: each
+  # splits sequences, the embedding width and the vocabulary, with every dropout site on: each
   # step's metrics, and the parameters, optimizer state, step and dropout key after them, are
   # those of three calls of one step.
   overrides = {'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1,
                'model.relu_dropout_rate': 0.1, 'train.grad_accum_steps': accumulate,
-               'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.model': 2}
+               'parallel.data': 2, 'parallel.fsdp': 2, 'parallel.tensor': 2}
   config = train_config(**overrides)
-  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()))
+  model = ShardedModel(config, sharding.make_mesh(config, jax.devices()))
   trainer = Trainer(model)
   batches = [_batch(16, 12, 64, seed) for seed in range(3)]
   single, single_metrics = trainer.init_state(), []
@@ -231,7 +234,7 @@ def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
 def test_learning_rate_and_token_count_are_reported():
   batch = _batch(16, 12, 64)
   config = train_config()
-  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  model = ShardedModel(config, sharding.make_mesh(config, jax.devices()[:1]))
   trainer = Trainer(model)
   state = trainer.init_state()
   _, metrics = trainer.train_step(state, model.put_batch(batch))
@@ -242,25 +245,47 @@ def test_learning_rate_and_token_count_are_reported():
 def test_mesh_must_use_every_device():
   config = train_config(**{'parallel.data': 3})
   with pytest.raises(ValueError, match='needs 3 devices, but 8 are present'):
-    partitioning.make_mesh(config)
-  config = train_config(**{'parallel.data': -1, 'parallel.model': 3})
+    sharding.make_mesh(config)
+  config = train_config(**{'parallel.data': -1, 'parallel.tensor': 3})
   with pytest.raises(ValueError, match='cannot be split into groups of 3'):
-    partitioning.make_mesh(config)
-  config = train_config(**{'parallel.data': -1, 'parallel.model': 2})
-  assert dict(partitioning.make_mesh(config).shape) == {'data': 4, 'fsdp': 1, 'model': 2}
+    sharding.make_mesh(config)
+  config = train_config(**{'parallel.data': -1, 'parallel.tensor': 2})
+  assert dict(sharding.make_mesh(config).shape) == {'data': 4, 'fsdp': 1, 'tensor': 2}
+
+
+def test_the_mesh_axis_once_named_model_is_refused_by_its_old_name_naming_tensor(tmp_path):
+  config = train_config()
+  with pytest.raises(ValueError, match='config.parallel.model was renamed config.parallel.tensor'):
+    fields.overridden(config, ['parallel.model=2'])  # a command line's or a sweep's override
+  with pytest.raises(AttributeError) as refused:
+    config.parallel.model = 2  # in a config file
+  assert fields.renamed_note(str(refused.value)).startswith(
+      'config.parallel.model was renamed config.parallel.tensor: ')
+  config = train_config()
+  config.parallel.axis_rules = (('batch', 'data'), ('mlp', 'model'))
+  with pytest.raises(ValueError, match="mesh axis 'model' was renamed 'tensor'"):
+    checks.validate(config)
+  # A workdir saved under the old names reads, and resumes, under the new ones.
+  saved = json.loads(platforms.resolved(train_config()).to_json_best_effort())
+  saved['parallel']['model'] = saved['parallel'].pop('tensor')
+  saved['parallel']['axis_rules'] = [[logical, 'model' if axes == 'tensor' else axes]
+                                     for logical, axes in saved['parallel']['axis_rules']]
+  (tmp_path / saved_config.CONFIG_FILENAME).write_text(json.dumps(saved))
+  config = saved_config.load_config(str(tmp_path))
+  assert fields.flatten(config) == fields.flatten(platforms.resolved(train_config()))
 
 
 def test_a_parameter_that_does_not_split_is_named():
-  config = train_config(**{'parallel.data': 1, 'parallel.model': 8, 'model.d_ff': 60})
+  config = train_config(**{'parallel.data': 1, 'parallel.tensor': 8, 'model.d_ff': 60})
   message = r"\['ffn'\]\['inner'\]\['bias'\] has shape \(60,\).*60 cannot be split 8"
   with pytest.raises(ValueError, match=message):
-    ShardedModel(config, partitioning.make_mesh(config))
+    ShardedModel(config, sharding.make_mesh(config))
 
 
 @pytest.mark.slow
 def test_bfloat16_computes_in_bfloat16_and_keeps_float32_state():
   config = train_config(**{'dtype': 'bfloat16', 'parallel.data': 1})
-  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  model = ShardedModel(config, sharding.make_mesh(config, jax.devices()[:1]))
   trainer = Trainer(model)
   state = trainer.init_state()
   state, metrics = trainer.train_step(state, model.put_batch(_batch(16, 12, 64)))
@@ -269,7 +294,7 @@ def test_bfloat16_computes_in_bfloat16_and_keeps_float32_state():
             if leaf.dtype.kind == 'f'}
   assert dtypes == {np.dtype('float32')}
   hidden = jax.eval_shape(
-      lambda p, b: model.model.apply({'params': p}, b['inputs'], b['inputs'] != 0,
+      lambda p, b: model.module.apply({'params': p}, b['inputs'], b['inputs'] != 0,
                                        method='encode', rngs={'dropout': jax.random.key(0)}),
       state.params, _batch(16, 12, 64))
   assert hidden.dtype == jax.numpy.bfloat16

@@ -25,7 +25,7 @@ from transformer_jax.decoding import batch_decode, bleu
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.decoding import translator
 from transformer_jax.decoding.translator import Translator
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import saved_config
 
@@ -97,7 +97,7 @@ def test_perplexity_is_the_exp_of_the_mean_nll_per_reference_token(workdir):
   # Each pair alone, padded to max_length on both sides (padding is masked: test_model.py), so
   # that one program scores every pair.
   max_length = translator.config.data.max_length
-  logits_of = jax.jit(lambda params, inputs, decoder_inputs: translator.model.eval_model.apply(
+  logits_of = jax.jit(lambda params, inputs, decoder_inputs: translator.model.eval_module.apply(
       {'params': params}, inputs, decoder_inputs))
   nll, tokens, kept = 0.0, 0, 0
   for source, target in pairs:
@@ -178,7 +178,7 @@ def test_translations_on_the_mesh_equal_one_device_and_the_uncached_decoder(work
   lengths = translator.lengths
   for cached in (True, False):
     run = jax.jit(lambda p, x, cached=cached: batch_decode.decode(
-        translator.model.eval_model, p, x, beam_size=4, alpha=0.6, max_extra_length=50,
+        translator.model.eval_module, p, x, beam_size=4, alpha=0.6, max_extra_length=50,
         cached=cached))
     for ids, output in zip(sources, outputs):
       if len(ids):  # one sentence alone, padded to its bucket as the Translator does
@@ -192,7 +192,7 @@ def test_batches_decoded_at_once_on_one_cpu_device_keep_every_output_in_order(wo
   """On one CPU device a Translator decodes a batch per core at once (`batches_at_once`), each
   from its own thread; the outputs are those decoded one batch at a time, source by source."""
   config = saved_config.read_config(workdir)
-  model = ShardedModel(config, partitioning.make_mesh(config, jax.devices()[:1]))
+  model = ShardedModel(config, sharding.make_mesh(config, jax.devices()[:1]))
   assert translator.batches_at_once(model) == len(os.sched_getaffinity(0))
   assert translator.batches_at_once(ShardedModel(config)) == 1  # 8 devices: the batch split
   monkeypatch.setattr(translator, 'batches_at_once', lambda model: 3)
@@ -400,15 +400,15 @@ jax.distributed.initialize(f'127.0.0.1:{port}', num_processes=2, process_id=proc
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.decoding import translator
 from transformer_jax.decoding.translator import Translator
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 # The data axis alternates between the processes, as a pod's topology-ordered mesh may:
-# process 0's devices hold global rows 0 and 2 of every four.
+# process 0's devices hold global sequences 0 and 2 of every four.
 by_process = [[d for d in jax.devices() if d.process_index == p] for p in (0, 1)]
 devices = [device for pair in zip(*by_process) for device in pair]
-make_mesh = partitioning.make_mesh
-partitioning.make_mesh = lambda config, devices_=None: make_mesh(config, devices)
+make_mesh = sharding.make_mesh
+sharding.make_mesh = lambda config, devices_=None: make_mesh(config, devices)
 translator = Translator(workdir, average_last=1, batch_size=8)
 assert [d.process_index for d in translator.model.mesh.devices.flat] == [0, 1, 0, 1]
 print(json.dumps(translator.translate(sentences)))

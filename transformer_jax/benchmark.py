@@ -78,28 +78,27 @@ def matmul_peak(dtype, sizes=None) -> float:
 
 def prepared_step(config, batch_size: int | None, length: int, warmup: int,
                   packed: bool = False):
-  """The jitted train step on one fixed random batch (packed: two pairs a row, with segment
-  ids, as packed training batches come), run `warmup` times (compilation included): returns
-  (step, model, rows), where step() runs one more call (of `train.steps_per_call` steps, on
-  that batch each) and returns its metrics. `config` is a validated one (`cli.run` validates
-  the command's)."""
+  """The jitted train step on one fixed random batch (packed: two pairs a sequence, with segment
+  ids, as packed training batches come), run `warmup` times (compilation included): returns (step,
+  model, sequences), where step() runs one more call (of `train.steps_per_call` steps, on that batch
+  each) and returns its metrics. `config` is a validated one (`cli.run` validates the command's)."""
   model = ShardedModel(config)
   config = model.config  # 'auto' resolved for this platform
   trainer = Trainer(model)
-  rows = batch_size or config.data.tokens_per_batch // length
-  rows -= rows % trainer.rows_multiple
-  if rows == 0:
+  sequences = batch_size or config.data.tokens_per_batch // length
+  sequences -= sequences % trainer.sequences_multiple
+  if sequences == 0:
     raise ValueError(f'--batch_size (or config.data.tokens_per_batch // --length) must be at '
-                     f'least {trainer.rows_multiple} rows, the batch shards times the '
+                     f'least {trainer.sequences_multiple} sequences, the batch shards times the '
                      'accumulation steps')
   rng = np.random.default_rng(0)
-  tokens = lambda: rng.integers(1, config.data.vocab_size, (rows, length), dtype=np.int32)
+  tokens = lambda: rng.integers(1, config.data.vocab_size, (sequences, length), dtype=np.int32)
   targets = tokens()
   batch = {'inputs': tokens(), 'targets': targets,
            'decoder_inputs': np.pad(targets[:, :-1], ((0, 0), (1, 0)))}
   if packed:
     segments = np.where(np.arange(length) < length // 2, 1, 2).astype(np.int32)
-    batch['source_segments'] = batch['target_segments'] = np.tile(segments, (rows, 1))
+    batch['source_segments'] = batch['target_segments'] = np.tile(segments, (sequences, 1))
     batch['decoder_inputs'][:, length // 2] = 0  # the second pair's decoder starts anew
   k = config.train.steps_per_call
   if k == 1:
@@ -115,17 +114,17 @@ def prepared_step(config, batch_size: int | None, length: int, warmup: int,
     return metrics
 
   _median_seconds(step, warmup)
-  return step, model, rows
+  return step, model, sequences
 
 
 def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int,
         packed: bool = False) -> dict:
   config = platforms.resolved(config)  # 'auto' as this platform's default, as a run has it
-  step, model, rows = prepared_step(config, batch_size, length, warmup, packed)
+  step, model, sequences = prepared_step(config, batch_size, length, warmup, packed)
   k = config.train.steps_per_call
   step_time = _pipelined_seconds(step, num_steps) / k
   waited_step_time = _median_seconds(step, num_steps) / k
-  flops = 3 * rows * costs.forward_flops(model.model_config, length, length)
+  flops = 3 * sequences * costs.forward_flops(model.model_config, length, length)
   devices = jax.device_count()
   peak = matmul_peak(jnp.dtype(config.dtype)) * devices
   return {
@@ -133,7 +132,7 @@ def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int
       'machine': provenance.machine(jax.devices()[0].device_kind),
       'num_devices': devices,
       'dtype': config.dtype,
-      'batch_size': rows,
+      'batch_size': sequences,
       'length': length,
       'packed': packed,
       'steps_per_call': k,
@@ -141,8 +140,8 @@ def run(config, batch_size: int | None, length: int, num_steps: int, warmup: int
       'dropout_prng_impl': config.train.dropout_prng_impl,
       'step_time_s': step_time,
       'step_time_waited_s': waited_step_time,
-      'target_tokens_per_s': rows * length / step_time,
-      'source_target_tokens_per_s': 2 * rows * length / step_time,
+      'target_tokens_per_s': sequences * length / step_time,
+      'source_target_tokens_per_s': 2 * sequences * length / step_time,
       'model_flops_per_step': flops,
       'achieved_gflops_per_s': flops / step_time / 1e9,
       'matmul_peak_gflops_per_s': peak / 1e9,
@@ -176,7 +175,7 @@ if __name__ == '__main__':
   _STEPS = flags.DEFINE_integer('steps', 20, 'Timed calls in each round.', lower_bound=1)
   _WARMUP = flags.DEFINE_integer('warmup', 3, 'Untimed calls first (compilation included).',
                                  lower_bound=1)
-  _PACKED = flags.DEFINE_bool('packed', False, 'Rows of two pairs each, with segment ids, as '
+  _PACKED = flags.DEFINE_bool('packed', False, 'Sequences of two pairs each, with segment ids, as '
                               'packed training batches (data.pack_length) come.')
   _JSON = flags.DEFINE_bool('json', False, 'Print one JSON object instead of text.')
   flags.mark_flag_as_required('config')

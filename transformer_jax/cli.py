@@ -51,7 +51,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
     sys.exit(f'error: {e}')
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     unknown = fields.unknown_override(argv, flags.FLAGS['config'].value)
-    sys.exit(f'error: {unknown or e}')
+    sys.exit(f'error: {unknown or fields.renamed_note(str(e))}')
   return remaining
 
 

@@ -44,24 +44,24 @@ KINDS = {'encoder_self': ('encoder', 'self_attention'),
          'encoder_decoder': ('decoder', 'encoder_attention')}
 
 
-def attention_weights(model: Transformer, params: Any, inputs: np.ndarray,
+def attention_weights(module: Transformer, params: Any, inputs: np.ndarray,
                       targets: np.ndarray) -> dict[str, np.ndarray]:
   """{kind: (layers, heads, queries, keys)} weights of one sentence pair.
 
   Args:
-    model: a deterministic Transformer (dropout off).
+    module: a deterministic Transformer (dropout off).
     params: its parameters.
     inputs: (s,) source ids, EOS-terminated, no padding.
     targets: (t,) target ids, EOS-terminated; the decoder reads them shifted right.
   """
   decoder_inputs = np.concatenate([[PAD_ID], targets[:-1]]).astype(np.int32)
-  _, state = model.apply({'params': params}, inputs[None].astype(np.int32), decoder_inputs[None],
+  _, state = module.apply({'params': params}, inputs[None].astype(np.int32), decoder_inputs[None],
                          mutable=['intermediates'])
   sown = jax.device_get(state['intermediates'])
   weights = {}
   for kind, (stack, name) in KINDS.items():
     layers = [sown[stack][f'layer_{n}'][name]['attention_weights'][0][0]
-              for n in range(model.config.num_layers)]
+              for n in range(module.config.num_layers)]
     weights[kind] = np.stack(layers).astype(np.float64)
   return weights
 
@@ -81,7 +81,7 @@ def collect(translator: Translator, source: str, target: str | None) -> dict:
     targets = np.append(ids, EOS_ID)
   else:
     [targets] = translator.encode([target], '--target', side='target', truncate=False)
-  weights = attention_weights(translator.model.eval_model, translator.params, inputs, targets)
+  weights = attention_weights(translator.model.eval_module, translator.params, inputs, targets)
   return {'source': source, 'target': target, 'checkpoint_steps': translator.steps,
           'source_tokens': _pieces(translator, inputs),
           'target_tokens': _pieces(translator, targets), 'weights': weights}

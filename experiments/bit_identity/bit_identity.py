@@ -7,14 +7,14 @@ and in the checkout after, then compare the two files.
 
 Three runs of `configs/tiny.py` on the built-in corpus, each a fresh workdir, 12 steps: one run
 alone (batches of several shapes, one step a call); two runs trained together
-(`group.train_together`, seeds 0 and 1, ε_ls 0.1 and 0.2); one run with packed rows, two
-micro-batches a step and four steps a call. For each run the file holds a SHA-256 of every leaf
-of the final checkpoint's train state (parameters, Adam's moments, step, dropout key), read
-with orbax alone (so the digest does not depend on the package's layout), and the dev split's
-loss, nll and accuracy at step 12, and the logged training loss, nll, accuracy, gradient norm
-and learning rate (`train.log_every_steps` 1: each record is one step's, but in the packed run
-one call's four). Those are reports derived from the state's steps, compared as well: a change
-in how several steps are summarised shows there only.
+(`runs_together.train_together`, seeds 0 and 1, ε_ls 0.1 and 0.2); one run with packed sequences,
+two micro-batches a step and four steps a call. For each run the file holds a SHA-256 of every leaf
+of the final checkpoint's train state (parameters, Adam's moments, step, dropout key), read with
+orbax alone (so the digest does not depend on the package's layout), and the dev split's loss, nll
+and accuracy at step 12, and the logged training loss, nll, accuracy, gradient norm and learning
+rate (`train.log_every_steps` 1: each record is one step's, but in the packed run one call's four).
+Those are reports derived from the state's steps, compared as well: a change in how several steps
+are summarised shows there only.
 """
 
 import hashlib
@@ -29,7 +29,7 @@ import orbax.checkpoint as ocp
 
 from transformer_jax import cli
 from transformer_jax.config import checks, loading
-from transformer_jax.loop import group, train_loop
+from transformer_jax.loop import runs_together, train_loop
 from transformer_jax.storage import provenance
 
 checkout = loading.import_sibling(__file__, '../tools/checkout')
@@ -96,7 +96,7 @@ def _runs(scratch: str) -> dict:
   results['alone'] = {'dev': train_loop.train_and_evaluate(_config(tfds_dir), alone),
                       'state': _digest(alone), 'train': _train_records(alone)}
   dirs = [os.path.join(scratch, f'together{i}') for i in range(2)]
-  dev = group.train_together(
+  dev = runs_together.train_together(
       [_config(tfds_dir, seed=i, **{'train.label_smoothing': 0.1 * (i + 1)}) for i in range(2)],
       dirs)
   for i, workdir in enumerate(dirs):

@@ -229,7 +229,7 @@ def main():
   sources = [s.tolist() for s in translator.encode(texts, f'{_SPLIT.value} source')]
   cap = translator.config.decode.max_extra_length
   batches = [(length + cap, members) for length, members in decode_batches(
-      translator.lengths, np.array([len(s) for s in sources]), translator.batch_rows)]
+      translator.lengths, np.array([len(s) for s in sources]), translator.batch_sentences)]
   figures = {'code': _CODE.value, 'workdir': _WORKDIR.value, 'split': _SPLIT.value,
              'sentences': len(texts),
              'batch_size': _BATCH_SIZE.value, 'rounds': _ROUNDS.value,

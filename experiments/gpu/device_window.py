@@ -40,7 +40,7 @@ sweep, unfinished, before the parts one H200 window measured on 2026-11-28):
   defaults resolve it on a GPU (bfloat16, 'rbg', loss chunk 16, 20 steps a call:
   transformer_jax/config/platforms.py), and with each default changed alone: float32 (TF32),
   one step a call, JAX's threefry dropout masks, cuDNN's attention (`transformer_jax.benchmark`);
-- base_loss_chunk{0,8,16,64}_256: `train.loss_chunk` at base's packed rows of 256 tokens;
+- base_loss_chunk{0,8,16,64}_256: `train.loss_chunk` at base's packed sequences of 256 tokens;
 - multi30k_e2e_float32: multi30k_e2e in float32, against the default bfloat16 on dev
   perplexity (a default that changes figures stays only within the seeds' spread);
 - profile_base_bfloat16: where that step's kernel time goes (`profile_step.py`);

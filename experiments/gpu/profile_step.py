@@ -85,7 +85,7 @@ def summarise(kernels: list[tuple[str, float]], steps: int, top: int) -> dict:
 
 def main():
   config = platforms.resolved(_CONFIG.value)  # 'auto' as this platform's default
-  step, _, rows = benchmark.prepared_step(config, None, _LENGTH.value, warmup=3)
+  step, _, sequences = benchmark.prepared_step(config, None, _LENGTH.value, warmup=3)
   with contextlib.ExitStack() as stack:
     trace_dir = _TRACE_DIR.value or stack.enter_context(tempfile.TemporaryDirectory())
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
@@ -103,7 +103,7 @@ def main():
   # A call runs train.steps_per_call steps: the figures are per step.
   summary = summarise(kernels, _STEPS.value * config.train.steps_per_call, _TOP.value)
   summary.update(provenance=provenance.record(jax.devices()[0].device_kind),
-                 dtype=config.dtype, batch_size=rows,
+                 dtype=config.dtype, batch_size=sequences,
                  length=_LENGTH.value, steps_per_call=config.train.steps_per_call,
                  trace=trace_path if _TRACE_DIR.value else None)
   text = json.dumps(summary, indent=1)

@@ -73,7 +73,7 @@ def generate(model, tokenizer, texts: list[str], cap: int, beam_size: int,
   batch = tokenizer(texts, return_tensors='pt', padding=True)
   with torch.inference_mode():
     outputs = model.generate(**batch, num_beams=beam_size, max_length=cap + 1, **settings)
-  return [batch_decode.strip(row[1:]) for row in to_ours(model, outputs.numpy())]
+  return [batch_decode.strip(output[1:]) for output in to_ours(model, outputs.numpy())]
 
 
 def ct2_translate(ct2_model, tokenizer, texts: list[str], cap: int, beam_size: int,
@@ -110,7 +110,7 @@ def logit_differences(translator: Translator, model, pairs: list[tuple[str, str]
   inputs = _padded([sources[i].tolist() for i in keep])
   decoder_inputs = _padded([[PAD_ID] + targets[i][:-1].tolist() for i in keep])
   real = _padded([[1] * len(targets[i]) for i in keep]).astype(bool)
-  mine = np.asarray(translator.model.eval_model.apply(
+  mine = np.asarray(translator.model.eval_module.apply(
       {'params': translator.params}, inputs, decoder_inputs))[real]
   result = {'pairs': len(keep), 'positions': int(real.sum()),
             'logit_scale': float(np.abs(mine).max())}
@@ -129,10 +129,10 @@ def logit_differences(translator: Translator, model, pairs: list[tuple[str, str]
   return result
 
 
-def _padded(rows: list[list[int]]) -> np.ndarray:
-  out = np.full((len(rows), max(map(len, rows))), PAD_ID, np.int32)
-  for i, row in enumerate(rows):
-    out[i, :len(row)] = row
+def _padded(sequences: list[list[int]]) -> np.ndarray:
+  out = np.full((len(sequences), max(map(len, sequences))), PAD_ID, np.int32)
+  for i, sequence in enumerate(sequences):
+    out[i, :len(sequence)] = sequence
   return out
 
 
@@ -144,7 +144,7 @@ def measure(translator: Translator, model, tokenizer, texts: list[str], beam_siz
   prepared = [translator.preprocessing.source(text) for text in texts]
   # The batches `translate_ids` decodes: (bucket length, sentence indices).
   plan = list(decode_batches(translator.lengths, np.array([len(s) for s in sources]),
-                             translator.batch_rows))
+                             translator.batch_sentences))
   alpha, beta = translator.config.decode.alpha, model.generation_config.length_penalty
   cap = lambda length: length + translator.config.decode.max_extra_length
 

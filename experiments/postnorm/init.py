@@ -34,18 +34,18 @@ def statistics(norm_position: str, qkv_init: str, seed: int) -> dict:
   config = multi30k.get_config()
   config.model.norm_position, config.model.qkv_init, config.seed = norm_position, qkv_init, seed
   checks.validate(config)  # the choices set here enter the config
-  model = Transformer(model_config.from_config(config).replace(deterministic=True))
+  module = Transformer(model_config.from_config(config).replace(deterministic=True))
   rng = np.random.default_rng(seed)
   inputs = jnp.asarray(rng.integers(3, config.data.vocab_size, (64, 20)), jnp.int32)
   targets = jnp.asarray(rng.integers(3, config.data.vocab_size, (64, 20)), jnp.int32)
-  variables = nn.unbox(model.init(jax.random.key(seed), inputs, targets))
+  variables = nn.unbox(module.init(jax.random.key(seed), inputs, targets))
   params = variables['params']
   table = params['embeddings']['shared']
   mask = inputs != 0
-  encoded = model.apply(variables, inputs, mask, method='encode')
+  encoded = module.apply(variables, inputs, mask, method='encode')
   # The decoder's last hidden state: the logits before the shared projection are y E^T, so
   # recover y by capturing the output of the decoder's last sub-layer normalisation.
-  _, state = model.apply(variables, encoded, mask, targets, method='decode',
+  _, state = module.apply(variables, encoded, mask, targets, method='decode',
                          capture_intermediates=True)
   decoder = state['intermediates']['decoder']
   last = decoder['final_norm' if norm_position == 'pre' else f'layer_{config.model.num_layers - 1}']

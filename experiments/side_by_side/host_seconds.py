@@ -5,14 +5,13 @@ Python that feeds the devices, outside their compute, measured on 8 CPU devices.
       --output=experiments/side_by_side/host_seconds_cpu.json
 
 For each `train.steps_per_call` K (1 and 4) and each count G of groups: G groups of one row each,
-the regularised Table 3 sweep's base row (`experiments/table3_regularised/sweep.py`: N=3,
-d_model 128, packed rows of 128 tokens), train side by side for 200 steps, each on a CPU device
-of its own in a thread of its own, as the sweep's slots do (`group.train_together` with its
-`devices`, `sweep/slots.py`). The batches are cut to 2 packed rows (256 tokens): the host's work a
-call does not depend on the batch's size, the CPU's compute does, and this CPU computes the
+the regularised Table 3 sweep's base row (`experiments/table3_regularised/sweep.py`: N=3, d_model
+128, packed sequences of 128 tokens), train side by side for 200 steps, each on a CPU device of its
+own in a thread of its own, as the sweep's slots do (`runs_together.train_together` with its
+`devices`, `sweep/slots.py`). The batches are cut to 2 packed sequences (256 tokens): the host's
+work a call does not depend on the batch's size, the CPU's compute does, and this CPU computes the
 devices' steps too. Measured per call, in CPU seconds of the thread that does it
-(`time.thread_time`: the compute, which XLA runs on threads of its own, and the waits are left
-out):
+(`time.thread_time`: the compute, which XLA runs on threads of its own, and the waits are left out):
   loop   the training loop's thread, from taking one call's batches to taking the next's:
          dispatching the call, its metrics, logging;
   feed   the feed's thread while it makes one call's batches (`training/feed.py`: assembling,
@@ -43,7 +42,7 @@ import jax  # pylint: disable=wrong-import-position
 
 from transformer_jax import cli  # pylint: disable=wrong-import-position
 from transformer_jax.config import checks, loading  # pylint: disable=wrong-import-position
-from transformer_jax.loop import group  # pylint: disable=wrong-import-position
+from transformer_jax.loop import runs_together  # pylint: disable=wrong-import-position
 from transformer_jax.storage import atomic, provenance  # pylint: disable=wrong-import-position
 from transformer_jax.training import feed  # pylint: disable=wrong-import-position
 
@@ -107,7 +106,7 @@ def _measure(groups: int, k: int, root: str, data_cache: dict) -> dict:
   config, devices = _config(k), jax.local_devices()
   start = time.perf_counter()
   with _Spied() as spied, concurrent.futures.ThreadPoolExecutor(groups) as threads:
-    runs = [threads.submit(group.train_together, [config],
+    runs = [threads.submit(runs_together.train_together, [config],
                            [os.path.join(root, f'g{groups}_k{k}_{i}')], data_cache, None,
                            [devices[i]]) for i in range(groups)]
     for run in runs:
@@ -137,7 +136,7 @@ def _vector_extensions() -> list[str]:
 
 def main():
   results = []
-  data_cache = {}  # the data and vocabulary, loaded once (`group.data_key`)
+  data_cache = {}  # the data and vocabulary, loaded once (`runs_together.data_key`)
   with tempfile.TemporaryDirectory(prefix='host_seconds_') as root:
     for k in KS:
       for groups in GROUPS:

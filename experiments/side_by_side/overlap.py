@@ -4,7 +4,7 @@ device each (`sweep --devices_per_group=1` on 4 devices).
   python experiments/side_by_side/overlap.py --output=experiments/side_by_side/overlap_cpu.json
 
 The rows base, D1, D2 and D3 of experiments/table3_regularised/sweep.py (N=3, d_model 128,
-packed rows of 128 tokens), 80 steps each, four steps a call, each a group of its own, swept
+packed sequences of 128 tokens), 80 steps each, four steps a call, each a group of its own, swept
 in one process whose 4 CPU devices are 4 slots. A group's training span runs from its training
 loop's start (its first step dispatched) to the fetch of its last steps' metrics, which waits
 for them to finish on the device (`loop/train_metrics.py`). The file holds each group's span

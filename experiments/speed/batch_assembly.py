@@ -32,8 +32,9 @@ measure = loading.import_sibling(__file__, '../tools/measure')
 synthetic = loading.import_sibling(__file__, '../tools/synthetic')
 
 _PAIRS = flags.DEFINE_integer('pairs', 4_500_000, 'Training pairs.')
-_PACK_LENGTH = flags.DEFINE_integer('pack_length', 256, 'Row length (config.data.pack_length); '
-                                    'also the longest pair (config.data.max_length).')
+_PACK_LENGTH = flags.DEFINE_integer('pack_length', 256, 'Sequence length '
+                                    '(config.data.pack_length); also the longest pair '
+                                    '(config.data.max_length).')
 _TOKENS_PER_BATCH = flags.DEFINE_integer('tokens_per_batch', 25000,
                                          'config.data.tokens_per_batch.')
 _MEDIAN = flags.DEFINE_float('median', 25.0, 'Median source length, in tokens.')
@@ -69,7 +70,7 @@ def _check_same(batchers: dict, plan) -> None:
   for length, indices in plan[:_CHECKED_BATCHES]:
     this, before = (b.assemble(length, indices) for b in batchers.values())
     if list(this) != list(before) or not all(np.array_equal(this[k], before[k]) for k in this):
-      raise AssertionError(f'the two codes assemble another batch of {indices.shape} rows')
+      raise AssertionError(f'the two codes assemble another batch of {indices.shape} sequences')
 
 
 def main(argv):
@@ -96,7 +97,7 @@ def main(argv):
       'median_seconds': medians}
   if 'before' in medians:
     result['speedup'] = medians['before'] / medians['this']
-  print(f'{_PAIRS.value} pairs, {len(plan)} packed batches of {length}-token rows: '
+  print(f'{_PAIRS.value} pairs, {len(plan)} packed batches of {length}-token sequences: '
         + ', '.join(f'{name} {median:.3f} s' for name, median in medians.items())
         + (f', speed-up {result["speedup"]:.2f}x' if 'speedup' in result else ''))
   measure.write(result, _OUTPUT.value)

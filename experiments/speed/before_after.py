@@ -56,10 +56,10 @@ def _loop(code: str, scratch: str) -> float:
 
 def _step(code: str, devices: list[str]) -> float:
   """Steps/s of `transformer_jax.benchmark` in checkout `code`, one step a call."""
-  rows, length = measure.packed_shape(_CONFIG.value)
+  sequences, length = measure.packed_shape(_CONFIG.value)
   result = subprocess.run(
       [sys.executable, '-m', 'transformer_jax.benchmark', f'--config={_CONFIG.value}',
-       f'--batch_size={rows}', f'--length={length}', '--packed',
+       f'--batch_size={sequences}', f'--length={length}', '--packed',
        f'--steps={_BENCHMARK_STEPS.value}', '--json', '--config.train.steps_per_call=1'],
       cwd=code, check=True, stdout=subprocess.PIPE, text=True)
   result = json.loads(result.stdout.strip().splitlines()[-1])
@@ -89,11 +89,11 @@ def main(argv):
 
     rounds = measure.interleaved(variants, _ROUNDS.value, timed)
   median = measure.medians(rounds)
-  rows, length = measure.packed_shape(_CONFIG.value)
+  sequences, length = measure.packed_shape(_CONFIG.value)
   measure.write({
       'before': subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=before, check=True,
                                capture_output=True, text=True).stdout.strip(),
-      'config': _CONFIG.value, 'batch': f'{rows} x {length} (packed)',
+      'config': _CONFIG.value, 'batch': f'{sequences} x {length} (packed)',
       'loop_steps': _STEPS.value, 'loop_steps_per_call': _K.value,
       'steps_per_second_rounds': rounds,
       'steps_per_second_median': median,

@@ -6,9 +6,9 @@ interleaved.
       [--ks=1,8] [--config=configs/multi30k.py] [--steps=48] [--rounds=2] [--output=FILE]
 
 DIR is another checkout of the repository, the code before (`git worktree add DIR COMMIT`).
-Every training batch has one shape: packed rows of `data.max_length` (`data.pack_length`, the
-default on GPUs and TPUs), 32 rows x 128 tokens for `configs/multi30k.py`. The benchmark times
-the same shape with the segment ids of packed rows (`--packed`). Variants, each a fresh
+Every training batch has one shape: packed sequences of `data.max_length` (`data.pack_length`,
+the default on GPUs and TPUs), 32 sequences x 128 tokens for `configs/multi30k.py`. The benchmark
+times the same shape with the segment ids of packed sequences (`--packed`). Variants, each a fresh
 process: the loop before (given DIR; run from there, so its `transformer_jax` comes first on
 the Python path), the loop now with each `train.steps_per_call` of --ks (and `data.prefetch` as
 the config says), and the benchmark now with each. Each round runs them in order, every other
@@ -61,10 +61,10 @@ def _loop(code: str, k: int | None, scratch: str) -> float:
 
 def _benchmark(k: int) -> float:
   """Steps/s of `transformer_jax.benchmark` at the loop's shape."""
-  rows, length = measure.packed_shape(_CONFIG.value)
+  sequences, length = measure.packed_shape(_CONFIG.value)
   result = subprocess.run(
       [sys.executable, '-m', 'transformer_jax.benchmark', f'--config={_CONFIG.value}',
-       f'--batch_size={rows}', f'--length={length}', '--packed', f'--steps={max(1, _BENCHMARK_STEPS.value // k)}',
+       f'--batch_size={sequences}', f'--length={length}', '--packed', f'--steps={max(1, _BENCHMARK_STEPS.value // k)}',
        '--json', f'--config.train.steps_per_call={k}',
        # As the loop's (the config's intervals need not be multiples of k).
        f'--config.train.eval_every_steps={_STEPS.value}',
@@ -107,9 +107,9 @@ def main(argv):
   ratios = {f'K={k}': median[f'loop K={k}'] / median[f'benchmark K={k}'] for k in _KS.value}
   if _BEFORE.value:
     ratios['before'] = median['loop before'] / median['benchmark K=1']
-  rows, length = measure.packed_shape(_CONFIG.value)
+  sequences, length = measure.packed_shape(_CONFIG.value)
   measure.write({
-      'config': _CONFIG.value, 'batch': f'{rows} x {length} (packed)', 'steps': _STEPS.value,
+      'config': _CONFIG.value, 'batch': f'{sequences} x {length} (packed)', 'steps': _STEPS.value,
       'steps_per_second_rounds': rounds,
       'steps_per_second_median': median,
       'loop_over_benchmark': ratios,

@@ -3,12 +3,11 @@ r"""How long packing takes to plan an epoch (`batching.first_fit_decreasing`) at
   python experiments/speed/packing_plan.py [--pairs=4500000] [--pack_length=256] [--rounds=1] \
       [--output=FILE]
 
-WMT 2014 EN-DE has about 4.5M training pairs (§5.1). Their lengths are drawn here, seeded:
-source lengths log-normal with median 25 tokens, clipped to [1, pack_length], and target
-lengths the source's times a uniform factor in [0.8, 1.3]. The planning cost does not depend
-on the lengths beyond their range: each pair costs O(pack_length). Prints the pairs, the rows
-they pack into, the target-side padding fraction of those rows and the seconds per plan (the
-best of --rounds).
+WMT 2014 EN-DE has about 4.5M training pairs (§5.1). Their lengths are drawn here, seeded: source
+lengths log-normal with median 25 tokens, clipped to [1, pack_length], and target lengths the
+source's times a uniform factor in [0.8, 1.3]. The planning cost does not depend on the lengths
+beyond their range: each pair costs O(pack_length). Prints the pairs, the sequences they pack into,
+the target-side padding fraction of those sequences and the seconds per plan (the best of --rounds).
 """
 
 import time
@@ -23,7 +22,8 @@ from transformer_jax.data import batching
 measure = loading.import_sibling(__file__, '../tools/measure')
 
 _PAIRS = flags.DEFINE_integer('pairs', 4_500_000, 'Training pairs.')
-_PACK_LENGTH = flags.DEFINE_integer('pack_length', 256, 'Row length (config.data.pack_length).')
+_PACK_LENGTH = flags.DEFINE_integer('pack_length', 256,
+                                    'Sequence length (config.data.pack_length).')
 _ROUNDS = flags.DEFINE_integer('rounds', 1, 'Plans timed; the best is reported.')
 cli.renamed('repeats', 'rounds', 'how many times each variant is timed')
 _OUTPUT = flags.DEFINE_string('output', None, 'Also write the figures to this file.')
@@ -40,12 +40,13 @@ def main(argv):
   best = np.inf
   for _ in range(_ROUNDS.value):
     start = time.perf_counter()
-    rows = batching.first_fit_decreasing(order, sources, targets, length)
+    packed = batching.first_fit_decreasing(order, sources, targets, length)
     best = min(best, time.perf_counter() - start)
-  padding = 1 - targets.sum() / (len(rows) * length)
-  print(f'{_PAIRS.value} pairs -> {len(rows)} rows of {length} tokens, target padding '
+  padding = 1 - targets.sum() / (len(packed) * length)
+  print(f'{_PAIRS.value} pairs -> {len(packed)} sequences of {length} tokens, target padding '
         f'{padding:.4f}; planned in {best:.1f} s')
-  measure.write({'pairs': _PAIRS.value, 'pack_length': length, 'rows': len(rows),
+  # 'rows': the packed sequences, as the earlier records name them.
+  measure.write({'pairs': _PAIRS.value, 'pack_length': length, 'rows': len(packed),
                  'target_padding': float(padding), 'rounds': _ROUNDS.value,
                  'seconds': best}, _OUTPUT.value)
 

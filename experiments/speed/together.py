@@ -1,5 +1,5 @@
 r"""Sweep rows trained one after another against the same rows trained as one program
-(`group.train_together`, the sweep's `--together`), each variant in fresh processes, fresh
+(`runs_together.train_together`, the sweep's `--together`), each variant in fresh processes, fresh
 workdirs and a fresh compilation cache.
 
   python experiments/speed/together.py [--manual_dir=DIR] \
@@ -7,7 +7,7 @@ workdirs and a fresh compilation cache.
       [--output=FILE]
 
 'apart' runs `python -m transformer_jax.train` for each row in turn; 'together' trains the rows
-as one program in one child process, as a sweep's group trains (`group.train_together`).
+as one program in one child process, as a sweep's group trains (`runs_together.train_together`).
 Both train --steps steps with one short dev evaluation at the end (one batch, no BLEU), so the
 figures are training's: the wall time of the commands (data, vocabulary, compiling and steps
 included) and the steps' time (the 'train' records' step time times their steps; a group's
@@ -78,10 +78,10 @@ def _apart(scratch: str) -> dict:
 # The child process of 'together': the rows' configs with the overrides, trained as one program.
 _TRAIN_TOGETHER = """import os, sys
 from transformer_jax.config import fields, loading
-from transformer_jax.loop import group
+from transformer_jax.loop import runs_together
 sweep, rows, root, *overrides = sys.argv[1:]
 rows = rows.split(',')
-group.train_together(
+runs_together.train_together(
     [fields.overridden(loading.from_file(f'{sweep}:{row}'), overrides) for row in rows],
     [os.path.join(root, row) for row in rows])
 """

@@ -37,8 +37,9 @@ as one program, and each other row with its seed. A group must finish within one
 workdir goes with the machine); base's group of 11 at 10000 steps did not, in the 2026-11-28d
 window (experiments/gpu/h200/window_2026-11-28d.jsonl). Rows trained together see the
 same batches, in the order of the group's first row's seed: within a group the seeds vary the
-initialisation and dropout, not the data order (the results page says so). Packing puts more real tokens in each batch of 4096
-slots than experiments/table3_multi30k/sweep.py's length buckets did, so a step here is not one of its steps.
+initialisation and dropout, not the data order (the results page says so). Packing puts more
+real tokens in each batch of 4096 token positions than experiments/table3_multi30k/sweep.py's
+length buckets did, so a step here is not one of its steps.
 
 Step budget. STEPS = 30000 steps a row (big: 3 STEPS, as Table 3's train steps column has it),
 dev perplexity every 500 steps. The criterion: every row's dev perplexity flat (within 1%) over

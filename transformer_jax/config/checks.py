@@ -25,7 +25,7 @@ _POSITIVE_INTS = (
     'decode.beam_size', 'decode.average_last',
 )
 
-_MESH_AXES = ('parallel.data', 'parallel.fsdp', 'parallel.model')  # positive, or -1
+_MESH_AXES = ('parallel.data', 'parallel.fsdp', 'parallel.tensor')  # positive, or -1
 _UNIT_INTERVAL = (  # values in [0, 1)
     'model.dropout_rate', 'model.attention_dropout_rate', 'model.relu_dropout_rate',
     'model.layerdrop_rate', 'model.drophead_rate', 'train.label_smoothing', 'train.adam_b1',
@@ -63,7 +63,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not (value > 0 or value == -1):
       raise ValueError(f'config.{field} must be a positive integer or -1, got {value!r}')
   if [_get(config, field) for field in _MESH_AXES].count(-1) > 1:
-    raise ValueError('at most one of config.parallel.data/fsdp/model may be -1')
+    raise ValueError('at most one of config.parallel.data/fsdp/tensor may be -1')
   num_eval_steps = _get(config, 'train.num_eval_steps')
   if not isinstance(num_eval_steps, int) or not (num_eval_steps > 0 or num_eval_steps == -1):
     raise ValueError(f'config.train.num_eval_steps must be a positive integer or -1 (the whole '
@@ -187,5 +187,14 @@ def _check_axis_rules(rules) -> None:
     if not valid:
       raise ValueError(f'config.parallel.axis_rules: {rule!r} is not a (logical axis, mesh axes) '
                        f'rule: the logical axis is one of {choices.LOGICAL_AXES}, named '
-                       f'once, and the mesh axes None or from {choices.MESH_AXES}')
+                       f'once, and the mesh axes None or from {choices.MESH_AXES}'
+                       + _renamed_mesh_axes(rule))
     seen.add(rule[0])
+
+
+def _renamed_mesh_axes(rule) -> str:
+  """'; mesh axis OLD was renamed NEW' for each renamed mesh axis that `rule` names."""
+  names = (choices.mesh_axis_names(rule[1]) if isinstance(rule, (tuple, list)) and len(rule) == 2
+           and isinstance(rule[1], (str, tuple, list)) else ())
+  return ''.join(f'; mesh axis {name!r} was renamed {choices.RENAMED_MESH_AXES[name]!r}'
+                 for name in names if name in choices.RENAMED_MESH_AXES)

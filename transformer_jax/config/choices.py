@@ -23,10 +23,14 @@ PREPROCESSING = ('none', 'lowercase_moses')
 BUCKETS = ('fine', 'coarse')
 DROPOUT_PRNG_IMPLS = ('threefry2x32', 'rbg', 'unsafe_rbg')
 
-# The device mesh's axes (`config.parallel`), and the logical axes that parameters and
-# activations name, which `config.parallel.axis_rules` maps onto them (model/partitioning.py).
-MESH_AXES = ('data', 'fsdp', 'model')
+# The device mesh's axes (sized by `config.parallel`), and the logical axes that parameters and
+# activations name, which `config.parallel.axis_rules` maps onto them: model/sharding.py says
+# what each means. They are here, in the layer every other imports, so that `checks` holds a
+# config to them where it enters.
+MESH_AXES = ('data', 'fsdp', 'tensor')
 LOGICAL_AXES = ('batch', 'vocab', 'embed', 'heads', 'kv', 'mlp', 'position')
+# Mesh axes renamed, with their new names: a rule naming the old one is refused naming the new.
+RENAMED_MESH_AXES = {'model': 'tensor'}
 
 
 def mesh_axis_names(axes) -> tuple:

@@ -3,14 +3,21 @@ flattened to compare configs field by field.
 
 `overridden` and `unknown_override` read `FIELD=VALUE` overrides (`command_line_overrides`: a
 command line's `--config.FIELD=VALUE`); `flatten` gives every leaf field; `shuffle_seed` is the
-one field that falls back on another.
+one field that falls back on another; `RENAMED` holds the fields' old names.
 """
 
 import json
+import re
 
 from absl import flags
 import ml_collections
 from ml_collections import config_flags
+
+
+# Fields renamed, with their new names: a command line, sweep override or config file that sets
+# the old name is refused naming the new one (`unknown_override`, `renamed_note`), and a
+# workdir's saved config is read under the new names (`saved_config`).
+RENAMED = {'parallel.model': 'parallel.tensor'}
 
 
 def command_line_overrides(argv: list[str]) -> list[str]:
@@ -26,9 +33,22 @@ def unknown_override(argv: list[str], config: ml_collections.ConfigDict) -> str 
     node = config
     for part in field.split('.'):
       if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+        if field in RENAMED:
+          return f'--config.{override}: config.{field} was renamed config.{RENAMED[field]}'
         return f'--config.{override}: config.{field} does not exist'
       node = node[part]
   return None
+
+
+def renamed_note(message: str) -> str:
+  """`message`, a locked config's refusal of a field that a config file sets, with the new name
+  when the field is one renamed (`RENAMED`)."""
+  for old, new in RENAMED.items():
+    name, new_name = old.rsplit('.', 1)[1], new.rsplit('.', 1)[1]
+    if (f'Key "{name}" does not exist' in message
+        and re.search(rf"\\?'{new_name}\\?':", message)):  # a field present, its quotes escaped
+      return f'config.{old} was renamed config.{new}: {message}'
+  return message
 
 
 def overridden(config: ml_collections.ConfigDict, overrides: list[str]

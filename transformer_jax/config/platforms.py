@@ -114,7 +114,7 @@ def resolved(config: ml_collections.ConfigDict, platform: str | None = None
 def _lengths_of_sixteen(data: ml_collections.ConfigDict) -> bool:
   """Whether every batch length is a multiple of 16 on an accelerator, so that a loss chunk of
   16 pads none: its coarse buckets (max_length / 4, / 2 and max_length, `data.batching`) when
-  max_length is a multiple of 64, and the packed rows' length."""
+  max_length is a multiple of 64, and the packed sequences' length."""
   return (data.buckets != 'fine' and data.max_length % 64 == 0
           and (data.pack_length or data.max_length) % 16 == 0)
 

@@ -5,37 +5,38 @@ contained a set of sentence pairs containing approximately 25000 source tokens a
 tokens."
 
 A pair goes to the smallest bucket whose length L holds both its sides. A batch of bucket L
-has a fixed number of rows, the most that keep rows x L <= tokens_per_batch on each side
-(padding included), rounded down to a multiple of `rows_multiple` (in training the batch
-shards times the gradient accumulation steps: every micro-batch splits over the devices), so
-the training step sees one shape per bucket and compiles a bounded number of times.
-A bucket's last batch of an epoch is filled up with empty (all-padding) rows, which the loss
-ignores: no pair is dropped.
+holds a fixed number of sequences (each side's (sequences, L) array), the most that keep
+sequences x L <= tokens_per_batch on each side (padding included), rounded down to a multiple
+of `sequences_multiple` (in training the batch shards times the gradient accumulation steps:
+every micro-batch splits over the devices), so the training step sees one shape per bucket and
+compiles a bounded number of times. A bucket's last batch of an epoch is filled up with empty
+(all-padding) sequences, which the loss ignores: no pair is dropped.
 
 Packing (an option, `pack_length` > 0; tensor2tensor and the Flax examples pack): training
-pairs whose sides both fit in `pack_length` tokens share rows of that length, several pairs per
-row, so that little of a row is padding. `source_segments` and `target_segments` (1, 2, ... per
-pair, 0 on padding) tell the model where each pair is, and each pair's decoder inputs start with
-PAD_ID. Longer pairs keep one row each, in the buckets above `pack_length`. Evaluation batches
-are never packed.
+pairs whose sides both fit in `pack_length` tokens share sequences of that length, several
+pairs per sequence, so that little of a sequence is padding. `source_segments` and
+`target_segments` (1, 2, ... per pair, 0 on padding) tell the model where each pair is, and
+each pair's decoder inputs start with PAD_ID. Longer pairs keep one sequence each, in the
+buckets above `pack_length`. Evaluation batches are never packed.
 
 Epoch 0 packs first-fit decreasing (longest pairs first, ties in the epoch's random order; each
-pair in the first row with room on both sides), a Python loop over the pairs, so it is done
-once: later epochs reuse epoch 0's rows, as tensor2tensor reuses the rows it packs once when it
-writes the dataset. Unlike tensor2tensor's, the rows change members: each slot of a row keeps
-the (source length, target length) of the pair epoch 0 put there, and each epoch deals the
-pairs of every such length to that length's slots in its own random order. A later epoch's rows
-are then exactly as full as epoch 0's, and a pair's row-mates differ from epoch to epoch. Every
-epoch's rows are shuffled into batches.
+pair in the first sequence with room on both sides), a Python loop over the pairs, so it is
+done once: later epochs reuse epoch 0's packed sequences, as tensor2tensor reuses the sequences
+it packs once when it writes the dataset. Unlike tensor2tensor's, the sequences change
+members: each place of a packed sequence keeps the (source length, target length) of the pair
+epoch 0 put there, and each epoch deals the pairs of every such length to that length's places
+in its own random order. A later epoch's sequences are then exactly as full as epoch 0's, and a
+pair's sequence-mates differ from epoch to epoch. Every epoch's sequences are shuffled into
+batches.
 
 Each epoch's plan is a pure function of (seed, epoch), so an iterator's position is two
 integers that restore it exactly under the same batching. The training iterator plans the next
-epoch in a background thread while the current one is read: it packs epoch 0's rows once there
-and keeps them, and a later epoch's plan is array operations over them, so an epoch boundary
-does not wait. A batch, packed or not, is assembled from the token ids with array operations,
-no Python loop over its rows or pairs. With several processes every process computes the same
-plan and reads only its own block of rows of each batch: disjoint shards that together cover
-the batch.
+epoch in a background thread while the current one is read: it packs epoch 0's sequences once
+there and keeps them, and a later epoch's plan is array operations over them, so an epoch
+boundary does not wait. A batch, packed or not, is assembled from the token ids with array
+operations, no Python loop over its sequences or pairs. With several processes every process
+computes the same plan and reads only its own block of sequences of each batch: disjoint
+shards that together cover the batch.
 """
 
 import collections
@@ -76,7 +77,8 @@ def bucket_lengths(max_length: int, buckets: str = 'fine') -> list[int]:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Sequences(collections.abc.Sequence):
-  """Token id sequences stored end to end in one array: sequence i is ids[starts[i]:ends[i]].
+  """Token id sequences stored end to end in one array: sequence i is ids[starts[i]:ends[i]]
+  (one side of a pair; a batch's sequence holds one, or several packed)
 
   `ids` may be memory-mapped (`token_store`): then reading sequence i reads its pages only.
   """
@@ -132,44 +134,45 @@ class TokenizedSplit:
     return len(self.sources)
 
 
-def batch_rows(tokens_per_batch: int, length: int, rows_multiple: int) -> int:
-  """Rows of a batch of rows of `length` tokens: the most that hold `tokens_per_batch` tokens,
-  padding included, rounded down to a multiple of `rows_multiple`."""
-  return tokens_per_batch // length // rows_multiple * rows_multiple
+def sequences_per_batch(tokens_per_batch: int, length: int, sequences_multiple: int) -> int:
+  """Sequences in a batch of sequences of `length` tokens: the most that hold
+  `tokens_per_batch` tokens, padding included, rounded down to a multiple of
+  `sequences_multiple`."""
+  return tokens_per_batch // length // sequences_multiple * sequences_multiple
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class PackedRows:
-  """Packed rows stored end to end: row r holds the pairs pairs[starts[r]:starts[r] + sizes[r]],
-  in the order they were placed."""
+class PackedSequences:
+  """Packed sequences stored end to end: sequence r holds the pairs
+  pairs[starts[r]:starts[r] + sizes[r]], in the order they were placed."""
 
-  pairs: np.ndarray  # pair indices, int64, row after row
-  sizes: np.ndarray  # pairs in each row
+  pairs: np.ndarray  # pair indices, int64, sequence after sequence
+  sizes: np.ndarray  # pairs in each sequence
 
   @classmethod
-  def of(cls, rows: list[list[int]]) -> 'PackedRows':
-    sizes = np.array([len(row) for row in rows], np.int64)
-    return cls(np.fromiter(itertools.chain.from_iterable(rows), np.int64, int(sizes.sum())),
+  def of(cls, packed: list[list[int]]) -> 'PackedSequences':
+    sizes = np.array([len(pairs) for pairs in packed], np.int64)
+    return cls(np.fromiter(itertools.chain.from_iterable(packed), np.int64, int(sizes.sum())),
                sizes)
 
   @property
   def starts(self) -> np.ndarray:
     return np.cumsum(self.sizes) - self.sizes
 
-  def refilled(self, pairs: np.ndarray, kinds: np.ndarray) -> 'PackedRows':
-    """These rows with `pairs` (the same pairs in another order) in their slots: each slot gets
-    a pair of the kind (`kinds[pair]`) of the one it held, a kind's pairs going to its slots in
-    row order as they come in `pairs`."""
-    slots = np.argsort(kinds[self.pairs], kind='stable')
+  def refilled(self, pairs: np.ndarray, kinds: np.ndarray) -> 'PackedSequences':
+    """These sequences with `pairs` (the same pairs in another order) in their places: each
+    place gets a pair of the kind (`kinds[pair]`) of the one it held, a kind's pairs going to
+    its places in sequence order as they come in `pairs`."""
+    places = np.argsort(kinds[self.pairs], kind='stable')
     refilled = np.empty_like(self.pairs)
-    refilled[slots] = pairs[np.argsort(kinds[pairs], kind='stable')]
-    return PackedRows(refilled, self.sizes)
+    refilled[places] = pairs[np.argsort(kinds[pairs], kind='stable')]
+    return PackedSequences(refilled, self.sizes)
 
-  def reordered(self, rows: np.ndarray) -> 'PackedRows':
-    """Rows `rows` of these, in that order."""
-    sizes = self.sizes[rows]
-    moved = np.repeat(self.starts[rows] - (np.cumsum(sizes) - sizes), sizes)
-    return PackedRows(self.pairs[np.arange(len(self.pairs)) + moved], sizes)
+  def reordered(self, order: np.ndarray) -> 'PackedSequences':
+    """Sequences `order` of these, in that order."""
+    sizes = self.sizes[order]
+    moved = np.repeat(self.starts[order] - (np.cumsum(sizes) - sizes), sizes)
+    return PackedSequences(self.pairs[np.arange(len(self.pairs)) + moved], sizes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,76 +182,80 @@ class Batcher:
   split: TokenizedSplit
   max_length: int
   tokens_per_batch: int
-  rows_multiple: int = 1
+  sequences_multiple: int = 1
   pack_length: int = 0  # 0: no packing
   buckets: str = 'fine'  # bucket_lengths' scheme
 
   def __post_init__(self):
-    if self.tokens_per_batch < self.max_length * self.rows_multiple:
+    if self.tokens_per_batch < self.max_length * self.sequences_multiple:
       raise ValueError(
           f'a batch of {self.tokens_per_batch} tokens (config.data.tokens_per_batch; for '
           'evaluation divided by config.train.grad_accum_steps) cannot hold '
-          f'{self.rows_multiple} row(s) of config.data.max_length={self.max_length} tokens '
-          '(rows come in multiples of the batch shards times the accumulation steps)')
+          f'{self.sequences_multiple} sequence(s) of config.data.max_length={self.max_length} '
+          'tokens (sequences come in multiples of the batch shards times the accumulation steps)')
 
   @property
   def lengths(self) -> list[int]:
     return bucket_lengths(self.max_length, self.buckets)
 
-  def rows(self, length: int) -> int:
-    """Rows of a batch of bucket `length` (`batch_rows`)."""
-    return batch_rows(self.tokens_per_batch, length, self.rows_multiple)
+  def sequences_per_batch(self, length: int) -> int:
+    """Sequences in a batch of bucket `length` (`sequences_per_batch`)."""
+    return sequences_per_batch(self.tokens_per_batch, length, self.sequences_multiple)
 
   def _side_lengths(self) -> tuple[np.ndarray, np.ndarray]:
     return self.split.sources.lengths, self.split.targets.lengths
 
-  def _batches(self, length: int, rows: PackedRows) -> list[tuple[int, np.ndarray]]:
-    """Packed rows grouped in order into batches of `length`, each (rows, the most pairs of its
-    rows), -1-padded; the last batch filled up with empty rows. With array operations, no
-    Python loop over the rows: a WMT epoch packs into hundreds of thousands."""
-    per_batch = self.rows(length)
-    count = -(-len(rows.sizes) // per_batch)
+  def _batches(self, length: int, packed: PackedSequences) -> list[tuple[int, np.ndarray]]:
+    """Packed sequences grouped in order into batches of `length`, each (sequences, the most
+    pairs of its sequences), -1-padded; the last batch filled up with empty sequences. With
+    array operations, no Python loop over the sequences: a WMT epoch packs into hundreds of
+    thousands."""
+    per_batch = self.sequences_per_batch(length)
+    count = -(-len(packed.sizes) // per_batch)
     sizes = np.zeros(count * per_batch, np.int64)
-    sizes[:len(rows.sizes)] = rows.sizes
+    sizes[:len(packed.sizes)] = packed.sizes
     widths = sizes.reshape(count, per_batch).max(axis=1)
     # The batches lie end to end in `cells`, each (per_batch, its width) in row-major order.
     batch_starts = np.cumsum(per_batch * widths) - per_batch * widths
-    batch = np.arange(len(rows.sizes)) // per_batch
-    row_starts = batch_starts[batch] + np.arange(len(rows.sizes)) % per_batch * widths[batch]
-    in_row = np.arange(len(rows.pairs)) - np.repeat(rows.starts, rows.sizes)
+    batch = np.arange(len(packed.sizes)) // per_batch
+    sequence_starts = (batch_starts[batch]
+                       + np.arange(len(packed.sizes)) % per_batch * widths[batch])
+    in_sequence = np.arange(len(packed.pairs)) - np.repeat(packed.starts, packed.sizes)
     cells = np.full(int(per_batch * widths.sum()), -1, np.int64)
-    cells[np.repeat(row_starts, rows.sizes) + in_row] = rows.pairs
+    cells[np.repeat(sequence_starts, packed.sizes) + in_sequence] = packed.pairs
     return [(length, cells[start:start + per_batch * width].reshape(per_batch, width))
             for start, width in zip(batch_starts.tolist(), widths.tolist())]
 
   def _single_pair_batches(self, length: int,
                            members: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """`_batches` of one pair per row, at once: a WMT epoch has millions of them."""
-    per_batch = self.rows(length)
+    """`_batches` of one pair per sequence, at once: a WMT epoch has millions of them."""
+    per_batch = self.sequences_per_batch(length)
     indices = np.full(-(-len(members) // per_batch) * per_batch, -1, np.int64)
     indices[:len(members)] = members
     indices = indices.reshape(-1, per_batch)
-    if self.pack_length:  # as the packed rows: (rows, pairs per row)
+    if self.pack_length:  # as the packed sequences: (sequences, pairs per sequence)
       indices = indices[..., None]
     return [(length, chunk) for chunk in indices]
 
-  def packed_rows(self, seed: int, cancel: threading.Event | None = None) -> PackedRows:
-    """Epoch 0's packed rows: first-fit decreasing over the pairs that fit pack_length, ties in
+  def packed_sequences(self, seed: int, cancel: threading.Event | None = None) -> PackedSequences:
+    """Epoch 0's packed sequences: first-fit decreasing over the pairs that fit pack_length, ties in
     the order of rng([seed, 0]), as `plan` shuffles epoch 0. Raises PlanCancelled soon after
     `cancel` is set."""
     sources, targets = self._side_lengths()
     order = np.random.default_rng([seed, 0]).permutation(len(sources))
     fits = order[np.maximum(sources[order], targets[order]) <= self.pack_length]
-    return PackedRows.of(first_fit_decreasing(fits, sources, targets, self.pack_length, cancel))
+    return PackedSequences.of(first_fit_decreasing(fits, sources, targets, self.pack_length,
+                                                   cancel))
 
   def plan(self, seed: int | None, epoch: int = 0, cancel: threading.Event | None = None,
-           packed: PackedRows | None = None) -> list[tuple[int, np.ndarray]]:
-    """Batches as (row length, pair indices with -1 for empty rows: (rows,), or (rows, pairs
-    per row) when packed). With a seed, pairs are shuffled within buckets and batches are
-    shuffled, differently each epoch; without one (evaluation, never packed) the order is by
-    length and then by position in the split. Packed, epoch 0's rows are `packed` (this seed's
-    `packed_rows`, made here if not given) and a later epoch's are those refilled, each slot
-    with a pair of its pair's (source, target) lengths, in the epoch's random order. Raises
+           packed: PackedSequences | None = None) -> list[tuple[int, np.ndarray]]:
+    """Batches as (sequence length, pair indices with -1 for empty sequences: (sequences,), or
+    (sequences, pairs per sequence) when packed). With a seed, pairs are shuffled within
+    buckets and batches are shuffled, differently each epoch; without one (evaluation, never
+    packed) the order is by length and then by position in the split. Packed, epoch 0's
+    sequences are `packed` (this seed's `packed_sequences`, made here if not given) and a later
+    epoch's are those refilled, each place with a pair of its pair's (source, target) lengths,
+    in the epoch's random order. Raises
     PlanCancelled soon after `cancel` is set, also halfway through packing, the long part of a
     large split's plan."""
     sources, targets = self._side_lengths()
@@ -262,12 +269,13 @@ class Batcher:
     packing = bool(self.pack_length) and seed is not None
     if packing:
       fits = np.maximum(sources[order], targets[order]) <= self.pack_length
-      rows = packed if packed is not None else self.packed_rows(seed, cancel)
+      if packed is None:
+        packed = self.packed_sequences(seed, cancel)
       if epoch:  # a pair's kind: its (source, target) lengths, as one number
-        rows = rows.refilled(order[fits], sources * (self.pack_length + 1) + targets)
+        packed = packed.refilled(order[fits], sources * (self.pack_length + 1) + targets)
       _stop_if_cancelled(cancel)
       batches += self._batches(self.pack_length,
-                               rows.reordered(rng.permutation(len(rows.sizes))))
+                               packed.reordered(rng.permutation(len(packed.sizes))))
       _stop_if_cancelled(cancel)
       order = order[~fits]
     for b, length in enumerate(self.lengths):
@@ -279,7 +287,7 @@ class Batcher:
     return batches
 
   def train_lengths(self) -> list[int]:
-    """The row lengths that the batches of a training epoch (`plan` with a seed) have, sorted:
+    """The sequence lengths that the batches of a training epoch (`plan` with a seed) have, sorted:
     with packing, pack_length and the buckets holding pairs too long to pack; without, the
     buckets holding pairs. One length means one batch shape for every training step."""
     sources, targets = self._side_lengths()
@@ -293,19 +301,19 @@ class Batcher:
 
   def assemble(self, length: int, indices: np.ndarray) -> dict[str, np.ndarray]:
     """The arrays of one batch: `inputs` (source ids), `targets`, and `decoder_inputs`, the
-    targets shifted right behind PAD_ID (tensor2tensor's start symbol). (rows, length) int32,
+    targets shifted right behind PAD_ID (tensor2tensor's start symbol). (sequences, length) int32,
     padded with PAD_ID. When packed (2-D `indices`), also `source_segments` and
-    `target_segments` (1, 2, ... per pair in row order, 0 on padding), and each pair's decoder
+    `target_segments` (1, 2, ... per pair in sequence order, 0 on padding), and each pair's decoder
     inputs start with PAD_ID. Gathered with array operations: a batch is assembled on the
     training loop's critical path."""
-    if indices.ndim == 1:  # one pair per row
-      batch = {'inputs': _rows(self.split.sources, indices, length),
-               'targets': _rows(self.split.targets, indices, length)}
+    if indices.ndim == 1:  # one pair per sequence
+      batch = {'inputs': _padded(self.split.sources, indices, length),
+               'targets': _padded(self.split.targets, indices, length)}
       batch['decoder_inputs'] = np.pad(batch['targets'][:, :-1], ((0, 0), (1, 0)),
                                        constant_values=PAD_ID)
       return batch
-    inputs, source_segments = _packed_rows(self.split.sources, indices, length)
-    targets, target_segments = _packed_rows(self.split.targets, indices, length)
+    inputs, source_segments = _packed(self.split.sources, indices, length)
+    targets, target_segments = _packed(self.split.targets, indices, length)
     return {'inputs': inputs, 'targets': targets,
             'decoder_inputs': _shifted_within_segments(targets, target_segments),
             'source_segments': source_segments, 'target_segments': target_segments}
@@ -319,25 +327,24 @@ def _spans(side: Sequences, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray
   return starts, np.where(real, side.ends[indices] - starts, 0)
 
 
-def _rows(side: Sequences, indices: np.ndarray, length: int) -> np.ndarray:
-  """(rows, length) int32: row r holds sequence indices[r] of `side` followed by PAD_ID, or only
-  PAD_ID where indices[r] is -1."""
+def _padded(side: Sequences, indices: np.ndarray, length: int) -> np.ndarray:
+  """(sequences, length) int32: sequence r is `side`'s sequence indices[r] followed by PAD_ID,
+  or only PAD_ID where indices[r] is -1."""
   starts, lengths = _spans(side, indices)
   positions = np.arange(length)
   filled = positions < lengths[:, None]
-  rows = np.full((len(indices), length), PAD_ID, np.int32)
-  rows[filled] = side.ids[(starts[:, None] + positions)[filled]]
-  return rows
+  ids = np.full((len(indices), length), PAD_ID, np.int32)
+  ids[filled] = side.ids[(starts[:, None] + positions)[filled]]
+  return ids
 
 
-def _packed_rows(side: Sequences, indices: np.ndarray,
-                 length: int) -> tuple[np.ndarray, np.ndarray]:
-  """Token ids and segment ids, (rows, length) int32 each: row r holds the sequences
-  indices[r] of `side` end to end (-1s skipped), the k-th of them marked k in the segment ids,
+def _packed(side: Sequences, indices: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+  """Token ids and segment ids, (sequences, length) int32 each: sequence r holds `side`'s
+  sequences indices[r] end to end (-1s skipped), the k-th of them marked k in the segment ids,
   then PAD_ID and segment 0."""
   starts, lengths = _spans(side, indices)
   per_pair = lengths.ravel()
-  # A row's tokens fill its first columns, so the filled cells in row-major order are the
+  # A sequence's tokens fill its first columns, so the filled cells in row-major order are the
   # tokens of the pairs in `indices`' row-major order.
   filled = np.arange(length) < lengths.sum(axis=1)[:, None]
   first_token = np.cumsum(per_pair) - per_pair  # each pair's first among those tokens
@@ -350,8 +357,8 @@ def _packed_rows(side: Sequences, indices: np.ndarray,
 
 
 def _shifted_within_segments(targets: np.ndarray, segments: np.ndarray) -> np.ndarray:
-  """Decoder inputs of packed rows: each pair's targets shifted right by one behind PAD_ID, as
-  if the pair were alone in its row."""
+  """Decoder inputs of packed sequences: each pair's targets shifted right by one behind PAD_ID,
+  as if the pair were alone in its sequence."""
   decoder_inputs = np.full_like(targets, PAD_ID)
   same_pair = segments[:, 1:] == segments[:, :-1]  # also on padding, whose targets are PAD_ID
   decoder_inputs[:, 1:] = np.where(same_pair, targets[:, :-1], PAD_ID)
@@ -365,21 +372,22 @@ def _stop_if_cancelled(cancel: threading.Event | None) -> None:
 
 def first_fit_decreasing(order: np.ndarray, sources: np.ndarray, targets: np.ndarray,
                           length: int, cancel: threading.Event | None = None) -> list[list[int]]:
-  """Rows of pair indices, each row's sources and targets within `length` tokens: the pairs,
-  longest first (ties in `order`), each join the first row with room on both sides, or open a
-  new one. Raises PlanCancelled within a few thousand pairs of `cancel` being set.
+  """Packed sequences as lists of pair indices, each sequence's sources and targets within
+  `length` tokens: the pairs, longest first (ties in `order`), each join the first sequence with
+  room on both sides, or open a new one. Raises PlanCancelled within a few thousand pairs of
+  `cancel` being set.
 
-  Rows are kept by how much room they have left: `first[a, b]` is the lowest-numbered row with
-  exactly a source and b target tokens free (a heap per (a, b) holds them all), and
-  `first_from[a, b]` the least of first[a, b:]. The first row with room for a pair of (s, t)
-  tokens is then the least of first_from[s:, t], so a pair costs O(length) whatever the number
-  of rows (a WMT epoch packs into ~10^6 rows)."""
+  Sequences are kept by how much room they have left: `first[a, b]` is the lowest-numbered
+  sequence with exactly a source and b target tokens free (a heap per (a, b) holds them all),
+  and `first_from[a, b]` the least of first[a, b:]. The first sequence with room for a pair of
+  (s, t) tokens is then the least of first_from[s:, t], so a pair costs O(length) whatever the
+  number of sequences (a WMT epoch packs into ~10^6 of them)."""
   order = order[np.argsort(-(sources[order] + targets[order]), kind='stable')]
   none = np.iinfo(np.int64).max
   first = np.full((length + 1, length + 1), none, np.int64)
   first_from = first.copy()
   with_room: dict[tuple[int, int], list[int]] = collections.defaultdict(list)
-  rows: list[list[int]] = []
+  packed: list[list[int]] = []
 
   def update(a: int, b: int) -> None:
     first[a, b] = with_room[a, b][0] if with_room[a, b] else none
@@ -391,39 +399,39 @@ def first_fit_decreasing(order: np.ndarray, sources: np.ndarray, targets: np.nda
       s, t = int(sources[i]), int(targets[i])
       a = s + int(np.argmin(first_from[s:, t]))
       if first_from[a, t] == none:
-        r, a, b = len(rows), length, length
-        rows.append([])
+        r, a, b = len(packed), length, length
+        packed.append([])
       else:
         b = t + int(np.argmin(first[a, t:]))
         r = heapq.heappop(with_room[a, b])
         update(a, b)
-      rows[r].append(int(i))
+      packed[r].append(int(i))
       heapq.heappush(with_room[a - s, b - t], r)
       update(a - s, b - t)
-  return rows
+  return packed
 
 
-class _EpochZeroRows:
-  """One iterator's epoch 0 packed rows (`Batcher.packed_rows`), made by the first plan that
-  needs them and kept for every later one. Its plans run one at a time (a planning starts once
-  the last one ended or was stopped), so they share this without a lock."""
+class _EpochZeroPacking:
+  """One iterator's epoch 0 packed sequences (`Batcher.packed_sequences`), made by the first
+  plan that needs them and kept for every later one. Its plans run one at a time (a planning
+  starts once the last one ended or was stopped), so they share this without a lock."""
 
   def __init__(self, batcher: Batcher, seed: int):
     self._batcher, self._seed = batcher, seed
-    self._rows: PackedRows | None = None
+    self._packed: PackedSequences | None = None
 
-  def get(self, cancel: threading.Event) -> PackedRows | None:
-    """The rows (None without packing), packed now if no plan has yet."""
-    if self._rows is None and self._batcher.pack_length:
-      self._rows = self._batcher.packed_rows(self._seed, cancel)
-    return self._rows
+  def get(self, cancel: threading.Event) -> PackedSequences | None:
+    """The packed sequences (None without packing), packed now if no plan has yet."""
+    if self._packed is None and self._batcher.pack_length:
+      self._packed = self._batcher.packed_sequences(self._seed, cancel)
+    return self._packed
 
 
 class _Planning:
   """The plan of one epoch, made in a daemon thread (which never holds up the interpreter's
   exit)."""
 
-  def __init__(self, batcher: Batcher, seed: int, epoch: int, packed: _EpochZeroRows):
+  def __init__(self, batcher: Batcher, seed: int, epoch: int, packed: _EpochZeroPacking):
     self.epoch = epoch
     self._cancel = threading.Event()
     self._plan, self._error = None, None
@@ -431,7 +439,7 @@ class _Planning:
                                     name=PLANNER_THREAD, daemon=True)
     self._thread.start()
 
-  def _run(self, batcher: Batcher, seed: int, packed: _EpochZeroRows) -> None:
+  def _run(self, batcher: Batcher, seed: int, packed: _EpochZeroPacking) -> None:
     try:
       self._plan = batcher.plan(seed, self.epoch, self._cancel, packed=packed.get(self._cancel))
     except BaseException as error:  # raised again by result(), in the consumer's thread
@@ -451,12 +459,12 @@ class _Planning:
 
 
 class TrainIterator(Iterator[dict]):
-  """Endless training batches, epoch after epoch, for this process's block of rows.
+  """Endless training batches, epoch after epoch, for this process's block of sequences.
 
   Each epoch is planned in a background thread (`PLANNER_THREAD`), the next one as soon as an
   epoch's plan is taken, so the step that crosses an epoch boundary waits only if training
   outran the planning; the batches are exactly those of `Batcher.plan`. Packed, the first plan
-  also packs epoch 0's rows, once: every later plan refills them. A failure of the
+  also packs epoch 0's sequences, once: every later plan refills them. A failure of the
   planning is raised by `__next__`. `close()` (or leaving a `with` block) stops the planning.
 
   `get_state()` / `set_state()` save and restore the position; a restored iterator yields
@@ -467,16 +475,16 @@ class TrainIterator(Iterator[dict]):
 
   def __init__(self, batcher: Batcher, seed: int, process_index: int = 0,
                process_count: int = 1):
-    if batcher.rows_multiple % process_count:
-      raise ValueError(f'a batch\'s rows come in multiples of {batcher.rows_multiple} (the batch '
-                       'shards of config.parallel times config.train.grad_accum_steps), which '
-                       f'the {process_count} processes cannot share evenly')
+    if batcher.sequences_multiple % process_count:
+      raise ValueError(f'a batch\'s sequences come in multiples of {batcher.sequences_multiple} '
+                       '(the batch shards of config.parallel times config.train.grad_accum_steps), '
+                       f'which the {process_count} processes cannot share evenly')
     self._batcher = batcher
     self._seed = seed
     self._process_index = process_index
     self._process_count = process_count
     self._planning: _Planning | None = None
-    self._packed = _EpochZeroRows(batcher, seed)
+    self._packed = _EpochZeroPacking(batcher, seed)
     self._closed = False
     self._lock = threading.Lock()
     self._start_epoch(0)
@@ -485,7 +493,7 @@ class TrainIterator(Iterator[dict]):
     """What an epoch's plan depends on besides the epoch."""
     b = self._batcher
     return {'seed': self._seed, 'pairs': len(b.split), 'max_length': b.max_length,
-            'tokens_per_batch': b.tokens_per_batch, 'rows_multiple': b.rows_multiple,
+            'tokens_per_batch': b.tokens_per_batch, 'sequences_multiple': b.sequences_multiple,
             'pack_length': b.pack_length, 'buckets': b.buckets}
 
   def get_state(self) -> dict:
@@ -569,11 +577,11 @@ class TrainIterator(Iterator[dict]):
     length, indices = self._current_plan()[self._index]
     self._index += 1
     return self._batcher.assemble(
-        length, process_rows(indices, self._process_index, self._process_count))
+        length, process_sequences(indices, self._process_index, self._process_count))
 
 
-def process_rows(indices: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
-  """This process's contiguous block of a batch's rows."""
+def process_sequences(indices: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
+  """This process's contiguous block of a batch's sequences."""
   block = len(indices) // process_count
   return indices[process_index * block:(process_index + 1) * block]
 
@@ -582,12 +590,12 @@ def eval_batches(batcher: Batcher, process_index: int = 0,
                  process_count: int = 1) -> Iterator[dict]:
   """One pass over a split, batches ordered by length, every pair exactly once."""
   for length, indices in batcher.plan(seed=None):
-    yield batcher.assemble(length, process_rows(indices, process_index, process_count))
+    yield batcher.assemble(length, process_sequences(indices, process_index, process_count))
 
 
 def padding_fraction(batcher: Batcher, plan, sides=('sources', 'targets')) -> float:
-  """Share of the planned batches' token slots on `sides` (both by default) that hold
+  """Share of the planned batches' token positions on `sides` (both by default) that hold
   padding."""
   real = sum(int(getattr(batcher.split, side).lengths.sum()) for side in sides)
-  slots = sum(len(sides) * length * len(indices) for length, indices in plan)
-  return 1.0 - real / slots
+  positions = sum(len(sides) * length * len(indices) for length, indices in plan)
+  return 1.0 - real / positions

@@ -143,10 +143,10 @@ def english_noun_phrase(phrase: NounPhrase) -> str:
 def german_noun_phrase(phrase: NounPhrase, case: str) -> str:
   """The phrase in case 'nom', 'acc' or 'dat': 'den kleinen Hund', 'drei kleinen Hunden'."""
   determiner, adjective, noun = phrase
-  slot = 3 if determiner.plural else 'mfn'.index(noun.gender)
+  column = 3 if determiner.plural else 'mfn'.index(noun.gender)
   if determiner.de in _ARTICLES:
-    words = [_ARTICLES[determiner.de][case][slot]]
-    ending = _ADJECTIVE_ENDINGS[determiner.de][case][slot]
+    words = [_ARTICLES[determiner.de][case][column]]
+    ending = _ADJECTIVE_ENDINGS[determiner.de][case][column]
   else:
     words, ending = [determiner.de], _STRONG_PLURAL_ENDINGS[case]
   if adjective:

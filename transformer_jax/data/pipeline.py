@@ -1,6 +1,6 @@
 """The data pipeline: dataset splits -> one shared vocabulary -> token ids -> batches.
 
-  data = pipeline.load(config, workdir, rows_multiple=trainer.rows_multiple)
+  data = pipeline.load(config, workdir, sequences_multiple=trainer.sequences_multiple)
   train = data.train_iterator(seed=config.seed)   # endless, restorable batches
   for batch in data.eval_batches('validation'): ...
 
@@ -164,14 +164,14 @@ class _Laps:
     self._clock = now
 
 
-def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1) -> Data:
+def load(config: ml_collections.ConfigDict, workdir: str, sequences_multiple: int = 1) -> Data:
   """Prepares (or opens) every split, learns (or loads) the vocabulary, encodes the splits into
   `workdir/tokens` (or opens them there: `token_store`) and plans their batches; all input
   errors surface here, before training. `Data.seconds` says how long each stage took.
   With `config.data.prepared` set, reads the vocabulary and the splits from there instead
   (`open_prepared`), and writes nothing."""
   if config.data.prepared:
-    return open_prepared(config, rows_multiple)
+    return open_prepared(config, sequences_multiple)
   lap = _Laps()
   preprocess = preprocessing.from_config(config.data)
   # A given or saved vocabulary is checked first, before the (possibly long) data preparation.
@@ -200,7 +200,7 @@ def load(config: ml_collections.ConfigDict, workdir: str, rows_multiple: int = 1
         _identity(config, split, processor), dtype)
   if pairs:
     lap('encode')
-  return _planned(config, processor, sides, rows_multiple, lap.seconds)
+  return _planned(config, processor, sides, sequences_multiple, lap.seconds)
 
 
 def prepare(config: ml_collections.ConfigDict, output: str) -> Data:
@@ -218,7 +218,7 @@ def prepare(config: ml_collections.ConfigDict, output: str) -> Data:
   return data
 
 
-def open_prepared(config: ml_collections.ConfigDict, rows_multiple: int = 1) -> Data:
+def open_prepared(config: ml_collections.ConfigDict, sequences_multiple: int = 1) -> Data:
   """The vocabulary and the encoded splits of `config.data.prepared` (`prepare`), checked
   against `config` (`prepared.check`), their batches planned; reads no text and writes
   nothing, so that every process of a run opens them at once."""
@@ -239,40 +239,40 @@ def open_prepared(config: ml_collections.ConfigDict, rows_multiple: int = 1) -> 
                        f'({token_store.DIRECTORY}/{split}.*) is missing or damaged: prepare it '
                        'again')
   lap('open_tokens')
-  return _planned(config, processor, sides, rows_multiple, lap.seconds)
+  return _planned(config, processor, sides, sequences_multiple, lap.seconds)
 
 
 def _planned(config: ml_collections.ConfigDict, processor: spm.SentencePieceProcessor,
-             sides: dict, rows_multiple: int, seconds: dict[str, float]) -> Data:
+             sides: dict, sequences_multiple: int, seconds: dict[str, float]) -> Data:
   """The `Data` of each split's encoded (sources, targets) in `sides`, batches planned."""
   tokenized = {split: batching.TokenizedSplit.from_pairs(*sides[split], config.data.max_length)
                for split in sides}
-  # A training batch's rows split into grad_accum_steps micro-batches over the batch axes; an
-  # evaluation batch is one micro-batch.
-  eval_rows_multiple = max(1, rows_multiple // config.train.grad_accum_steps)
+  # A training batch's sequences split into grad_accum_steps micro-batches over the batch axes;
+  # an evaluation batch is one micro-batch.
+  eval_multiple = max(1, sequences_multiple // config.train.grad_accum_steps)
   batchers = {split: _batcher(config, tokenized[split],
-                              rows_multiple if split == 'train' else eval_rows_multiple, split)
+                              sequences_multiple if split == 'train' else eval_multiple, split)
               for split in tokenized}
   return Data(processor, batchers, seconds)
 
 
 def batcher(config: ml_collections.ConfigDict, processor: spm.SentencePieceProcessor,
-            pairs: list[tuple[str, str]], rows_multiple: int = 1,
+            pairs: list[tuple[str, str]], sequences_multiple: int = 1,
             name: str = 'split') -> batching.Batcher:
   """Tokenizes (source, target) text pairs in memory and plans their batches (`_batcher`)."""
   sources = tokenizer.encode(processor, [source for source, _ in pairs])
   targets = tokenizer.encode(processor, [target for _, target in pairs])
   return _batcher(config, batching.TokenizedSplit.from_pairs(sources, targets,
                                                               config.data.max_length),
-                  rows_multiple, name)
+                  sequences_multiple, name)
 
 
 def _batcher(config: ml_collections.ConfigDict, tokenized: batching.TokenizedSplit,
-             rows_multiple: int, name: str) -> batching.Batcher:
+             sequences_multiple: int, name: str) -> batching.Batcher:
   """Plans a tokenized split's batches; pairs with a side longer than `config.data.max_length`
   tokens were dropped. Batches other than the 'train' split's hold one micro-batch's tokens
   (`tokens_per_batch / grad_accum_steps`): evaluation runs no accumulation, and beam search
-  multiplies its rows by the beam."""
+  multiplies its sequences by the beam."""
   logging.info('%s: %d pairs kept, %d longer than %d tokens dropped', name, len(tokenized),
                tokenized.num_dropped, config.data.max_length)
   if not len(tokenized):
@@ -282,5 +282,5 @@ def _batcher(config: ml_collections.ConfigDict, tokenized: batching.TokenizedSpl
   tokens_per_batch = config.data.tokens_per_batch
   if not train:
     tokens_per_batch //= config.train.grad_accum_steps
-  return batching.Batcher(tokenized, config.data.max_length, tokens_per_batch, rows_multiple,
+  return batching.Batcher(tokenized, config.data.max_length, tokens_per_batch, sequences_multiple,
                           pack_length(config) if train else 0, buckets(config))

@@ -14,8 +14,8 @@ vocabulary, a changed file, ids that do not add up to the lengths) encodes again
 
 With several processes on one machine the operating system keeps one copy of the ids, in its
 page cache, for all of them; no process parses text or holds a private copy, and each reads
-the ids of its own rows only (every process plans the same batches from the lengths, a few
-bytes a pair, and assembles only its own block of rows). In a bucket (`gs://`) the ids are
+the ids of its own sequences only (every process plans the same batches from the lengths, a
+few bytes a pair, and assembles only its own block of sequences). In a bucket (`gs://`) the ids are
 read into memory instead.
 """
 

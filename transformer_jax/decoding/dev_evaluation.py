@@ -22,7 +22,7 @@ import sacrebleu
 from transformer_jax.data import pipeline, preprocessing, tokenizer
 from transformer_jax.data.tokenizer import PAD_ID
 from transformer_jax.decoding import batch_decode
-from transformer_jax.model import loss, partitioning
+from transformer_jax.model import loss, sharding
 from transformer_jax.model.sharded_model import ShardedModel
 
 
@@ -75,10 +75,10 @@ class DevEvaluator:
       batch = self._model.put_batch(local_batch)
       totals = add_sums(totals, self._model.eval_step(params, batch))
       if with_bleu:
-        outputs = partitioning.gather_rows(self._decode(params, batch['inputs']))
-        targets = partitioning.gather_rows(batch['targets'])
+        outputs = sharding.gather_sequences(self._decode(params, batch['inputs']))
+        targets = sharding.gather_sequences(batch['targets'])
         for output, target in zip(outputs, targets):
-          if target[0] != PAD_ID:  # skip the empty rows that fill a bucket's last batch
+          if target[0] != PAD_ID:  # skip the empty sequences that fill a bucket's last batch
             hypotheses.append(tokenizer.decode(self._data.tokenizer, output))
             references.append(tokenizer.decode(self._data.tokenizer, target))
     metrics = per_token(totals)

@@ -5,11 +5,11 @@ run entirely inside `lax.while_loop`s, so a jitted search compiles once per inpu
 `batch_decode.py` builds scorers from a Transformer (with or without a key/value cache); tests
 build them from hand-written tables.
 
-Rows are laid out sentence-major: with `copies` hypotheses per sentence, row r belongs to
-sentence r // copies. Given `widths`, a search drops the sentences that are done as it goes: it
-runs the batch at each width in turn (a loop each), moving on once no more than the next width
-are still searching, when it keeps those only (`Scorer.keep`), as CTranslate2 drops each
-sentence as it ends: the later steps compute fewer rows, and a sentence's result is the same.
+Hypotheses are laid out sentence-major: with `copies` hypotheses per sentence, hypothesis r belongs
+to sentence r // copies. Given `widths`, a search drops the sentences that are done as it goes: it
+runs the batch at each width in turn (a loop each), moving on once no more than the next width are
+still searching, when it keeps those only (`Scorer.keep`), as CTranslate2 drops each sentence as it
+ends: the later steps compute fewer hypotheses, and a sentence's result is the same.
 """
 
 import dataclasses
@@ -21,14 +21,14 @@ import jax.numpy as jnp
 
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 
-# step(state, tokens, i) -> (logits, state): tokens (rows,) are the inputs at position i
-# (PAD_ID, the start symbol, at i = 0); logits (rows, vocab) float32 are those of the token at
+# step(state, tokens, i) -> (logits, state): tokens (hypotheses,) are the inputs at position i
+# (PAD_ID, the start symbol, at i = 0); logits (hypotheses, vocab) float32 are those of the token at
 # position i, whose log-softmax is its log-probabilities (-inf where it is never produced).
 StepFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
-# reorder(state, rows) -> state with row r taken from row rows[r].
+# reorder(state, parents) -> state with hypothesis r taken from hypothesis parents[r].
 ReorderFn = Callable[[Any, jax.Array], Any]
 # keep(state, sentences) -> the state of those sentences only (indices into the current ones),
-# in that order, each with its rows.
+# in that order, each with its hypotheses.
 KeepFn = Callable[[Any, jax.Array], Any]
 
 
@@ -46,15 +46,15 @@ class Scorer:
 
 def _loop(scorer: Scorer, length: int, widths: Sequence[int], step, carry):
   """Runs `step` from `carry` = (i, sentences, done, state) while i < `length` and a sentence
-  is not done; returns `sentences` (a tree of arrays, one row a sentence) as each ended, a row
-  for every sentence of the batch, in order.
+  is not done; returns `sentences` (a tree of arrays, one entry a sentence) as each ended, an
+  entry for every sentence of the batch, in order.
 
   One `lax.while_loop` per width of `widths` (the first the batch's; empty: the batch's only):
   the batch goes on at the next width, its sentences not done first, once no more than that
   many are still searching."""
   results = carry[1]
   batch = carry[2].shape[0]
-  rows_of = jnp.arange(batch)  # the batch's sentence of each row searched
+  searched = jnp.arange(batch)  # the batch's sentence of each one searched
   widths = tuple(widths) or (batch,)
   if widths[0] != batch or (len(widths) > 1 and scorer.keep is None):
     raise ValueError(f'widths {widths}: the first must be the batch\'s sentences, {batch}, '
@@ -67,12 +67,12 @@ def _loop(scorer: Scorer, length: int, widths: Sequence[int], step, carry):
 
     carry = jax.lax.while_loop(running, step, carry)
     i, sentences, done, state = carry
-    results = jax.tree.map(lambda result, x: result.at[rows_of].set(x), results, sentences)
+    results = jax.tree.map(lambda result, x: result.at[searched].set(x), results, sentences)
     if following:
       kept = jnp.argsort(done, stable=True)[:following]  # those still searching first
       carry = (i, jax.tree.map(lambda x: x[kept], sentences), done[kept],
                scorer.keep(state, kept))
-      rows_of = rows_of[kept]
+      searched = searched[kept]
   return results
 
 
@@ -147,9 +147,9 @@ def greedy(scorer: Scorer, length: int, active: jax.Array, widths: Sequence[int]
   log-softmax).
 
   Args:
-    scorer: one row per sentence.
+    scorer: one hypothesis per sentence.
     length: the most output tokens (EOS included).
-    active: (batch,) bool; inactive rows (empty inputs) produce nothing.
+    active: (batch,) bool; inactive sentences (empty inputs) produce nothing.
     widths: the sentences searched at once as they end (see the module's docstring); empty,
       all to the end.
 
@@ -185,11 +185,11 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
   its best live one.
 
   Args:
-    scorer: `beam_size` rows per sentence, sentence-major.
+    scorer: `beam_size` hypotheses per sentence, sentence-major.
     beam_size: k.
     alpha: α >= 0 of the length penalty.
     length: the most output tokens (EOS included).
-    active: (batch,) bool; inactive rows (empty inputs) are done from the start.
+    active: (batch,) bool; inactive sentences (empty inputs) are done from the start.
     widths: the sentences searched at once as they end (see the module's docstring); empty,
       all to the end.
 
@@ -221,8 +221,8 @@ def beam_search(scorer: Scorer, beam_size: int, alpha: float, length: int,
     # The best k that go on; at most k of the 2k candidates end, so k always remain.
     live_log_probs, best = jax.lax.top_k(jnp.where(ends, minus_inf, top_log_probs), k)
     live = jnp.take_along_axis(sequences, best[:, :, None], axis=1)
-    rows = jnp.take_along_axis(beam, best, axis=1) + jnp.arange(batch)[:, None] * k
-    state = scorer.reorder(state, rows.reshape(-1))
+    parents = jnp.take_along_axis(beam, best, axis=1) + jnp.arange(batch)[:, None] * k
+    state = scorer.reorder(state, parents.reshape(-1))
 
     # Log-probabilities only fall as a hypothesis grows, and lp is largest at the longest
     # output because α >= 0, so no live hypothesis can overtake this bound. Later

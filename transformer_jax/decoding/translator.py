@@ -4,11 +4,11 @@ share.
   translator = translator.Translator('/tmp/run', beam_size=4, alpha=0.6, average_last=5)
   german = translator.translate(['A man is sleeping.'])
 
-Sentences are grouped by length into the buckets of `config.data.buckets` (`lengths`) and
-decoded `batch_size` at a time, a bucket's last batch in as few rows as a power of two of the
-batch shards holds (`rows_for`), so decoding compiles a few shapes per bucket, and loads from
-JAX's persistent compilation cache what an earlier evaluation of the same shapes compiled.
-On a CPU, several batches are decoded at once (`batches_at_once`). Output order is input order.
+Sentences are grouped by length into the buckets of `config.data.buckets` (`lengths`) and decoded
+`batch_size` at a time, a bucket's last batch padded to as few sentences as a power of two of the
+batch shards holds (`sentences_for`), so decoding compiles a few shapes per bucket, and loads from
+JAX's persistent compilation cache what an earlier evaluation of the same shapes compiled. On a CPU,
+several batches are decoded at once (`batches_at_once`). Output order is input order.
 """
 
 import concurrent.futures
@@ -27,7 +27,7 @@ from transformer_jax.config import checks
 from transformer_jax.data import batching, pipeline, preprocessing, tokenizer
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import batch_decode
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training import checkpointing, compilation, saved_config, together
 
@@ -38,20 +38,22 @@ def bucket_lengths(config) -> list[int]:
   return batching.bucket_lengths(config.data.max_length, pipeline.buckets(config))
 
 
-def batch_rows(model: ShardedModel, batch_size: int) -> int:
-  """The rows of a decoding batch: `batch_size`, rounded up to a multiple of the batch shards."""
+def batch_sentences(model: ShardedModel, batch_size: int) -> int:
+  """The sentences of a decoding batch: `batch_size`, rounded up to a multiple of the batch
+  shards."""
   shards = model.batch_shards
   return -(-batch_size // shards) * shards
 
 
-def rows_for(sentences: int, rows: int, shards: int) -> int:
-  """The rows of a decoding batch of `sentences` sources, at most `rows`: the batch shards
-  doubled until they hold them, so that a bucket's last batch runs few rows that carry nothing
-  while the shapes compiled stay few (at most log2(rows / shards) + 1 a bucket)."""
+def sentences_for(sentences: int, most: int, shards: int) -> int:
+  """The sentences of a decoding batch of `sentences` sources, padding included, at most
+  `most`: the batch shards doubled until they hold them, so that a bucket's last batch runs
+  few all-padding sentences while the shapes compiled stay few (at most log2(most / shards) + 1
+  a bucket)."""
   size = shards
   while size < sentences:
     size *= 2
-  return min(size, rows)
+  return min(size, most)
 
 
 def batches_at_once(model: ShardedModel) -> int:
@@ -65,9 +67,9 @@ def batches_at_once(model: ShardedModel) -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
 
 
-def decode_batches(lengths: list[int], sizes: np.ndarray, rows: int
+def decode_batches(lengths: list[int], sizes: np.ndarray, most: int
                    ) -> Iterator[tuple[int, list[int]]]:
-  """(bucket length, the sources it decodes: at most `rows`) for sources of `sizes` tokens
+  """(bucket length, the sources it decodes: at most `most`) for sources of `sizes` tokens
   (none longer than the last of `lengths`), the empty ones left out, longest bucket first
   (the slowest batches show early). A bucket's sources go to its batches by length, so that a
   batch's outputs end at about the same step: a batch decodes until its longest output ends."""
@@ -75,15 +77,15 @@ def decode_batches(lengths: list[int], sizes: np.ndarray, rows: int
   for b in reversed(range(len(lengths))):
     members = [int(i) for i in np.flatnonzero(bucket == b) if sizes[i]]
     members.sort(key=lambda i: sizes[i])  # stable: equal lengths in input order
-    for start in range(0, len(members), rows):
-      yield lengths[b], members[start:start + rows]
+    for start in range(0, len(members), most):
+      yield lengths[b], members[start:start + most]
 
 
 def stacked_abstract_params(model: ShardedModel, runs: int):
   """The shapes and shardings of `runs` runs' parameters of `model`, stacked (`GroupTranslator`)."""
   return jax.tree.map(
       lambda p: jax.ShapeDtypeStruct((runs, *p.shape), p.dtype,
-                                     sharding=partitioning.stacked(p.sharding)),
+                                     sharding=sharding.stacked(p.sharding)),
       model.abstract_params)
 
 
@@ -102,11 +104,11 @@ def compile_translator(model: ShardedModel, config, runs: int, sizes: np.ndarray
     _stack_params(model).lower([model.abstract_params] * runs).compile()
   else:
     params, eval_step = model.abstract_params, model.eval_step
-  rows_in_batch = batch_rows(model, batch_size)
-  for length, rows in sorted({(length, rows_for(len(chunk), rows_in_batch, model.batch_shards))
+  most = batch_sentences(model, batch_size)
+  for length, size in sorted({(length, sentences_for(len(chunk), most, model.batch_shards))
                               for length, chunk in decode_batches(bucket_lengths(config), sizes,
-                                                                  rows_in_batch)}):
-    inputs = model.put_whole_batch({'inputs': np.zeros((rows, length), np.int32)})
+                                                                  most)}):
+    inputs = model.put_whole_batch({'inputs': np.zeros((size, length), np.int32)})
     decoder.lower(params, inputs['inputs']).compile()
   shapes = set()
   for local_batch in loss_batches:
@@ -164,7 +166,7 @@ class Translator:
     if len(self.steps) < config.decode.average_last:
       logging.warning('averaging the %d checkpoints %s: fewer than the %d asked for',
                       len(self.steps), self.steps, config.decode.average_last)
-    self.batch_rows = batch_rows(self.model, batch_size)
+    self.batch_sentences = batch_sentences(self.model, batch_size)
     self.lengths = bucket_lengths(config)
     decode = config.decode
     self._decode = batch_decode.jit_decode(self.model, decode.beam_size, decode.alpha,
@@ -227,21 +229,21 @@ class Translator:
 
     def decode(batch: tuple[int, list[int]]) -> np.ndarray:
       length, chunk = batch
-      inputs = np.full((rows_for(len(chunk), self.batch_rows, self.model.batch_shards), length),
-                       PAD_ID, np.int32)
-      for row, i in enumerate(chunk):
-        inputs[row, :len(sources[i])] = sources[i]
+      size = sentences_for(len(chunk), self.batch_sentences, self.model.batch_shards)
+      inputs = np.full((size, length), PAD_ID, np.int32)
+      for entry, i in enumerate(chunk):
+        inputs[entry, :len(sources[i])] = sources[i]
       with compilation.charged_to(caller):  # what it compiles, the caller's (`evaluate` says)
         placed = self.model.put_whole_batch({'inputs': inputs})
-        return partitioning.gather_rows(self._decode(self.params, placed['inputs']))
+        return sharding.gather_sequences(self._decode(self.params, placed['inputs']))
 
-    batches = list(decode_batches(self.lengths, sizes, self.batch_rows))
+    batches = list(decode_batches(self.lengths, sizes, self.batch_sentences))
     with tqdm.tqdm(total=len(sources), disable=not progress, unit='sentence',
                    dynamic_ncols=True) as bar, concurrent.futures.ThreadPoolExecutor(
                        batches_at_once(self.model)) as threads:
       for (_, chunk), result in zip(batches, threads.map(decode, batches)):
-        for row, i in enumerate(chunk):
-          yield i, result[row]
+        for entry, i in enumerate(chunk):
+          yield i, result[entry]
         bar.update(len(chunk))
       bar.update(len(sources) - bar.n)  # the empty ones
 

@@ -1,2 +1,2 @@
 """The training loop (`train_loop`: one run's story), the runs it trains (`runs`: one, or a
-group trained as one program, `group`) and its metrics (`train_metrics`)."""
+group trained as one program, `runs_together`) and its metrics (`train_metrics`)."""

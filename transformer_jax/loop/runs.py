@@ -1,5 +1,6 @@
 """What the training loop trains and where it writes: `Runs`, the interface, and `OneRun`, one
-run in one workdir (the other kind, several runs trained as one program, is `loop.group.Group`).
+run in one workdir (the other kind, several runs trained as one program, is
+`loop.runs_together.Group`).
 
 The loop (`loop.train_loop`) tells one run's story, build, restore, step, log, save, evaluate,
 stop, and calls a `Runs` for everything that depends on how many runs share the program: their
@@ -20,7 +21,6 @@ from transformer_jax.config import platforms
 from transformer_jax.data import datasets, pipeline, tokenizer
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import train_metrics
-from transformer_jax.model import partitioning
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, workdirs
 from transformer_jax.training import checkpointing, compilation, metrics_log, preemption
@@ -41,7 +41,7 @@ class Programs:
 
 class Runs(Protocol):
   """What the training loop needs of the runs it trains (one, `OneRun`, or a group,
-  `group.Group`); the loop's body is the same for both.
+  `runs_together.Group`); the loop's body is the same for both.
 
     config   the config every run shares (model, data, schedule; the first run's)
     name     the workdirs, for messages
@@ -181,10 +181,10 @@ class OneRun(Runs):
     return max(checkpointing.saved_steps(self.workdir), default=None)
 
   def programs(self) -> Programs:
-    model = ShardedModel(self.config, partitioning.make_mesh(self.config))
+    model = ShardedModel(self.config)  # on every device
     trainer = Trainer(model)
     data = load_data([self.config], [self.workdir], lambda: pipeline.load(
-        self.config, self.workdir, trainer.rows_multiple))
+        self.config, self.workdir, trainer.sequences_multiple))
     return Programs(model, trainer, data, [DevEvaluator(model, data)])
 
   def open(self, cleanup: contextlib.ExitStack) -> None:

@@ -12,8 +12,9 @@ workdir, mesh, dataset) is reported before anything is compiled. A NaN stops tra
 last good checkpoint kept (`train_metrics`); SIGTERM or Ctrl-C saves at the next step boundary
 and returns (`preemption`).
 
-The loop reaches the workdir only through a `runs.Runs`: one run (`runs.OneRun`) or several
-trained as one program (`group.Group`, `group.train_together`), so its body is the same for both.
+The loop reaches the workdir only through a `runs.Runs`: one run (`runs.OneRun`) or several trained
+as one program (`runs_together.Group`, `runs_together.train_together`), so its body is the same for
+both.
 
 The host never holds the devices up (`feed`): a background thread assembles and places the
 batches a few calls ahead (`data.prefetch`), and `train.steps_per_call` steps run as one compiled
@@ -175,7 +176,7 @@ def steps_per_call(config: ml_collections.ConfigDict, data: pipeline.Data, lead:
   k, lengths = config.train.steps_per_call, data.batchers['train'].train_lengths()
   if k > 1 and len(lengths) > 1:
     if lead:
-      print(f'train.steps_per_call={k} runs one step a call: training batches have rows of '
+      print(f'train.steps_per_call={k} runs one step a call: training batches have sequences of '
             f'{len(lengths)} lengths ({", ".join(map(str, lengths))}); with '
             'data.pack_length=data.max_length they have one', flush=True)
     return 1

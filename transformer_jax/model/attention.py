@@ -33,9 +33,9 @@ def cache_blocks(length: int) -> list[tuple[int, int]]:
 
 @dataclasses.dataclass(frozen=True)
 class DecodeStep:
-  """A call of incremental decoding (`MultiHeadAttention`'s `step`): the one new input of every row
-  is at `position`, and the rows come `copies` to a source sentence, consecutively (beam
-  search's hypotheses; 1 for greedy decoding)."""
+  """A call of incremental decoding (`MultiHeadAttention`'s `step`): the one new input of every
+  hypothesis is at `position`, and the hypotheses come `copies` to a source sentence,
+  consecutively (beam search's; 1 for greedy decoding)."""
 
   position: jax.Array | int
   copies: int
@@ -81,7 +81,7 @@ def causal_mask(length: int) -> jax.Array:
 
 
 def segment_mask(query_segments: jax.Array, key_segments: jax.Array) -> jax.Array:
-  """Mask of packed rows, several sentences per row: (b, q) and (b, k) segment ids, 0 on
+  """Mask of packed sequences, several sentences per sequence: (b, q) and (b, k) segment ids, 0 on
   padding -> (b, 1, q, k), True where the key is real and in the query's own sentence."""
   same = query_segments[:, :, None] == key_segments[:, None, :]
   return (same & (key_segments != 0)[:, None, :])[:, None]
@@ -161,10 +161,10 @@ class MultiHeadAttention(nn.Module):
   `attention_impl`.
 
   With `step` (a `DecodeStep`), incremental decoding: keys and values are kept in the 'cache'
-  collection, created by the first such call; later calls take one new position per row (q =
-  1). The weights (b, h, q, k) are sown as 'intermediates'/'attention_weights'; while
-  decoding, those of the encoder-decoder attention only, (n, h, copies·q, k), the `copies` rows
-  of each of n sentences as its queries.
+  collection, created by the first such call; later calls take one new position per hypothesis
+  (q = 1). The weights (b, h, q, k) are sown as 'intermediates'/'attention_weights'; while
+  decoding, those of the encoder-decoder attention only, (n, h, copies·q, k), the `copies`
+  hypotheses of each of n sentences as its queries.
   """
 
   config: TransformerConfig
@@ -239,7 +239,7 @@ class MultiHeadAttention(nn.Module):
   def _attend_to_cached_source(self, query, keys_values, mask):
     """Encoder-decoder attention (§3.2.3) while decoding: the keys and values of the encoder
     output (`keys_values()`) are computed when the cache is created, once per sentence,
-    (n, h, s, d) for n source sentences, and the `copies` rows of a sentence attend to them
+    (n, h, s, d) for n source sentences, and the `copies` hypotheses of a sentence attend to them
     together, as `copies` queries of one sentence."""
     if not self.has_variable('cache', 'key'):
       for name, x in zip(('key', 'value'), keys_values()):
@@ -251,31 +251,31 @@ class MultiHeadAttention(nn.Module):
 
   def _create_cache(self, key, value, copies):
     """The self-attention cache, zeros, for as many positions as `key` and `value` (b, t, h, d)
-    hold: per name a tuple of blocks (`cache_blocks`) of k positions, `copies` slots each, keys
+    hold: per name a tuple of blocks (`cache_blocks`) of k positions, `copies` copies each, keys
     (n, h, d_k, k·copies) and values (n, h, k·copies, d_v): the layouts
     the products of eq. (1) read, so that a step never transposes the cache."""
-    rows = key.shape[0]
+    hypotheses = key.shape[0]
     for name, x in (('key', key), ('value', value)):
       _, length, heads, depth = x.shape
       self.put_variable('cache', name, tuple(
-          _to_cache(name, jnp.zeros((rows // copies, (end - first) * copies, heads, depth),
+          _to_cache(name, jnp.zeros((hypotheses // copies, (end - first) * copies, heads, depth),
                                     x.dtype))
           for first, end in cache_blocks(length)))
 
   def _attend_step(self, query, key, value, mask, step):
-    """A step of self-attention while decoding: each row's new key and value (one position)
-    go into its slot of the cache, and its query attends over the blocks so far.
+    """A step of self-attention while decoding: each hypothesis's new key and value (one
+    position) go into its copy of the cache, and its query attends over the blocks so far.
 
-    Slot j of position t holds the key written by the row that was its sentence's j-th at
-    step t; `mask` (n, 1, copies, length·copies), built by the decoder, picks each row's
-    slot at each earlier position."""
-    # Beam search reorders hypotheses, so a row's history lies in any of its sentence's slots;
-    # the mask picks it out and no step moves the cache (FasterTransformer's "cache
+    Copy j of position t holds the key written by the hypothesis that was its sentence's j-th
+    at step t; `mask` (n, 1, copies, length·copies), built by the decoder from its `history`,
+    picks each hypothesis's copy at each earlier position."""
+    # Beam search reorders hypotheses, so a hypothesis's history lies in any of its sentence's
+    # copies; the mask picks it out and no step moves the cache (FasterTransformer's "cache
     # indirection").
     spans = cache_blocks(mask.shape[-1] // step.copies)  # each block's (first, end) position
     stored, block_now = {}, step.position // spans[0][1]  # all blocks but the last one size
     for name, new in (('key', key), ('value', value)):
-      # Position t of slot j is entry (t - first)·copies + j of the block whose first
+      # Position t of copy j is entry (t - first)·copies + j of the block whose first
       # position is `first`: a step writes one contiguous run of entries, in place, into the
       # block of its position (a branch a block, the others passing their blocks through).
       axis, blocks = _CACHE_LAYOUT[name].index(1), []
@@ -290,7 +290,7 @@ class MultiHeadAttention(nn.Module):
             block_now == i, write, lambda block, _: block, block, offset))
       stored[name] = tuple(blocks)
       self.put_variable('cache', name, stored[name])
-    # The rows of a sentence are its queries: (n·copies, 1) -> (n, copies).
+    # The hypotheses of a sentence are its queries: (n·copies, 1) -> (n, copies).
     query = query.reshape(query.shape[0] // step.copies, -1, *query.shape[2:])
 
     def attend(block):

@@ -19,8 +19,8 @@ from transformer_jax.model.transformer import Transformer
 def abstract_params(cfg: TransformerConfig):
   """The parameter tree as jax.ShapeDtypeStructs (`jax.eval_shape`; nothing is allocated)."""
   tokens = jax.ShapeDtypeStruct((1, 1), jnp.int32)
-  model = Transformer(cfg.replace(deterministic=True))
-  return nn.unbox(jax.eval_shape(model.init, jax.random.key(0), tokens, tokens)['params'])
+  module = Transformer(cfg.replace(deterministic=True))
+  return nn.unbox(jax.eval_shape(module.init, jax.random.key(0), tokens, tokens)['params'])
 
 
 def _is_embedding(path) -> bool:

@@ -46,7 +46,7 @@ class PositionalEncoding(nn.Module):
                positions: jax.Array | None = None) -> jax.Array:
     """x: (b, length, d_model) at positions offset..offset+length-1 (a traced offset is how
     incremental decoding places its one new position), or at `positions` (b, length) when
-    given (packed rows, where every sentence starts again at 0)."""
+    given (packed sequences, where every sentence starts again at 0)."""
     cfg = self.config
     length = x.shape[1]
     if length > cfg.max_len:

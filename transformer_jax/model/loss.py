@@ -98,7 +98,7 @@ def fused_loss_sums(y: jax.Array, table: jax.Array, targets: jax.Array,
 def _fused_forward(y, table, targets, label_smoothing, chunk):
   b, t, d_model = y.shape
   positions = -(-t // chunk) * chunk
-  # (chunks, b, chunk, ...): chunks over positions keep the rows, and so their sharding
+  # (chunks, b, chunk, ...): chunks over positions keep the sequences, and so their sharding
   # over the batch axes, in every chunk.
   y_chunks = jnp.pad(y, ((0, 0), (0, positions - t), (0, 0))).reshape(b, -1, chunk, d_model)
   target_chunks = jnp.pad(targets, ((0, 0), (0, positions - t)),

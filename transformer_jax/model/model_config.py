@@ -45,7 +45,7 @@ class TransformerConfig:
   param_dtype: Any = jnp.float32
   deterministic: bool = False  # True disables every kind of dropout
   # Logical axis -> mesh axes (`config.parallel.axis_rules`), set by `ShardedModel`: the
-  # activations' placement (`model.split_rows`). () places nothing.
+  # activations' placement (`transformer.split_sequences`). () places nothing.
   axis_rules: tuple = ()
 
   def replace(self, **changes) -> 'TransformerConfig':

@@ -5,8 +5,9 @@ checkpoint averaging share.
   params = checkpoints.average_last(5, model.abstract_params)[0]   # restored in their shards
   sums = model.eval_step(params, model.put_batch(batch))   # the loss's sums, dropout off
 
-Parameters are sharded by their logical axis names and `config.parallel.axis_rules`
-(`partitioning.py`); batches are split by rows over the mesh's batch axes.
+A "model" in this package is a `ShardedModel`; the Flax `Transformer` it applies is its
+`module`, and `config.model` the module's hyperparameters. The mesh, the logical axes and the
+rules that place parameters and batches are `sharding.py`'s, which this class applies.
 """
 
 import threading
@@ -19,7 +20,7 @@ import ml_collections
 import numpy as np
 
 from transformer_jax.config import platforms
-from transformer_jax.model import loss, model_config, partitioning
+from transformer_jax.model import loss, model_config, sharding
 from transformer_jax.model.transformer import Transformer
 
 
@@ -28,14 +29,14 @@ class ShardedModel:
   `config.parallel`).
 
   Attributes:
-    model: the Transformer as trained (dropout on).
-    eval_model: the same with dropout off, for evaluation and decoding.
+    module: the Flax Transformer as trained (dropout on).
+    eval_module: the same with dropout off, for evaluation and decoding.
     param_sharding, abstract_params: where each parameter lives, and its shape, dtype and
       sharding (to restore checkpoints into).
-    batch_sharding, batch_shards: rows over the batch axes, and into how many parts.
+    batch_sharding, batch_shards: sequences over the batch axes, and into how many parts.
     stacked_batch_sharding: batches stacked along a leading axis (one per step of a call),
-      their rows over the batch axes.
-    eval_step: jitted (params, batch) -> `loss_sums` of `eval_model` (dropout off), for
+      their sequences over the batch axes.
+    eval_step: jitted (params, batch) -> `loss_sums` of `eval_module` (dropout off), for
       evaluation.
     config, mesh, rules, model_config: the run's config (every 'auto' resolved for this
       platform: `platforms`), the device mesh, the logical axis rules, and the model's config.
@@ -47,17 +48,17 @@ class ShardedModel:
 
   def __init__(self, config: ml_collections.ConfigDict, mesh: Mesh | None = None):
     self.config = config = platforms.resolved(config)  # 'auto' as this platform's default
-    self.mesh = partitioning.make_mesh(config) if mesh is None else mesh
-    self.rules = partitioning.axis_rules(config)
+    self.mesh = sharding.make_mesh(config) if mesh is None else mesh
+    self.rules = sharding.axis_rules(config)
     self.model_config = model_config.from_config(config).replace(axis_rules=self.rules)
-    self.model = Transformer(self.model_config)
-    self.eval_model = Transformer(self.model_config.replace(deterministic=True))
-    self.batch_sharding = partitioning.batch_sharding(self.mesh, self.rules)
-    self.batch_shards = partitioning.batch_shards(self.mesh, self.rules)
-    self.stacked_batch_sharding = partitioning.stacked(self.batch_sharding)
+    self.module = Transformer(self.model_config)
+    self.eval_module = Transformer(self.model_config.replace(deterministic=True))
+    self.batch_sharding = sharding.batch_sharding(self.mesh, self.rules)
+    self.batch_shards = sharding.batch_shards(self.mesh, self.rules)
+    self.stacked_batch_sharding = sharding.stacked(self.batch_sharding)
     boxed = jax.eval_shape(self.boxed_params, jax.random.key(0))
-    self.param_sharding = partitioning.state_shardings(boxed, self.mesh, self.rules)
-    self.abstract_params = partitioning.placed_shapes(boxed, self.param_sharding)
+    self.param_sharding = sharding.state_shardings(boxed, self.mesh, self.rules)
+    self.abstract_params = sharding.placed_shapes(boxed, self.param_sharding)
     self.eval_step = jax.jit(self._eval_step,
                              in_shardings=(self.param_sharding, self.batch_sharding))
     self._programs, self._lock = {}, threading.Lock()
@@ -74,19 +75,19 @@ class ShardedModel:
     """Parameters initialised as §3 and tensor2tensor do, boxed with their logical axis
     names (`Trainer` creates them in their shards)."""
     tokens = jnp.ones((1, 1), jnp.int32)
-    return self.model.init({'params': key}, tokens, tokens)['params']
+    return self.module.init({'params': key}, tokens, tokens)['params']
 
   def on_mesh(self):
     """The context to trace the model in: with the mesh known, each layer's input and output
-    keep their rows split over the batch's mesh axes (`model.split_rows`). Without it XLA
-    may place them otherwise: on an FSDP mesh it gathered every row of the activations onto
-    every device and computed parts of each layer redundantly, instead of gathering the
-    parameters (ZeRO-3)."""
+    keep their sequences split over the batch's mesh axes (`transformer.split_sequences`).
+    Without it XLA may place them otherwise: on an FSDP mesh it gathered every sequence of the
+    activations onto every device and computed parts of each layer redundantly, instead of
+    gathering the parameters (ZeRO-3)."""
     return jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh)
 
   def loss_sums(self, module: Transformer, params, batch: dict, label_smoothing=None,
                 **apply_kwargs) -> dict:
-    """`loss.loss_sums` of `module` (`model` or `eval_model`) on `batch`, from the whole
+    """`loss.loss_sums` of `module` (`self.module` or `eval_module`) on `batch`, from the whole
     logits or, with `train.loss_chunk` set, with the projection and the loss fused that many
     target positions at a time (`loss.fused_loss_sums`); a packed batch's segment ids are
     passed on. ε_ls is the config's unless given (a run's, traced, in `together`); `apply_kwargs`
@@ -105,19 +106,19 @@ class ShardedModel:
 
   def _eval_step(self, params, batch: dict) -> dict:
     with self.on_mesh():
-      return self.loss_sums(self.eval_model, params, batch)
+      return self.loss_sums(self.eval_module, params, batch)
 
   def put_batch(self, local_batch: dict) -> dict:
-    """This process's rows of a batch -> global arrays on the mesh."""
-    return partitioning.global_batch(local_batch, self.batch_sharding)
+    """This process's sequences of a batch -> global arrays on the mesh."""
+    return sharding.global_batch(local_batch, self.batch_sharding)
 
   def put_batches(self, local_batches: list[dict]) -> dict:
-    """This process's rows of several batches of one shape -> global arrays on the mesh,
+    """This process's sequences of several batches of one shape -> global arrays on the mesh,
     stacked along a leading axis, one entry per batch (`Trainer.train_steps`' input)."""
     stacked = {name: np.stack([batch[name] for batch in local_batches])
                for name in local_batches[0]}
-    return partitioning.global_batch(stacked, self.stacked_batch_sharding, rows_axis=1)
+    return sharding.global_batch(stacked, self.stacked_batch_sharding, sequence_axis=1)
 
   def put_whole_batch(self, batch: dict) -> dict:
-    """A batch every process holds whole -> global arrays on the mesh, rows in order."""
-    return partitioning.whole_batch(batch, self.batch_sharding)
+    """A batch every process holds whole -> global arrays on the mesh, sequences in order."""
+    return sharding.whole_batch(batch, self.batch_sharding)

@@ -2,9 +2,9 @@
 
 Parameters live outside the modules:
 
-  model = Transformer(cfg)
-  params = model.init(jax.random.key(0), inputs, decoder_inputs)['params']
-  logits = model.apply({'params': params}, inputs, decoder_inputs, rngs={'dropout': key})
+  module = Transformer(cfg)
+  params = module.init(jax.random.key(0), inputs, decoder_inputs)['params']
+  logits = module.apply({'params': params}, inputs, decoder_inputs, rngs={'dropout': key})
 
 `inputs` are source token ids (b, s); `decoder_inputs` are the target ids shifted right by one
 with PAD_ID (0) in front, tensor2tensor's convention (b, t); logits are (b, t, vocab) float32.
@@ -12,11 +12,11 @@ Positions holding PAD_ID in `inputs` are masked out of every attention over the 
 decoder needs only the causal mask: padding at the end of a target can never be attended to by
 an earlier, real position.
 
-Packed rows (an option of the data pipeline, as tensor2tensor and the Flax examples pack)
+Packed sequences (an option of the data pipeline, as tensor2tensor and the Flax examples pack)
 hold several sentence pairs each, told apart by `source_segments` (b, s) and
 `target_segments` (b, t): 1, 2, ... per pair, 0 on padding. Every attention then stays within
 its own pair and positions restart at 0 for each sentence, so a packed pair's logits are those
-it has alone in a row.
+it has alone in a sequence.
 """
 
 import flax.linen as nn
@@ -36,15 +36,15 @@ from transformer_jax.model.model_config import TransformerConfig
 def _layer_drop(module: nn.Module, cfg: TransformerConfig, x: jax.Array, *args) -> jax.Array:
   """Applies one layer; with LayerDrop (Fan et al., 2019; option, default off) the whole layer
   is skipped with probability `layerdrop_rate` during training."""
-  y = split_rows(cfg, module(x, *args))
+  y = split_sequences(cfg, module(x, *args))
   if cfg.deterministic or cfg.layerdrop_rate == 0.0:
     return y
   keep = jax.random.bernoulli(module.make_rng('dropout'), 1.0 - cfg.layerdrop_rate)
   return jnp.where(keep, y, x)
 
 
-def split_rows(cfg: TransformerConfig, x: jax.Array) -> jax.Array:
-  """x (b, length, d_model) constrained to rows split as `cfg.axis_rules` split 'batch', the
+def split_sequences(cfg: TransformerConfig, x: jax.Array) -> jax.Array:
+  """x (b, length, d_model) constrained to sequences split as `cfg.axis_rules` split 'batch', the
   other dimensions whole, when a mesh is in context (`ShardedModel.on_mesh`); else x."""
   return nn.with_logical_constraint(x, ('batch', None, None), rules=cfg.axis_rules)
 
@@ -54,7 +54,7 @@ def _prepare(cfg: TransformerConfig, embedded: jax.Array, name: str,
   """Positional encoding, then dropout on the sum (§3.5, §5.4)."""
   positions = None if segments is None else segment_positions(segments)
   x = PositionalEncoding(cfg, name=name)(embedded, offset, positions)
-  return split_rows(cfg, Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic))
+  return split_sequences(cfg, Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic))
 
 
 class Encoder(nn.Module):
@@ -96,34 +96,36 @@ class Decoder(nn.Module):
     project=False returns the decoder stack's output y (b, t, d_model) instead, before the
     pre-softmax projection (`Transformer.fused_loss_sums`).
 
-    incremental: decoding with a 'cache' collection, the decoder's rows coming `copies`
-    to each of the n rows of `encoded` (the hypotheses of beam search; `copies` is the ratio of
-    the two batch sizes). The first call creates the cache for t positions (see
-    `Transformer.init_cache`); each later call takes the one next input token per row (t = 1)
-    at `position` (0, 1, ... in turn) and returns the logits of the next position. The
-    decoder's cache holds `slots` (n·copies, t): for every row and earlier position, which of
-    its sentence's cache slots holds that position's keys and values (see
-    MultiHeadAttention). A row writes its new position into its own slot; beam search,
-    reordering hypotheses, reorders only `slots`. A step reads the blocks of the
-    self-attention cache up to its position's only (see MultiHeadAttention).
+    incremental: decoding with a 'cache' collection, the decoder's hypotheses coming `copies`
+    to each of the n sentences of `encoded` (the hypotheses of beam search; `copies` is the
+    ratio of the two batch sizes). The first call creates the cache for t positions (see
+    `Transformer.init_cache`); each later call takes the one next input token per hypothesis
+    (t = 1) at `position` (0, 1, ... in turn) and returns the logits of the next position. The
+    self-attention cache keeps `copies` copies of each sentence's positions, and the decoder's
+    cache holds `history` (n·copies, t): for every hypothesis and earlier position, which copy
+    holds that position's keys and values (see MultiHeadAttention). A hypothesis writes its
+    new position into its own copy; beam search, reordering hypotheses, reorders only
+    `history`. A step reads the blocks of the self-attention cache up to its position's only
+    (see MultiHeadAttention).
     """
     cfg = self.config
     offset, step, self_mask = 0, None, causal_mask(decoder_inputs.shape[1])
     if incremental:
-      rows = decoder_inputs.shape[0]
-      copies = rows // encoded.shape[0]
-      own = jnp.arange(rows, dtype=jnp.int32) % copies
-      creating = not self.has_variable('cache', 'slots')
-      slots = self.variable('cache', 'slots',
-                            lambda: jnp.broadcast_to(own[:, None], decoder_inputs.shape))
+      hypotheses = decoder_inputs.shape[0]
+      copies = hypotheses // encoded.shape[0]
+      own = jnp.arange(hypotheses, dtype=jnp.int32) % copies
+      creating = not self.has_variable('cache', 'history')
+      history = self.variable('cache', 'history',
+                              lambda: jnp.broadcast_to(own[:, None], decoder_inputs.shape))
       if not creating:
         if position is None:
           raise ValueError('a decoding step needs the position of its inputs')
         offset = position
-        slots.value = jax.lax.dynamic_update_slice_in_dim(slots.value, own[:, None], offset, 1)
-        length = slots.value.shape[1]
-        visible = ((slots.value[:, :, None] == jnp.arange(copies))
-                   & (jnp.arange(length) <= offset)[:, None])  # (rows, position, slot)
+        history.value = jax.lax.dynamic_update_slice_in_dim(history.value, own[:, None],
+                                                            offset, 1)
+        length = history.value.shape[1]
+        visible = ((history.value[:, :, None] == jnp.arange(copies))
+                   & (jnp.arange(length) <= offset)[:, None])  # (hypothesis, position, copy)
         self_mask = visible.reshape(-1, 1, copies, length * copies)
       step = DecodeStep(offset, copies)
     y = _prepare(cfg, self.embeddings.embed(decoder_inputs, 'target'), 'position', offset,
@@ -142,7 +144,7 @@ class Decoder(nn.Module):
 
 class Transformer(nn.Module):
   """Encoder, decoder and their shared embeddings. `encode` and `decode` can be applied
-  separately (`model.apply(variables, ..., method='encode')`), as decoding needs."""
+  separately (`module.apply(variables, ..., method='encode')`), as decoding needs."""
 
   config: TransformerConfig
 
@@ -166,7 +168,7 @@ class Transformer(nn.Module):
   def init_cache(self, encoded: jax.Array, source_mask: jax.Array, length: int,
                  copies: int = 1) -> None:
     """Creates the incremental-decoding cache for outputs of up to `length` tokens, `copies`
-    rows (hypotheses) per sentence; apply with `mutable=['cache']` and keep the 'cache'
+    hypotheses per sentence; apply with `mutable=['cache']` and keep the 'cache'
     collection. The encoder-decoder attention keys and values of `encoded` are computed here,
     once per sentence. The decoder's output over the placeholder inputs is discarded (under
     jit, never computed)."""

@@ -8,15 +8,15 @@ that a group trains and is evaluated without compiling (`jit(...).lower(...).com
   programs.wait_for_evaluation()                 # waits for its evaluation's programs
 
 Each group's compiling has two parts, for the devices it will train on: its training
-(`loop.group.compile_ahead`: the data loaded if no group before loaded it, the initial state, the
-step for each batch shape, the dev evaluation), queued when the group is started, then its
-evaluation (`scoring.compile_ahead`: Table 3's decoder for each bucket of the dev sources, the
+(`loop.runs_together.compile_ahead`: the data loaded if no group before loaded it, the initial
+state, the step for each batch shape, the dev evaluation), queued when the group is started, then
+its evaluation (`scoring.compile_ahead`: Table 3's decoder for each bucket of the dev sources, the
 loss), queued when it is taken. A sweep starts the first group of each of its slots (the devices a
 group trains on, `sweep.slots`) and each slot waits for its group's training programs only; the
 group's evaluation, and then the slot's next group, compile while it trains. Nothing compiles twice:
-the group trains and is evaluated with the objects compiled here (`loop.group.CompiledAhead`, the
-`ShardedModel` its translator reuses), and waits for a part still compiling rather than compile it
-again.
+the group trains and is evaluated with the objects compiled here
+(`loop.runs_together.CompiledAhead`, the `ShardedModel` its translator reuses), and waits for a part
+still compiling rather than compile it again.
 
 An accelerator's host is idle while the device trains, so the thread costs the training nothing
 there; on a CPU it takes cores from the training steps.
@@ -31,7 +31,7 @@ import time
 import jax
 
 from transformer_jax.decoding import scoring
-from transformer_jax.loop.group import CompiledAhead, compile_ahead
+from transformer_jax.loop.runs_together import CompiledAhead, compile_ahead
 from transformer_jax.training import compilation
 
 
@@ -75,7 +75,7 @@ class Ahead:
   devices (a slot's): slots side by side compile side by side."""
 
   def __init__(self, data_cache: dict, decoding: dict, split: str):
-    """`data_cache`: the sweep's data, by data key (`loop.group.data_key`); `decoding`: the
+    """`data_cache`: the sweep's data, by data key (`loop.runs_together.data_key`); `decoding`: the
     settings its evaluation decodes `split` with (`config.decode` fields)."""
     self._data_cache, self._decoding, self._split = data_cache, decoding, split
     self._threads: dict[tuple[int, ...], concurrent.futures.ThreadPoolExecutor] = {}

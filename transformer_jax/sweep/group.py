@@ -1,13 +1,13 @@
 """One group of a sweep's rows, trained as one program and evaluated as Table 3 was
 (`run_group`); its rows' figures written (`write_results`), or recovered after a kill.
 
-The group trains as one program (`loop.group.train_together`) and is evaluated as one program on
-the dev split as Table 3 was (`TABLE3_DECODING`: `scoring.evaluate_runs` of a
-`GroupTranslator`). A SIGTERM stops its training at the next step, saved (`preemption`): the
-group is then not evaluated (`Preempted`). Its `train_seconds` are the wall time of every
-attempt to train it (saved every `SAVE_SECONDS_EVERY` seconds, so an attempt that is killed
-still counts), its dev evaluations during training included. What it prints also goes to its
-first row's `sweep.log`, also when groups print side by side (`ThreadLogs`).
+The group trains as one program (`loop.runs_together.train_together`) and is evaluated as one
+program on the dev split as Table 3 was (`TABLE3_DECODING`: `scoring.evaluate_runs` of a
+`GroupTranslator`). A SIGTERM stops its training at the next step, saved (`preemption`): the group
+is then not evaluated (`Preempted`). Its `train_seconds` are the wall time of every attempt to train
+it (saved every `SAVE_SECONDS_EVERY` seconds, so an attempt that is killed still counts), its dev
+evaluations during training included. What it prints also goes to its first row's `sweep.log`, also
+when groups print side by side (`ThreadLogs`).
 """
 
 import contextlib
@@ -24,8 +24,8 @@ import jax
 
 from transformer_jax.decoding import scoring
 from transformer_jax.decoding.translator import GroupTranslator, Translator
-from transformer_jax.loop.group import train_together
-from transformer_jax.model import partitioning
+from transformer_jax.loop.runs_together import train_together
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import atomic, buckets, provenance
 from transformer_jax.sweep import claims
@@ -80,7 +80,7 @@ def run_group(group: list[str], configs: dict[str, Any], workdir: str, overrides
       programs.wait_for_evaluation()
     model = (training_programs.programs.model if training_programs is not None else
              ShardedModel(saved_config.read_config(dirs[0]),
-                          partitioning.make_mesh(configs[group[0]], devices)))
+                          sharding.make_mesh(configs[group[0]], devices)))
     translator = (Translator(dirs[0], **TABLE3_DECODING, model=model) if len(group) == 1
                   else GroupTranslator(dirs, **TABLE3_DECODING, model=model))
     figures = scoring.evaluate_runs(translator, SPLIT)

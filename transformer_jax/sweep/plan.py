@@ -46,7 +46,7 @@ def groups(configs: dict[str, Any], together: int) -> list[list[str]]:
 
 def steps_left(configs: dict, workdir: str, group: list[str]) -> int:
   """The steps a group has left to train (a group cut off earlier resumes from the newest step
-  all its rows saved: at most the newest of any differs, `loop.group.train_together`)."""
+  all its rows saved: at most the newest of any differs, `loop.runs_together.train_together`)."""
   saved = [max(checkpointing.saved_steps(os.path.join(workdir, row)), default=0) for row in group]
   return configs[group[0]].train.num_train_steps - min(saved)
 

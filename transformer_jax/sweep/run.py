@@ -5,7 +5,7 @@ Each group trains as one program and is evaluated as Table 3 was (`group`); the 
 `<results>/<row>.json`, and the table beside the paper's (`results`).
 
 The data and vocabulary are loaded once for every group of one data config and seed
-(`loop.group.data_key`). A row whose JSON exists is skipped, so a sweep that crashed, was
+(`loop.runs_together.data_key`). A row whose JSON exists is skipped, so a sweep that crashed, was
 killed (at any moment) or was stopped resumes where it was: each group in flight from its last
 checkpoint, a group killed while its rows' files were written from its results file
 (`group.recover`).
@@ -20,7 +20,7 @@ from etils import epath
 import jax
 
 from transformer_jax.config import fields, loading
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.storage import buckets, workdirs
 from transformer_jax.sweep import claims, group as group_lib, plan, results as tables
 from transformer_jax.sweep import slots as slots_lib
@@ -67,7 +67,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
                        'only); to share the groups among processes, start the sweep in each '
                        'with --process_index=i --process_count=N')
     try:
-      partitioning.mesh_shape(config, len(slots[0]))
+      sharding.mesh_shape(config, len(slots[0]))
     except ValueError as e:
       raise ValueError(f'row {row}, on {len(slots[0])} devices a group: {e}') from None
   results_dir = results_dir or os.path.join(workdir, 'rows')

@@ -38,7 +38,8 @@ class Call:
 
   @property
   def shape(self) -> str:
-    """'rows x length', 'K x rows x length' when stacked, '(packed)' added when packed."""
+    """'sequences x length', 'K x sequences x length' when stacked, '(packed)' added when
+    packed."""
     shape = ' x '.join(str(n) for n in self.batch['inputs'].shape)
     return shape + (' (packed)' if 'source_segments' in self.batch else '')
 

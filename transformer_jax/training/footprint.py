@@ -39,9 +39,9 @@ def settings(config: ml_collections.ConfigDict, platform: str, devices: int) -> 
   training."""
   config = platforms.resolved(config, platform)
   train = config.train
-  rows_multiple = devices * train.grad_accum_steps
+  sequences_multiple = devices * train.grad_accum_steps
   tokens = config.data.tokens_per_batch
-  batch = lambda length: [batching.batch_rows(tokens, length, rows_multiple), length]
+  batch = lambda length: [batching.sequences_per_batch(tokens, length, sequences_multiple), length]
   pack_length = pipeline.pack_length(config, platform)
   buckets = batching.bucket_lengths(config.data.max_length, pipeline.buckets(config, platform))
   train_lengths = ([pack_length] + [b for b in buckets if b > pack_length] if pack_length

@@ -6,7 +6,8 @@ read back (validated), and compared with the config of a run that resumes there.
   saved_config.check_compatible(config, workdir)    # before a run resumes in `workdir`
 
 A field added to the configs after a run was saved reads as the behaviour that run had
-(`_ADDED_FIELDS`), so older workdirs still resume and translate.
+(`_ADDED_FIELDS`), and a field or mesh axis renamed since reads under its new name
+(`fields.RENAMED`, `choices.RENAMED_MESH_AXES`), so older workdirs still resume and translate.
 """
 
 import json
@@ -18,7 +19,7 @@ from etils import epath
 import jax
 import ml_collections
 
-from transformer_jax.config import checks, fields, platforms
+from transformer_jax.config import checks, choices, fields, platforms
 from transformer_jax.data import tokenizer
 from transformer_jax.model import costs, model_config
 from transformer_jax.model.model_config import TransformerConfig
@@ -55,14 +56,14 @@ _DATA_FIELDS = ('data.dataset', 'data.source_lang', 'data.target_lang', 'data.pr
 def check_compatible(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Checks `config` against the config saved in `workdir`, if there is one.
 
-  With checkpoints: raises ValueError naming the differing fields if the model's parameters
-  have other shapes, if a data field that defines the vocabulary or the language pair differs,
-  or if `data.spm_model` is another file than the workdir's vocabulary. Other changes (steps,
-  learning rate, dropout, ...) are allowed and logged as a warning, naming them.
-  Without checkpoints (a run that stopped before its first one), the saved config binds only
-  the vocabulary it left behind: if training would reuse the workdir's vocabulary, a data
-  field that defines it must not differ. `config` is a validated one (`loop.group.train_together`
-  validates it); the saved one is validated here before its parameter shapes are compared."""
+  With checkpoints: raises ValueError naming the differing fields if the model's parameters have
+  other shapes, if a data field that defines the vocabulary or the language pair differs, or if
+  `data.spm_model` is another file than the workdir's vocabulary. Other changes (steps, learning
+  rate, dropout, ...) are allowed and logged as a warning, naming them. Without checkpoints (a run
+  that stopped before its first one), the saved config binds only the vocabulary it left behind: if
+  training would reuse the workdir's vocabulary, a data field that defines it must not differ.
+  `config` is a validated one (`loop.runs_together.train_together` validates it); the saved one is
+  validated here before its parameter shapes are compared."""
   _refuse_exports(workdir)
   config = platforms.resolved(config)  # as the run writes it (`write_config`)
   path = os.path.join(workdir, CONFIG_FILENAME)
@@ -159,10 +160,28 @@ def _read_config(path: str) -> ml_collections.ConfigDict:
     for field, default in _ADDED_FIELDS.items():
       section, name = field.split('.')
       config[section].setdefault(name, default)
+    _rename_fields(config)
   except (ValueError, KeyError, TypeError, AttributeError) as e:
     raise ValueError(f'{path} is not a config written by transformer_jax.train '
                      f'({type(e).__name__}: {e})') from e
   return ml_collections.ConfigDict(config)
+
+
+def _rename_fields(config: dict) -> None:
+  """A saved config (read from JSON) under the names of today's configs: each renamed field
+  (`fields.RENAMED`) and mesh axis of its axis rules (`choices.RENAMED_MESH_AXES`)."""
+  for old, new in fields.RENAMED.items():
+    (section, name), (new_section, new_name) = old.split('.'), new.split('.')
+    if name in config[section]:
+      config[new_section][new_name] = config[section].pop(name)
+
+  def renamed(axes):
+    if isinstance(axes, list):
+      return [choices.RENAMED_MESH_AXES.get(name, name) for name in axes]
+    return choices.RENAMED_MESH_AXES.get(axes, axes)
+
+  config['parallel']['axis_rules'] = [[logical, renamed(axes)]
+                                      for logical, axes in config['parallel']['axis_rules']]
 
 
 def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from transformer_jax.config import fields
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.training.trainer import TRACEABLE, TrainerProtocol, TrainState, Trainer
 from transformer_jax.training.trainer import compile_steps, jit_steps
@@ -88,11 +88,11 @@ class TogetherTrainer(TrainerProtocol):
     self.model = model
     self.seeds = jnp.asarray([config.seed for config in configs], jnp.uint32)
     self.hyper = hyperparameters(configs)
-    self.state_sharding = jax.tree.map(partitioning.stacked, trainer.state_sharding)
+    self.state_sharding = jax.tree.map(sharding.stacked, trainer.state_sharding)
     self.run_abstract_state = trainer.run_abstract_state
     self._stack = jax.jit(lambda states: jax.tree.map(lambda *leaves: jnp.stack(leaves), *states),
                           out_shardings=self.state_sharding)
-    self.rows_multiple = trainer.rows_multiple
+    self.sequences_multiple = trainer.sequences_multiple
     replicated = jax.sharding.NamedSharding(model.mesh, jax.sharding.PartitionSpec())
     self._init = jax.jit(jax.vmap(trainer.initial_state), out_shardings=self.state_sharding)
     # Every run's slice in one program: slicing leaf by leaf would dispatch runs x leaves

@@ -4,7 +4,7 @@ on a `ShardedModel`.
   trainer = trainer.Trainer(sharded_model.ShardedModel(config))
   state = trainer.init_state()          # created already sharded, never whole on one device
   state, metrics = trainer.train_step(state, batch)
-  state, metrics = trainer.train_steps(state, batches)   # K steps, batches stacked: (K, rows, ..)
+  state, metrics = trainer.train_steps(state, batches)  # K steps, batches stacked (K, ...)
 
 `step` is the optimizer step itself, a pure function of the state and a batch; the jitted
 `train_step` and `train_steps` run it on the mesh (`jit_steps`), and `together.TogetherTrainer`
@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from transformer_jax.model import loss, partitioning
+from transformer_jax.model import loss, sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.model.transformer import Transformer
 from transformer_jax.training import optimizer
@@ -49,17 +49,17 @@ class TrainState(train_state.TrainState):
 class TrainerProtocol(Protocol):
   """What the training loop (`loop.train_loop`) needs of a trainer: `Trainer` trains one run,
   `together.TogetherTrainer` several as one program. It keeps one state, whatever that holds;
-  but each run has its own checkpoints, so a group (`loop.group`) saves the runs' states
+  but each run has its own checkpoints, so a group (`loop.runs_together`) saves the runs' states
   `split` from it and resumes from their checkpoints `join`ed into it, each restored into
   `run_abstract_state` (for one run both are the identity).
 
     model                the `ShardedModel` the runs share
-    rows_multiple        a training batch's rows are a multiple of this
+    sequences_multiple   a training batch's sequences are a multiple of this
     run_abstract_state   one run's state: shapes, dtypes and shardings, what a checkpoint holds
   """
 
   model: ShardedModel
-  rows_multiple: int
+  sequences_multiple: int
   run_abstract_state: TrainState
 
   def init_state(self) -> TrainState:
@@ -121,9 +121,9 @@ def compile_steps(init: Callable, init_args: tuple, train_step: Callable, train_
 
 
 def _micro_batches(batch: dict, k: int) -> dict:
-  """(rows, length) -> (k, rows / k, length), micro-batch i holding rows i, i + k, i + 2k, ...
-  Every device's block of rows then holds its share of each micro-batch, so the split moves
-  no data between devices."""
+  """(sequences, length) -> (k, sequences / k, length), micro-batch i holding sequences i,
+  i + k, i + 2k, ... Every device's block of sequences then holds its share of each
+  micro-batch, so the split moves no data between devices."""
   return {name: jnp.swapaxes(value.reshape(-1, k, *value.shape[1:]), 0, 1)
           for name, value in batch.items()}
 
@@ -139,14 +139,15 @@ class Trainer(TrainerProtocol):
     self.schedule = optimizer.schedule(self.config)
     self.dropout_prng_impl = self.config.train.dropout_prng_impl
     abstract_state = jax.eval_shape(self._boxed_state)
-    self.state_sharding = partitioning.state_shardings(abstract_state, model.mesh, model.rules)
-    self.run_abstract_state = partitioning.placed_shapes(abstract_state, self.state_sharding)
+    self.state_sharding = sharding.state_shardings(abstract_state, model.mesh, model.rules)
+    self.run_abstract_state = sharding.placed_shapes(abstract_state, self.state_sharding)
     self._init = jax.jit(self.initial_state, out_shardings=self.state_sharding)
     self.train_step, self.train_steps = jit_steps(model, self.step, self.state_sharding)
 
   @property
-  def rows_multiple(self) -> int:
-    """Batch rows must be a multiple of this: every micro-batch splits over the batch axes."""
+  def sequences_multiple(self) -> int:
+    """A batch's sequences are a multiple of this: every micro-batch splits over the batch
+    axes."""
     return self.model.batch_shards * self.config.train.grad_accum_steps
 
   def _boxed_state(self, seed: int | jax.Array | None = None) -> TrainState:
@@ -157,7 +158,7 @@ class Trainer(TrainerProtocol):
     if self.dropout_prng_impl != 'threefry2x32':  # that generator's key, seeded from the split
       shape = jax.random.key_data(jax.random.key(0, impl=self.dropout_prng_impl)).shape
       dropout_data = jax.random.bits(dropout_key, shape, jnp.uint32)
-    return TrainState.create(apply_fn=self.model.model.apply,
+    return TrainState.create(apply_fn=self.model.module.apply,
                              params=self.model.boxed_params(params_key), tx=self.tx,
                              dropout_key=dropout_data)
 
@@ -186,10 +187,10 @@ class Trainer(TrainerProtocol):
     """The model, ε_ls, optimizer and schedule of a step: the config's, with the traced values
     of `hyper` (fields of `TRACEABLE`)."""
     if not hyper:
-      return self.model.model, self.config.train.label_smoothing, self.tx, self.schedule
+      return self.model.module, self.config.train.label_smoothing, self.tx, self.schedule
     fields = {name.split('.')[1]: value for name, value in hyper.items()
               if name.startswith('model.')}
-    module = Transformer(self.model.model_config.replace(**fields)) if fields else self.model.model
+    module = Transformer(self.model.model_config.replace(**fields)) if fields else self.model.module
     schedule = optimizer.schedule(self.config, hyper.get('train.warmup_steps'),
                                   hyper.get('train.lr_scale'))
     return (module, hyper.get('train.label_smoothing', self.config.train.label_smoothing),

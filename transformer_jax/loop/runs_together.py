@@ -29,7 +29,7 @@ from transformer_jax.config import fields, platforms
 from transformer_jax.data import datasets, pipeline, tokenizer
 from transformer_jax.decoding.dev_evaluation import DevEvaluator
 from transformer_jax.loop import runs, train_loop, train_metrics
-from transformer_jax.model import partitioning
+from transformer_jax.model import sharding
 from transformer_jax.model.sharded_model import ShardedModel
 from transformer_jax.storage import buckets, workdirs
 from transformer_jax.training import checkpointing, metrics_log, preemption
@@ -104,9 +104,9 @@ def _training_batches(config: ml_collections.ConfigDict, programs: runs.Programs
   batcher, model = programs.data.batchers['train'], programs.model
   batches = []
   for length in batcher.train_lengths():
-    rows = batcher.rows(length)
-    batch = batcher.assemble(length, np.full((rows, 1) if batcher.pack_length else (rows,), -1,
-                                             np.int64))
+    sequences = batcher.sequences_per_batch(length)
+    batch = batcher.assemble(length, np.full((sequences, 1) if batcher.pack_length
+                                             else (sequences,), -1, np.int64))
     if k > 1:
       batches.append(model.put_batches([batch] * k))
     if k == 1 or config.train.num_train_steps % k:  # the last steps, one a call
@@ -114,12 +114,12 @@ def _training_batches(config: ml_collections.ConfigDict, programs: runs.Programs
   return batches
 
 
-def data_key(config: ml_collections.ConfigDict, rows_multiple: int) -> str:
+def data_key(config: ml_collections.ConfigDict, sequences_multiple: int) -> str:
   """What `pipeline.load` gives depends on: the data fields but the batches' order (which the
   training iterator takes), the seed (which samples the vocabulary's text) and the batches'
-  multiple of rows."""
+  multiple of sequences."""
   data = {**config.data.to_dict(), 'shuffle_seed': None}
-  return json.dumps([data, config.seed, rows_multiple], sort_keys=True, default=str)
+  return json.dumps([data, config.seed, sequences_multiple], sort_keys=True, default=str)
 
 
 class Group(runs.Runs):
@@ -172,27 +172,27 @@ class Group(runs.Runs):
     if self._ahead is not None:
       programs = self._ahead.programs
     else:
-      model = ShardedModel(self.config, partitioning.make_mesh(self.config, self._devices))
+      model = ShardedModel(self.config, sharding.make_mesh(self.config, self._devices))
       # A sweep's group of one row trains as one run would.
       trainer = (Trainer(model) if len(self.configs) == 1
                  else together.TogetherTrainer(model, self.configs, self.dirs))
-      data = self._load_data(trainer.rows_multiple)
+      data = self._load_data(trainer.sequences_multiple)
       programs = runs.Programs(model, trainer, data, self._evaluators(model, data))
     self._split = programs.trainer.split  # each run's state, to save and evaluate
     return programs
 
-  def _load_data(self, rows_multiple: int) -> pipeline.Data:
+  def _load_data(self, sequences_multiple: int) -> pipeline.Data:
     """The datasets and vocabulary, from the caller's `data_cache` or loaded in the first
     workdir (and kept in `data_cache`); process 0 writes each run's config and vocabulary into
     its workdir, the other processes then read the vocabulary from there."""
-    key = data_key(self.config, rows_multiple)
+    key = data_key(self.config, sequences_multiple)
     fresh = not epath.Path(self.dirs[0], tokenizer.MODEL_FILENAME).exists()
 
     def load():
       with _LOADING:
         if fresh and key in self._data_cache:  # its seconds were an earlier group's
           return dataclasses.replace(self._data_cache[key], seconds={'shared': 0.0})
-        self._data_cache[key] = pipeline.load(self.config, self.dirs[0], rows_multiple)
+        self._data_cache[key] = pipeline.load(self.config, self.dirs[0], sequences_multiple)
         return self._data_cache[key]
 
     return runs.load_data(self.configs, self.dirs, load)

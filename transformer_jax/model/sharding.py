@@ -1,11 +1,35 @@
-"""The device mesh and where every array lives on it.
+"""The sharding story in one place: the device mesh's axes, the logical axes that parameters and
+activations name, the rules that map the one onto the other, and where the mesh is built.
 
-The mesh has three axes, sized in `config.parallel`: `data` and `fsdp` split the batch, `fsdp`
-also shards parameters and optimizer state along their 'embed' dimension, and `model` splits
-attention heads, d_ff and the vocabulary (tensor parallelism). Parameters carry logical axis
-names (see `attention.py`, `layers.py`, `embeddings.py`); `config.parallel.axis_rules` maps
-them to mesh axes, so one set of rules gives data parallelism, FSDP or tensor parallelism
-depending only on the mesh's shape.
+The mesh has three axes (`choices.MESH_AXES`):
+
+  data     splits the batch's sequences (data parallelism)
+  fsdp     splits the batch's sequences too, and shards parameters and Adam's moments along
+           'embed' (FSDP, ZeRO-3: a layer's parameters are gathered where it computes)
+  tensor   splits attention heads, d_ff and the vocabulary (tensor parallelism)
+
+Parameters and key activations name their dimensions with logical axes (`choices.LOGICAL_AXES`,
+in `attention.py`, `layers.py`, `embeddings.py` and `transformer.split_sequences`): 'batch' (a
+batch's sequences), 'vocab', 'embed' (d_model), 'heads', 'kv' (d_k, d_v), 'mlp' (d_ff) and
+'position'. The rules map each to mesh axes: by default 'batch' to (data, fsdp), 'embed' to
+fsdp, 'heads', 'mlp' and 'vocab' to tensor, 'kv' and 'position' to none (kept whole). One set
+of rules thus gives data parallelism, FSDP or tensor parallelism depending only on the mesh's
+shape: an axis of size 1 leaves its dimensions whole.
+
+What a user chooses is `config.parallel` (configs/base.py): the axes' sizes `data`, `fsdp` and
+`tensor` (one may be -1, the devices left; by default every device on `data`, data parallelism as
+the paper trained on 8 GPUs, §5.2) and the rules, `axis_rules`. `config/checks.py` holds them to the
+names above where a config enters, before anything is built; the names live in `config/choices.py`,
+the layer every other imports, for that check. The `tensor` axis was once named `model`: that name
+is refused naming the new one, and a workdir saved with it resumes under the new one
+(`fields.RENAMED`, `choices.RENAMED_MESH_AXES`).
+
+The mesh is built by `make_mesh(config, devices)`: over every device for a run
+(`sharded_model.ShardedModel`, the Transformer applied on the mesh, builds it unless given one),
+over a sweep slot's devices for a group trained as one program (`loop.runs_together`). The
+shardings follow from the mesh and the rules: the state's (`state_shardings`, `placed_shapes`)
+and a batch's, its sequences split over the axes of 'batch' (`batch_sharding`, `global_batch`,
+`whole_batch`).
 """
 
 import math
@@ -22,7 +46,7 @@ from transformer_jax.config.choices import MESH_AXES, mesh_axis_names
 
 
 def mesh_shape(config: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int, int]:
-  """(data, fsdp, model) with a -1 resolved; a clear error if it does not use every device."""
+  """(data, fsdp, tensor) with a -1 resolved; a clear error if it does not use every device."""
   sizes = [config.parallel[axis] for axis in MESH_AXES]
   known = math.prod(size for size in sizes if size != -1)
   if -1 in sizes:
@@ -37,6 +61,7 @@ def mesh_shape(config: ml_collections.ConfigDict, num_devices: int) -> tuple[int
 
 
 def make_mesh(config: ml_collections.ConfigDict, devices=None) -> Mesh:
+  """The mesh of `config.parallel`'s sizes over `devices` (default: every device)."""
   devices = jax.devices() if devices is None else devices
   shape = mesh_shape(config, len(devices))
   # Auto axes: XLA propagates shardings from the parameters' and the batch's.
@@ -56,12 +81,12 @@ def _ways(mesh: Mesh, axes) -> int:
 
 
 def batch_shards(mesh: Mesh, rules) -> int:
-  """How many ways the batch's rows are split: the product of the mesh axes of 'batch'."""
+  """How many ways the batch's sequences are split: the product of the mesh axes of 'batch'."""
   return _ways(mesh, nn.logical_to_mesh_axes(('batch',), rules)[0])
 
 
 def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
-  """Rows over the batch axes, the length dimension whole."""
+  """Sequences over the batch axes, the length dimension whole."""
   return nn.logical_to_mesh_sharding(PartitionSpec('batch', None), mesh, rules)
 
 
@@ -98,15 +123,15 @@ def placed_shapes(abstract_state: Any, shardings: Any) -> Any:
 
 
 def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding,
-                 rows_axis: int = 0) -> dict:
-  """This process's rows (along `rows_axis`: 1 for batches stacked along a leading axis) ->
-  global arrays sharded over the batch axes. With one process the local rows are the whole
-  batch; with several, each process's rows go to the global rows its devices hold, so the rows'
-  order follows the mesh's device order (see `whole_batch`)."""
+                 sequence_axis: int = 0) -> dict:
+  """This process's sequences (along `sequence_axis`: 1 for batches stacked along a leading
+  axis) -> global arrays sharded over the batch axes. With one process the local sequences are
+  the whole batch; with several, each process's sequences go to the global ones its devices
+  hold, so their order follows the mesh's device order (see `whole_batch`)."""
   processes = jax.process_count()
 
   def global_shape(shape):
-    return shape[:rows_axis] + (shape[rows_axis] * processes,) + shape[rows_axis + 1:]
+    return shape[:sequence_axis] + (shape[sequence_axis] * processes,) + shape[sequence_axis + 1:]
 
   return {name: jax.make_array_from_process_local_data(sharding, value, global_shape(value.shape))
           for name, value in local_batch.items()}
@@ -114,16 +139,16 @@ def global_batch(local_batch: dict[str, np.ndarray], sharding: NamedSharding,
 
 def whole_batch(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict:
   """A batch that every process holds whole -> global arrays sharded over the batch axes.
-  Each device takes the rows its shard covers, wherever the mesh puts this process's devices
-  (`global_batch` places a process's rows on whichever rows its devices hold, which keeps a
+  Each device takes the sequences its shard covers, wherever the mesh puts this process's
+  devices (`global_batch` places a process's sequences wherever its devices hold, which keeps a
   batch's content but not its order, so it is for training and loss sums only)."""
   return {name: jax.make_array_from_callback(value.shape, sharding,
                                              lambda index, value=value: value[index])
           for name, value in batch.items()}
 
 
-def gather_rows(array: jax.Array) -> np.ndarray:
-  """A global batch-sharded array's rows from every process, on the host."""
+def gather_sequences(array: jax.Array) -> np.ndarray:
+  """A global batch-sharded array's sequences from every process, on the host."""
   if jax.process_count() == 1:
     return np.asarray(array)
   return np.asarray(multihost_utils.process_allgather(array, tiled=True))
