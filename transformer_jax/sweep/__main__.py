@@ -9,7 +9,8 @@ evaluated as one program, and tabulates them beside the paper's figures.
 A sweep file is a config file whose `get_config(row)` gives each row's config, with
     ROWS   the row ids, in table order (a dict or a sequence);
     PAPER  optional: {row: (perplexity, BLEU)}, the published figures to print beside ours.
-docs/training.md shows one of your own rows (a grid of fields, seeds) in a dozen lines.
+docs/training.md shows a sweep file of your own rows (a grid of two fields, seeds) in a dozen
+lines.
 `--dry_run` checks every row's config (as before training), prints each row's fields that
 differ from the first row's and the plan (below), and stops: nothing is trained or written.
 Each row trains in `DIR/<row>` and is then evaluated on the dev split as Table 3 was: beam 4,

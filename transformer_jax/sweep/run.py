@@ -72,8 +72,8 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
       raise ValueError(f'row {row}, on {len(slots[0])} devices a group: {e}') from None
   results_dir = results_dir or os.path.join(workdir, 'rows')
   if dry_run:
-    return _dry_run(sweep, configs, together, workdir, results_dir, overrides, slots, started,
-                    stop_after_minutes, process)
+    return _dry_run(sweep_path, sweep, configs, together, workdir, results_dir, overrides,
+                    slots, started, stop_after_minutes, process)
   buckets.check(workdir, '--workdir')  # both, before either is created
   buckets.check(results_dir, '--results')
   workdirs.check_writable(workdir, '--workdir')
@@ -82,7 +82,7 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
   results = _read_results(sweep.ROWS, results_dir)
   for row in results:
     if row in configs:
-      print(f'{row}: done already ({os.path.join(results_dir, row + ".json")})', flush=True)
+      print(_done(row, results_dir), flush=True)
   groups = _groups(sweep_path, rows, together, overrides, configs, results, workdir, slots,
                    process)
   if groups:
@@ -100,8 +100,12 @@ def run(sweep_path: str, workdir: str, rows: list[str] | None = None,
   return _table_once(sweep_path, sweep, rows, workdir, results_dir, process)
 
 
-def _dry_run(sweep: Any, configs: dict, together: int, workdir: str, results_dir: str,
-             overrides: list[str], slots: list, started: float,
+def _done(row: str, results_dir: str) -> str:
+  return f'{row}: done already ({os.path.join(results_dir, row + ".json")})'
+
+
+def _dry_run(sweep_path: str, sweep: Any, configs: dict, together: int, workdir: str,
+             results_dir: str, overrides: list[str], slots: list, started: float,
              stop_after_minutes: float | None, process: slots_lib.SweepProcess) -> dict:
   """Prints each row's fields that differ from the first row's and the plan of the rows not
   finished (this process's own grouping); returns the finished rows' figures."""
@@ -110,12 +114,11 @@ def _dry_run(sweep: Any, configs: dict, together: int, workdir: str, results_dir
   for row, config in configs.items():
     changes = {field: value for field, value in fields.flatten(config).items()
                if value != first.get(field)}
-    print(f'{row}: ' + (f'done already ({os.path.join(results_dir, row + ".json")})'
-                        if row in results else
-                        ', '.join(f'{field}={value}' for field, value in changes.items())
+    print(_done(row, results_dir) if row in results else
+          f'{row}: ' + (', '.join(f'{field}={value}' for field, value in changes.items())
                         or 'as the first row'), flush=True)
   to_run = {row: config for row, config in configs.items() if row not in results}
-  side_by_side = slots_lib.SideBySide('', sweep, configs, workdir, results_dir, overrides,
+  side_by_side = slots_lib.SideBySide(sweep_path, sweep, configs, workdir, results_dir, overrides,
                                       results, slots, started, stop_after_minutes, process)
   side_by_side.plan_groups(plan.groups(to_run, together))
   return results
