@@ -95,6 +95,28 @@ def test_a_lease_has_one_holder_and_is_renewed_while_held(in_emulator, short_lea
   again.release()
 
 
+def test_a_lease_released_while_another_process_waits_is_taken_at_once(in_emulator):
+  """A sweep's record and table locks are held for a moment: a process waiting for one takes it
+  as soon as it is released (within POLL_SECONDS), not at the holder's next renewal (15 s)."""
+  url = f'gs://{in_emulator.bucket()}/sweep/table.lock'
+  held = subprocess.Popen(
+      [sys.executable, '-c', 'import time; from transformer_jax.storage import leases; '
+       f'lease = leases.Lease.take({url!r}, wait=False); print("held", flush=True); '
+       'time.sleep(1.0); lease.release(); time.sleep(60)'],
+      env=in_emulator.environment(), stdout=subprocess.PIPE, text=True)
+  assert held.stdout.readline().strip() == 'held'
+  start = time.monotonic()
+  lease = leases.Lease.take(url, wait=True)
+  waited = time.monotonic() - start
+  held.kill()
+  held.wait()
+  # Taken once released (a new lease, not one taken over), seconds before the holder's first
+  # renewal would have come.
+  assert lease is not None and lease.previous == ''
+  assert waited < 5.0 < leases.RENEW_SECONDS, waited
+  lease.release()
+
+
 def test_a_lease_left_by_a_dead_holder_is_taken_over(in_emulator, short_leases):
   url = f'gs://{in_emulator.bucket()}/run/lock'
   # A holder on another host that stopped renewing: taken once it lapses, not before (its 3 s

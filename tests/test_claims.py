@@ -1,7 +1,8 @@
 """Who trains which group (transformer_jax/sweep/claims.py): a group another process (or slot)
-holds is never trained, and is taken as soon as its holder lets go or ends; a shared sweep's
-processes agree on what they run, or the one that differs stops naming the difference; a group
-that fails stops the others, which say why."""
+holds is never trained, and is taken as soon as its holder lets go or ends; no slot claims
+ahead a group another slot starts with; a shared sweep's processes agree on what they run, or
+the one that differs stops naming the difference; a group that fails stops the others, which
+say why."""
 
 import errno
 import fcntl
@@ -258,3 +259,34 @@ def test_each_group_compiles_ahead_on_the_devices_it_trains_on(tmp_path, monkeyp
   assert sorted(trained) == [(row,) for row in rows]
   assert compiled == trained
   assert {tuple(ids) for ids in trained.values()} == {(0, 1, 2, 3), (4, 5, 6, 7)}
+
+
+def test_no_slot_claims_ahead_a_group_another_slot_starts_with(tmp_path, monkeypatch):
+  """A slot claims and compiles its next group while one trains, but never a group the plan
+  starts another slot with: a process of a shared sweep started after the others finds its
+  first group free, not held ahead by a process that started sooner. Alone, a process with one
+  slot compiles its second group while its first trains; the first of two processes, its
+  partner never started, compiles and trains the partner's group only once its own is done."""
+  _fake_rows(tmp_path, monkeypatch)
+  events = []
+  start, fake = sweep_ahead.Ahead.start, sweep_group.run_group
+
+  def spied_start(ahead, group, *args):
+    if ('compiled', *group) not in events:
+      events.append(('compiled', *group))
+    return start(ahead, group, *args)
+
+  def spied_group(group, *args):
+    events.append(('trained', *group))
+    return fake(group, *args)
+
+  monkeypatch.setattr(sweep_ahead.Ahead, 'start', spied_start)
+  monkeypatch.setattr(sweep_group, 'run_group', spied_group)
+  sweep_run.run(_sweep_file(tmp_path), str(tmp_path / 'alone'), ['small', 'wide'],
+                str(tmp_path / 'alone_results'))
+  assert events == [('compiled', 'small'), ('compiled', 'wide'), ('trained', 'small'),
+                    ('trained', 'wide')]
+  events.clear()
+  _shared(tmp_path, 0, 2)
+  assert events == [('compiled', 'small'), ('trained', 'small'), ('compiled', 'wide'),
+                    ('trained', 'wide')]

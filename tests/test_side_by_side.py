@@ -23,6 +23,7 @@ from conftest import REPO, xla_flags
 from test_sweep import _sweep_file, signalled
 from transformer_jax.config import loading
 from transformer_jax.loop import train_metrics
+from transformer_jax.storage import workdirs
 from transformer_jax.sweep import group as sweep_group, run as sweep_run
 from transformer_jax.training import checkpointing, metrics_log
 
@@ -102,8 +103,8 @@ def one_device_each(tmp_path_factory) -> dict:
 def two_devices_each(tmp_path_factory) -> dict:
   """Two groups of two rows (four devices busy, four idle: a group's programs compile for its
   devices, and each group compiled costs the suite seconds). Each group against itself
-  interrupted: `test_a_shared_sweep_whose_processes_are_killed_mid_group_is_finished_by_
-  either_alone`."""
+  interrupted: `test_a_sweep_shared_in_a_bucket_whose_processes_are_killed_mid_group_is_
+  finished_alone`."""
   return _swept(tmp_path_factory, 'two_devices_each', devices_per_group=2, together=2)
 
 
@@ -195,7 +196,7 @@ def test_a_sweep_shared_in_a_bucket_whose_processes_are_killed_mid_group_is_fini
   """`two_devices_each`'s sweep (two groups of two rows, two devices a group) shared by two
   processes of two devices (one slot each) through a bucket (claims are leases there,
   `leases`): no shared disk. The second is killed (SIGKILL) once its group has saved a
-  checkpoint: the first, its own group done, takes the dead one's over (its holder has ended on
+  checkpoint and the first holds the other group: the first, its own group done, takes the dead one's over (its holder has ended on
   this host); killed too as that group starts, every process is dead. The second, started
   again alone, finishes every row and writes the table; the first, started again, finds every
   row done and leaves the table as it is. Each row trained by one process at a time; every
@@ -206,11 +207,16 @@ def test_a_sweep_shared_in_a_bucket_whose_processes_are_killed_mid_group_is_fini
   commands = [_sweep_command(two_devices_each['sweep'], workdir, f'--rows={",".join(ROWS)}',
                              '--together=2', f'--process_index={i}', '--process_count=2')
               for i in range(2)]
-  groups = ('seed0, seed1: training in', 'seed2, seed3: training in')
+  groups = ('seed0, seed1', 'seed2, seed3')
   first, second = _started(commands[0], env), _started(commands[1], env)
-  out, line = _kill_when(second, groups, lambda line: any(
-      checkpointing.saved_steps(f'{workdir}/{row}') for row in ROWS
-      if row in line.split(':')[0]))
+
+  def ready(line: str) -> bool:  # the second's group saved, the other group held by the first
+    group = line.split(':')[0]
+    other = next(g for g in groups if g != group).split(', ')
+    return (any(checkpointing.saved_steps(f'{workdir}/{row}') for row in group.split(', '))
+            and workdirs.held_by(f'{workdir}/claims/{other[0]}.lock').get('pid') == first.pid)
+
+  out, line = _kill_when(second, tuple(f'{g}: training in' for g in groups), ready)
   taken = line.split(':')[0]  # the group the second held when it was killed
   stopped = max(max(checkpointing.saved_steps(f'{workdir}/{row}'), default=0)
                 for row in taken.split(', '))

@@ -9,9 +9,9 @@ A lease is an object holding its holder (host, process id and start, start time)
 lapses. It is created only where none exists (a generation precondition: of two processes
 taking it at once, Cloud Storage lets exactly one succeed), renewed by a background thread every
 `RENEW_SECONDS` (each rewrite conditional on the generation this process wrote last), and
-deleted on release. A holder that dies stops renewing, so its lease lapses `SECONDS` after its
-last renewal and the next process takes it over (conditionally on the generation it read: of
-two successors, one wins). One whose holder ran on this host and has ended (its process is gone,
+deleted on release (a process waiting for it takes it within `POLL_SECONDS`). A holder that
+dies stops renewing, so its lease lapses `SECONDS` after its last renewal and the next process
+takes it over (conditionally on the generation it read: of two successors, one wins). One whose holder ran on this host and has ended (its process is gone,
 or the id was reused by another) is taken over at once, as a restarted run does after SIGKILL.
 A holder whose lease was taken over (it could not renew for `SECONDS`: its host was cut off) is
 stopped: the renewal thread interrupts its main thread. Hosts' clocks are assumed to agree
@@ -33,6 +33,8 @@ from transformer_jax.storage import buckets
 # How long a lease lasts past its last renewal, and how often its holder renews it.
 SECONDS = 60.0
 RENEW_SECONDS = 15.0
+# How often a process waiting for a lease looks whether it was released or renewed.
+POLL_SECONDS = 0.5
 
 
 def _started(pid: int) -> str | None:
@@ -59,6 +61,18 @@ def _ended_here(holder: dict) -> bool:
           and _started(holder['pid']) != holder.get('pid_started'))
 
 
+def _rewritten_within(blob, generation: int, seconds: float) -> bool:
+  """Whether the object of `blob`, at `generation` when read, is rewritten within `seconds`
+  (looked at every POLL_SECONDS): False as soon as it is deleted, or once `seconds` pass."""
+  deadline = time.monotonic() + seconds
+  while time.monotonic() < deadline:
+    time.sleep(POLL_SECONDS)
+    found = blob.bucket.get_blob(blob.name)
+    if found is None or found.generation != generation:
+      return found is not None
+  return False
+
+
 class Lease:
   """A lease this process holds on a `gs://` object (see the module docstring)."""
 
@@ -73,8 +87,8 @@ class Lease:
   def take(cls, url: str, wait: bool, **holder) -> 'Lease | None':
     """The lease on `url` for this process, recorded with `holder`; None if a live process
     holds it. A lease neither renewed nor released is taken over once it lapses: with `wait`,
-    this waits for that (at most `SECONDS`) and returns None if the holder renews it meanwhile;
-    without, it returns None at once."""
+    this waits for that (at most `SECONDS`), taking it as soon as it is released and returning
+    None if the holder renews it meanwhile; without, it returns None at once."""
     from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
     bucket, name = buckets.split(url)
     blob = buckets.client().bucket(bucket).blob(name)
@@ -97,11 +111,9 @@ class Lease:
       if lapses > 0 and not _ended_here(held):
         if not wait:
           return None
-        time.sleep(min(lapses, RENEW_SECONDS) + 0.5)
-        renewed = blob.bucket.get_blob(name)
-        if renewed is not None and renewed.generation != found.generation:
-          return None  # its holder is alive
-        continue
+        if _rewritten_within(blob, found.generation, min(lapses, RENEW_SECONDS) + 0.5):
+          return None  # renewed: its holder is alive
+        continue  # released, or not renewed in time: try again
       try:
         blob.upload_from_string(_text(mine), if_generation_match=found.generation)
         return cls(url, blob, mine, previous=text.strip())

@@ -8,7 +8,8 @@ time. Each slot takes, in the plan's order (`plan.plan`), the next group that no
 slot) holds and none has finished, holding its claim (`claims`) while it trains, evaluates and
 writes it; then waits for the groups held elsewhere, taking over those whose holder ends. Each
 slot compiles in a background thread of its own (`ahead`): its group's training before it
-starts, then its evaluation and the next free group's while it trains. SIGTERM or Ctrl-C stops
+starts, then its evaluation and the next free group's while it trains (claimed then; never a
+group the plan starts another slot with, which a process started later takes). SIGTERM or Ctrl-C stops
 every group in flight at its next step, saved (`preemption`); a group that fails stops them
 too, telling them why, and no slot starts another; the sweep then ends with the first error
 (a stopped group's says to run the sweep again).
@@ -106,7 +107,7 @@ class SideBySide:
     local = len(self._slots)
     the_plan = self.plan_groups(groups)
     self.passed_over += the_plan.passed_over
-    self._queue = _Queue(the_plan.order)
+    self._queue = _Queue(the_plan.order, firsts=sum(1 for queue in the_plan.queues if queue))
     ahead = Ahead(self._data_cache, group_lib.TABLE3_DECODING, group_lib.SPLIT)
     with preemption.Notice() as notice, group_lib.ThreadLogs.installed(), \
         concurrent.futures.ThreadPoolExecutor(local, 'slot') as threads:
@@ -190,7 +191,7 @@ class SideBySide:
              else f'not used ({report.error})'), flush=True)
     upcoming = None
     if not (self._stop.is_set() or notice.received):
-      upcoming, _ = self._queue.claim(self._workdir, self._finished)
+      upcoming, _ = self._queue.claim(self._workdir, self._finished, ahead=True)
     if upcoming is not None:
       self._start_compiling(ahead, list(upcoming.group), devices)
     print(f'{", ".join(group)}: training in {self._workdir}/'
@@ -233,20 +234,26 @@ class SideBySide:
 
 
 class _Queue:
-  """The groups in the order slots take them; which of them this process's slots hold."""
+  """The groups in the order slots take them (`plan.Plan.order`: the first `firsts`, one for
+  each slot of every process, are those the slots start with); which this process's slots
+  hold."""
 
-  def __init__(self, order: list[list[str]]):
+  def __init__(self, order: list[list[str]], firsts: int):
     self._order = [list(group) for group in order]
+    self._firsts = firsts
     self._done: set[tuple[str, ...]] = set()  # finished, or claimed by one of this process's
     self._lock = threading.Lock()
 
-  def claim(self, workdir: str, finished) -> tuple[claims.Claim | None, list[list[str]]]:
+  def claim(self, workdir: str, finished, ahead: bool = False
+            ) -> tuple[claims.Claim | None, list[list[str]]]:
     """(the claim of the first group that is free and not `finished`, or None; the groups left
-    that another process, or another slot of this one, holds)."""
+    that another process, or another slot of this one, holds). `ahead`: a claim for the group
+    a slot trains next, taken while its group trains; it passes over the groups slots start
+    with, so that a process started later than the others finds its first group free."""
     with self._lock:
       held = []
-      for group in self._order:
-        if tuple(group) in self._done:
+      for index, group in enumerate(self._order):
+        if tuple(group) in self._done or (ahead and index < self._firsts):
           continue
         claim = claims.Claim.take(workdir, group)
         if claim is None:
