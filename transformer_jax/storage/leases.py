@@ -11,8 +11,9 @@ taking it at once, Cloud Storage lets exactly one succeed), renewed by a backgro
 `RENEW_SECONDS` (each rewrite conditional on the generation this process wrote last), and
 deleted on release (a process waiting for it takes it within `POLL_SECONDS`). A holder that
 dies stops renewing, so its lease lapses `SECONDS` after its last renewal and the next process
-takes it over (conditionally on the generation it read: of two successors, one wins). One whose holder ran on this host and has ended (its process is gone,
-or the id was reused by another) is taken over at once, as a restarted run does after SIGKILL.
+takes it over (conditionally on the generation it read: of two successors, one wins). One
+whose holder ran on this host and has ended (its process is gone, or the id was reused by
+another) is taken over at once, as a restarted run does after SIGKILL.
 A holder whose lease was taken over (it could not renew for `SECONDS`: its host was cut off) is
 stopped: the renewal thread interrupts its main thread. Hosts' clocks are assumed to agree
 within seconds (NTP, as on Cloud VMs).

@@ -9,10 +9,10 @@ slot) holds and none has finished, holding its claim (`claims`) while it trains,
 writes it; then waits for the groups held elsewhere, taking over those whose holder ends. Each
 slot compiles in a background thread of its own (`ahead`): its group's training before it
 starts, then its evaluation and the next free group's while it trains (claimed then; never a
-group the plan starts another slot with, which a process started later takes). SIGTERM or Ctrl-C stops
-every group in flight at its next step, saved (`preemption`); a group that fails stops them
-too, telling them why, and no slot starts another; the sweep then ends with the first error
-(a stopped group's says to run the sweep again).
+group the plan starts another slot with, which a process started later takes). SIGTERM or
+Ctrl-C stops every group in flight at its next step, saved (`preemption`); a group that fails
+stops them too, telling them why, and no slot starts another; the sweep then ends with the
+first error (a stopped group's says to run the sweep again).
 """
 
 import concurrent.futures
