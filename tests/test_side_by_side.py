@@ -199,9 +199,10 @@ def test_a_sweep_shared_in_a_bucket_whose_processes_are_killed_mid_group_is_fini
   checkpoint and the first holds the other group: the first, its own group done, takes the
   dead one's over (its holder has ended on this host); killed too as that group starts, every
   process is dead. The second, started again alone, finishes every row and writes the table;
-  the first, started again, finds every row done and leaves the table as it is. Each row trained by one process at a time; every
-  row's figures, hypotheses and final parameters those of `two_devices_each`, where the groups
-  trained uninterrupted on a local disk (whose claims, flocks, tests/test_claims.py tests)."""
+  the first, started again, finds every row done and leaves the table as it is. Each row
+  trained by one process at a time; every row's figures, hypotheses and final parameters those
+  of `two_devices_each`, where the groups trained uninterrupted on a local disk (whose claims,
+  flocks, tests/test_claims.py tests)."""
   workdir = f'gs://{in_emulator.bucket()}/shared'
   env = {**in_emulator.environment(), 'XLA_FLAGS': xla_flags(2)}
   commands = [_sweep_command(two_devices_each['sweep'], workdir, f'--rows={",".join(ROWS)}',
